@@ -1,0 +1,28 @@
+/* analyzer.h: the analyzer's configuration (one table, in main.c). */
+#ifndef ST_ANALYZER_H
+#define ST_ANALYZER_H
+
+#include <stdint.h>
+
+struct st_analyzer_conf {
+    char *brokers;
+    char *topic_events;
+    char *group;
+    char *pg_dsn;
+    char *redis_url;
+    char *redis_prefix;
+    char *sql_dir;
+    int64_t batch_max_events;
+    int64_t batch_max_ms;
+    int64_t assign_timeout_ms;
+    int64_t retry_max_backoff_ms;
+    int64_t lateness_s;
+    int64_t state_ttl_s;
+    int64_t db_threshold;     /* detect.denial_burst.threshold */
+    int64_t db_window_s;      /* detect.denial_burst.window_s */
+    int64_t db_high_targets;  /* detect.denial_burst.high_targets */
+    int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
+    char config_hash[17];     /* of the detect.* properties */
+};
+
+#endif

@@ -1,0 +1,230 @@
+/* consume.c: the analyzer's Kafka consumer (see consume.h). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyzer.h"
+#include "consume.h"
+#include "kafka.h"
+#include "log.h"
+#include "timeutil.h"
+
+#define MAX_PARTS 1024
+
+struct part_state {
+    char *topic;
+    int32_t partition;
+    int at_end;
+};
+
+struct st_consumer {
+    rd_kafka_t *rk;
+    struct part_state parts[MAX_PARTS];
+    int nparts;
+};
+
+static struct part_state *part_find(struct st_consumer *c, const char *topic,
+                                    int32_t partition)
+{
+    for (int i = 0; i < c->nparts; i++)
+        if (c->parts[i].partition == partition && strcmp(c->parts[i].topic, topic) == 0)
+            return &c->parts[i];
+    return NULL;
+}
+
+static void parts_add(struct st_consumer *c, const rd_kafka_topic_partition_list_t *l)
+{
+    for (int i = 0; i < l->cnt; i++) {
+        if (part_find(c, l->elems[i].topic, l->elems[i].partition))
+            continue;
+        if (c->nparts == MAX_PARTS)
+            st_fatal("more than %d partitions assigned", MAX_PARTS);
+        c->parts[c->nparts].topic = st_strdup(l->elems[i].topic);
+        c->parts[c->nparts].partition = l->elems[i].partition;
+        c->parts[c->nparts].at_end = 0;
+        c->nparts++;
+    }
+}
+
+static void parts_remove(struct st_consumer *c, const rd_kafka_topic_partition_list_t *l)
+{
+    for (int i = 0; i < l->cnt; i++) {
+        struct part_state *p = part_find(c, l->elems[i].topic, l->elems[i].partition);
+        if (!p)
+            continue;
+        free(p->topic);
+        *p = c->parts[--c->nparts];
+    }
+}
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    struct st_consumer *c = opaque;
+    int cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        st_info("assigned %d partition(s)", parts->cnt);
+        parts_add(c, parts);
+        if (cooperative)
+            rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
+        else
+            rd_kafka_assign(rk, parts);
+    } else {
+        /* Messages of a revoked partition that are in the current batch are
+         * still processed; their commit may fail and the new owner reads
+         * them again, which is harmless because writes are idempotent. */
+        st_info("revoked %d partition(s)", parts->cnt);
+        parts_remove(c, parts);
+        if (cooperative)
+            rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
+        else
+            rd_kafka_assign(rk, NULL);
+    }
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    st_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
+                                    char *errstr, size_t errsz)
+{
+    struct st_consumer *c = st_calloc(1, sizeof(*c));
+    char err[512];
+    rd_kafka_conf_t *kc = st_kafka_conf_new(conf->brokers, errstr, errsz);
+    if (!kc) {
+        free(c);
+        return NULL;
+    }
+    if (st_kafka_conf_set(kc, "group.id", conf->group, errstr, errsz) ||
+        st_kafka_conf_set(kc, "enable.auto.commit", "false", errstr, errsz) ||
+        st_kafka_conf_set(kc, "auto.offset.reset", "earliest", errstr, errsz) ||
+        st_kafka_conf_set(kc, "enable.partition.eof", "true", errstr, errsz) ||
+        st_kafka_conf_set(kc, "partition.assignment.strategy", "cooperative-sticky",
+                          errstr, errsz) ||
+        st_kafka_conf_set(kc, "isolation.level", "read_committed", errstr, errsz)) {
+        rd_kafka_conf_destroy(kc);
+        free(c);
+        return NULL;
+    }
+    rd_kafka_conf_set_rebalance_cb(kc, on_rebalance);
+    rd_kafka_conf_set_error_cb(kc, on_error);
+    rd_kafka_conf_set_opaque(kc, c);
+
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, err, sizeof(err));
+    if (!c->rk) {
+        snprintf(errstr, errsz, "could not create Kafka consumer: %s", err);
+        rd_kafka_conf_destroy(kc);
+        free(c);
+        return NULL;
+    }
+    rd_kafka_poll_set_consumer(c->rk);
+
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(topics, conf->topic_events, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t e = rd_kafka_subscribe(c->rk, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (e) {
+        snprintf(errstr, errsz, "could not subscribe to \"%s\": %s", conf->topic_events,
+                 rd_kafka_err2str(e));
+        st_consumer_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+void st_consumer_destroy(struct st_consumer *c)
+{
+    if (!c)
+        return;
+    if (c->rk) {
+        rd_kafka_consumer_close(c->rk);
+        rd_kafka_destroy(c->rk);
+    }
+    for (int i = 0; i < c->nparts; i++)
+        free(c->parts[i].topic);
+    free(c);
+}
+
+int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
+                           int max, int timeout_ms)
+{
+    int64_t deadline = st_time_mono_ms() + timeout_ms;
+    int n = 0;
+
+    while (n < max) {
+        int64_t left = deadline - st_time_mono_ms();
+        if (left < 0)
+            left = 0;
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, (int)left);
+        if (!m) {
+            if (left == 0)
+                break;
+            continue;
+        }
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            struct part_state *p = part_find(c, rd_kafka_topic_name(m->rkt), m->partition);
+            if (p)
+                p->at_end = 1;
+            rd_kafka_message_destroy(m);
+            /* a caught-up consumer returns what it has instead of waiting */
+            if (st_consumer_drained(c))
+                break;
+            continue;
+        }
+        if (m->err) {
+            int fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
+            st_warn("kafka consumer: %s", rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            if (fatal)
+                return -1;
+            continue;
+        }
+        struct part_state *p = part_find(c, rd_kafka_topic_name(m->rkt), m->partition);
+        if (p)
+            p->at_end = 0;
+        msgs[n++] = m;
+    }
+    return n;
+}
+
+int st_consumer_commit(struct st_consumer *c, rd_kafka_message_t *const *msgs, int n)
+{
+    if (n == 0)
+        return 0;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+    for (int i = 0; i < n; i++) {
+        const char *t = rd_kafka_topic_name(msgs[i]->rkt);
+        rd_kafka_topic_partition_t *tp =
+            rd_kafka_topic_partition_list_find(l, t, msgs[i]->partition);
+        if (!tp)
+            tp = rd_kafka_topic_partition_list_add(l, t, msgs[i]->partition);
+        if (msgs[i]->offset + 1 > tp->offset)
+            tp->offset = msgs[i]->offset + 1;
+    }
+    rd_kafka_resp_err_t e = rd_kafka_commit(c->rk, l, 0);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (e) {
+        st_warn("could not commit offsets: %s", rd_kafka_err2str(e));
+        return -1;
+    }
+    return 0;
+}
+
+int st_consumer_drained(const struct st_consumer *c)
+{
+    if (c->nparts == 0)
+        return 0;
+    for (int i = 0; i < c->nparts; i++)
+        if (!c->parts[i].at_end)
+            return 0;
+    return 1;
+}
+
+int st_consumer_assigned(const struct st_consumer *c)
+{
+    return c->nparts;
+}

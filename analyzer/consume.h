@@ -1,0 +1,42 @@
+/* consume.h: the analyzer's Kafka consumer.
+ *
+ * Joins a consumer group (cooperative-sticky assignment), hands out
+ * messages in batches and commits offsets only when asked: the caller commits
+ * a batch after the PostgreSQL transaction holding its rows has committed.
+ * It also tracks, per assigned partition, whether the end of the partition
+ * was reached, so that --drain knows when it has caught up. */
+#ifndef ST_CONSUME_H
+#define ST_CONSUME_H
+
+#include <stddef.h>
+
+#include <librdkafka/rdkafka.h>
+
+struct st_analyzer_conf;
+struct st_consumer;
+
+struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
+                                    char *errstr, size_t errsz);
+
+/* Leaves the group (without committing anything more) and frees. Accepts
+ * NULL. */
+void st_consumer_destroy(struct st_consumer *c);
+
+/* Fills msgs with up to max messages, waiting at most timeout_ms in all.
+ * The caller destroys each message with rd_kafka_message_destroy. Returns
+ * the count, or -1 on a fatal consumer error. */
+int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
+                           int max, int timeout_ms);
+
+/* Commits, synchronously, the offsets after the given messages. Returns 0,
+ * or -1 (the batch will then be seen again: processing is idempotent). */
+int st_consumer_commit(struct st_consumer *c, rd_kafka_message_t *const *msgs,
+                       int n);
+
+/* 1 when partitions are assigned and each has reached its end. */
+int st_consumer_drained(const struct st_consumer *c);
+
+/* Number of partitions currently assigned. */
+int st_consumer_assigned(const struct st_consumer *c);
+
+#endif

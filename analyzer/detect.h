@@ -1,0 +1,50 @@
+/* detect.h: the detector interface.
+ *
+ * A detector is one file in detectors/ behind a const struct
+ * st_detector_ops. For each batch the analyzer calls feed() once per event,
+ * in partition order; a detector queues the Redis commands it needs on
+ * ctx->redis, with callbacks that run when the pipeline executes and record
+ * findings in ctx->findings. end_batch() then queues state write-backs,
+ * which run in a second round trip. Both round trips happen before the
+ * PostgreSQL transaction, and every Redis update must be idempotent (adding
+ * an event twice changes nothing), because a batch is retried, or replayed
+ * after a crash, until its offsets are committed. */
+#ifndef ST_DETECT_H
+#define ST_DETECT_H
+
+#include "analyzer.h"
+#include "event.h"
+#include "findings.h"
+#include "rpipe.h"
+
+struct st_detect_ctx {
+    struct st_rpipe *redis;
+    struct st_findings *findings;
+    const struct st_analyzer_conf *conf;
+};
+
+struct st_detector_ops {
+    const char *name;
+    int version;
+    /* Returns the detector's state; NULL when it has none. */
+    void *(*create)(const struct st_analyzer_conf *conf);
+    void (*destroy)(void *state);
+    /* ev lives until reset_batch. */
+    void (*feed)(void *state, struct st_detect_ctx *ctx, const struct st_event *ev);
+    void (*end_batch)(void *state, struct st_detect_ctx *ctx);
+    /* Forgets the batch (after it is written, or before it is retried). */
+    void (*reset_batch)(void *state);
+};
+
+extern const struct st_detector_ops st_denial_burst_ops;
+
+/* NULL-terminated list of every detector. */
+extern const struct st_detector_ops *const st_detectors[];
+
+/* Joins a Redis key: conf->redis_prefix, detector, kind, task, run. The
+ * parts are separated by ':' and the ids are length-prefixed so that no pair
+ * of ids can collide. Returns a new string. */
+char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
+                    const char *kind, const char *task_id, const char *run_id);
+
+#endif

@@ -1,0 +1,118 @@
+/* findings.c: per-batch finding accumulation (see findings.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "findings.h"
+#include "log.h"
+
+const char *st_severity_name(enum st_severity s)
+{
+    static const char *names[] = {"low", "medium", "high", "critical"};
+    return names[s];
+}
+
+void st_findings_init(struct st_findings *fs)
+{
+    memset(fs, 0, sizeof(*fs));
+}
+
+static void finding_fini(struct st_finding *f)
+{
+    free(f->task_id);
+    free(f->run_id);
+    free(f->summary);
+    for (size_t i = 0; i < f->nevents; i++) {
+        free(f->events[i].source_name);
+        free(f->events[i].event_id);
+    }
+    free(f->events);
+}
+
+void st_findings_reset(struct st_findings *fs)
+{
+    for (size_t i = 0; i < fs->n; i++)
+        finding_fini(&fs->items[i]);
+    fs->n = 0;
+}
+
+void st_findings_fini(struct st_findings *fs)
+{
+    st_findings_reset(fs);
+    free(fs->items);
+    memset(fs, 0, sizeof(*fs));
+}
+
+void st_finding_id(char out[33], const char *detector, const char *task_id,
+                   const char *run_id, const char *key)
+{
+    const char *parts[4] = {detector, task_id, run_id, key};
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+
+    if (!ctx)
+        st_fatal("out of memory hashing a finding id");
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    for (int i = 0; i < 4; i++)
+        EVP_DigestUpdate(ctx, parts[i], strlen(parts[i]) + 1); /* NUL separates */
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    for (int i = 0; i < 16; i++) {
+        static const char hex[] = "0123456789abcdef";
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 15];
+    }
+    out[32] = '\0';
+}
+
+struct st_finding *st_findings_update(struct st_findings *fs, const char *id,
+                                      const char *detector, int version,
+                                      enum st_severity sev, const char *task_id,
+                                      const char *run_id, int64_t first_us,
+                                      int64_t last_us, const char *summary)
+{
+    struct st_finding *f = NULL;
+    /* a batch holds few findings: a linear scan is cheaper than a hash */
+    for (size_t i = 0; i < fs->n; i++)
+        if (strcmp(fs->items[i].id, id) == 0)
+            f = &fs->items[i];
+    if (!f) {
+        if (fs->n == fs->cap) {
+            fs->cap = fs->cap ? fs->cap * 2 : 16;
+            fs->items = st_realloc(fs->items, fs->cap * sizeof(*fs->items));
+        }
+        f = &fs->items[fs->n++];
+        memset(f, 0, sizeof(*f));
+        memcpy(f->id, id, 33);
+        f->detector = detector;
+        f->detector_version = version;
+        f->severity = sev;
+        f->task_id = st_strdup(task_id);
+        f->run_id = st_strdup(run_id);
+        f->first_us = first_us;
+        f->last_us = last_us;
+    }
+    if (sev > f->severity)
+        f->severity = sev;
+    if (first_us < f->first_us)
+        f->first_us = first_us;
+    if (last_us > f->last_us)
+        f->last_us = last_us;
+    free(f->summary);
+    f->summary = st_strdup(summary);
+    return f;
+}
+
+void st_finding_add_event(struct st_finding *f, const char *source_name,
+                          const char *event_id)
+{
+    if (f->nevents == f->capevents) {
+        f->capevents = f->capevents ? f->capevents * 2 : 16;
+        f->events = st_realloc(f->events, f->capevents * sizeof(*f->events));
+    }
+    f->events[f->nevents].source_name = st_strdup(source_name);
+    f->events[f->nevents].event_id = st_strdup(event_id);
+    f->nevents++;
+}

@@ -1,0 +1,186 @@
+/* rpipe.c: pipelined Redis commands with per-reply callbacks (see rpipe.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "rpipe.h"
+
+struct pending {
+    st_rpipe_cb cb;
+    void *arg;
+};
+
+struct st_rpipe {
+    redisContext *rc;
+    char *host;
+    int port;
+    int db;
+    /* Commands are formatted when queued and written at exec time. */
+    char **cmds;
+    size_t *cmdlens;
+    struct pending *pend;
+    size_t n, cap;
+    long round_trips;
+};
+
+static int parse_url(struct st_rpipe *p, const char *url, char *errstr, size_t errsz)
+{
+    const char *s = url;
+    if (strncmp(s, "redis://", 8) == 0)
+        s += 8;
+    const char *colon = strchr(s, ':'), *slash = strchr(s, '/');
+    size_t hostlen = colon ? (size_t)(colon - s) : slash ? (size_t)(slash - s) : strlen(s);
+    if (hostlen == 0 || strchr(s, '@')) {
+        snprintf(errstr, errsz,
+                 "invalid Redis URL \"%s\": expected redis://host:port[/db]", url);
+        return -1;
+    }
+    p->host = st_strndup(s, hostlen);
+    p->port = colon ? atoi(colon + 1) : 6379;
+    p->db = slash ? atoi(slash + 1) : 0;
+    if (p->port <= 0 || p->port > 65535) {
+        snprintf(errstr, errsz, "invalid Redis URL \"%s\": bad port", url);
+        return -1;
+    }
+    return 0;
+}
+
+static int rpipe_connect(struct st_rpipe *p, char *errstr, size_t errsz)
+{
+    struct timeval tv = {5, 0};
+    if (p->rc)
+        redisFree(p->rc);
+    p->rc = redisConnectWithTimeout(p->host, p->port, tv);
+    if (!p->rc || p->rc->err) {
+        snprintf(errstr, errsz, "could not connect to Redis at \"%s:%d\": %s", p->host,
+                 p->port, p->rc ? p->rc->errstr : "out of memory");
+        goto fail;
+    }
+    redisSetTimeout(p->rc, tv);
+    if (p->db) {
+        redisReply *r = redisCommand(p->rc, "SELECT %d", p->db);
+        int ok = r && r->type != REDIS_REPLY_ERROR;
+        if (r)
+            freeReplyObject(r);
+        if (!ok) {
+            snprintf(errstr, errsz, "could not select Redis database %d", p->db);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    if (p->rc)
+        redisFree(p->rc);
+    p->rc = NULL;
+    return -1;
+}
+
+struct st_rpipe *st_rpipe_new(const char *url, char *errstr, size_t errsz)
+{
+    struct st_rpipe *p = st_calloc(1, sizeof(*p));
+    if (parse_url(p, url, errstr, errsz) || rpipe_connect(p, errstr, errsz)) {
+        st_rpipe_destroy(p);
+        return NULL;
+    }
+    return p;
+}
+
+void st_rpipe_destroy(struct st_rpipe *p)
+{
+    if (!p)
+        return;
+    st_rpipe_discard(p);
+    if (p->rc)
+        redisFree(p->rc);
+    free(p->cmds);
+    free(p->cmdlens);
+    free(p->pend);
+    free(p->host);
+    free(p);
+}
+
+void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
+                  const char **argv)
+{
+    size_t lens[16];
+    char *cmd;
+
+    if (argc > 16)
+        st_fatal("redis command with %d arguments", argc);
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (n < 0)
+        st_fatal("out of memory formatting a Redis command");
+    if (p->n == p->cap) {
+        p->cap = p->cap ? p->cap * 2 : 256;
+        p->cmds = st_realloc(p->cmds, p->cap * sizeof(*p->cmds));
+        p->cmdlens = st_realloc(p->cmdlens, p->cap * sizeof(*p->cmdlens));
+        p->pend = st_realloc(p->pend, p->cap * sizeof(*p->pend));
+    }
+    p->cmds[p->n] = cmd;
+    p->cmdlens[p->n] = (size_t)n;
+    p->pend[p->n].cb = cb;
+    p->pend[p->n].arg = arg;
+    p->n++;
+}
+
+void st_rpipe_discard(struct st_rpipe *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        redisFreeCommand(p->cmds[i]);
+    p->n = 0;
+}
+
+int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
+{
+    size_t i;
+    int rc = -1;
+
+    if (p->n == 0)
+        return 0;
+    if (!p->rc && rpipe_connect(p, errstr, errsz))
+        goto out;
+    for (i = 0; i < p->n; i++)
+        if (redisAppendFormattedCommand(p->rc, p->cmds[i], p->cmdlens[i]) != REDIS_OK)
+            goto conn_error;
+    p->round_trips++;
+    for (i = 0; i < p->n; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(p->rc, (void **)&r) != REDIS_OK || !r)
+            goto conn_error;
+        if (r->type == REDIS_REPLY_ERROR) {
+            snprintf(errstr, errsz, "Redis refused a command: %s", r->str);
+            freeReplyObject(r);
+            /* the stream of replies is still in step, but the batch is not
+             * whole: drop the connection so nothing half-read remains */
+            redisFree(p->rc);
+            p->rc = NULL;
+            goto out;
+        }
+        int cbrc = p->pend[i].cb ? p->pend[i].cb(r, p->pend[i].arg) : 0;
+        freeReplyObject(r);
+        if (cbrc) {
+            snprintf(errstr, errsz, "unexpected Redis reply");
+            redisFree(p->rc);
+            p->rc = NULL;
+            goto out;
+        }
+    }
+    rc = 0;
+    goto out;
+conn_error:
+    snprintf(errstr, errsz, "Redis at \"%s:%d\": %s", p->host, p->port,
+             p->rc && p->rc->err ? p->rc->errstr : "connection lost");
+    redisFree(p->rc);
+    p->rc = NULL;
+out:
+    st_rpipe_discard(p);
+    return rc;
+}
+
+long st_rpipe_round_trips(const struct st_rpipe *p)
+{
+    return p->round_trips;
+}

@@ -1,0 +1,40 @@
+/* rpipe.h: a Redis connection used as a pipeline.
+ *
+ * Stages queue commands, each with a callback for its reply; st_rpipe_exec
+ * sends them all in one write and reads the replies in order, so a batch of
+ * window updates costs one round trip. Callbacks see replies in the order
+ * their commands were queued. */
+#ifndef ST_RPIPE_H
+#define ST_RPIPE_H
+
+#include <stddef.h>
+
+#include <hiredis/hiredis.h>
+
+struct st_rpipe;
+
+/* A reply callback: returns 0, or -1 when the reply is not what the stage
+ * expects (the batch then fails and is retried). */
+typedef int (*st_rpipe_cb)(const redisReply *r, void *arg);
+
+/* Connects to url ("redis://host:port[/db]"). Returns NULL with errstr set. */
+struct st_rpipe *st_rpipe_new(const char *url, char *errstr, size_t errsz);
+void st_rpipe_destroy(struct st_rpipe *p);
+
+/* Queues one command; argv strings are copied. cb may be NULL (the reply is
+ * only checked for errors). */
+void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
+                  const char **argv);
+
+/* Sends every queued command and runs the callbacks. Returns 0, or -1 with
+ * errstr set; on error the queue is dropped and the connection is reopened
+ * on the next exec. */
+int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz);
+
+/* Drops queued commands without sending them. */
+void st_rpipe_discard(struct st_rpipe *p);
+
+/* Round trips made so far (for metrics and benchmarks). */
+long st_rpipe_round_trips(const struct st_rpipe *p);
+
+#endif

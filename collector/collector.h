@@ -1,0 +1,19 @@
+/* collector.h: the collector's configuration (one table, in main.c). */
+#ifndef ST_COLLECTOR_CONF_H
+#define ST_COLLECTOR_CONF_H
+
+#include <stdint.h>
+
+struct st_collector_conf {
+    char *brokers;
+    char *topic_events;
+    char *topic_dlq;
+    int64_t topic_partitions;
+    int64_t topic_replication;
+    int64_t delivery_timeout_ms;
+    int64_t linger_ms;
+    int64_t max_line_bytes;
+    int64_t dlq_raw_bytes;
+};
+
+#endif

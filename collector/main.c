@@ -1,0 +1,208 @@
+/* main.c: sandtrail-collector.
+ *
+ *   input (file, stdin) -> validate (common/event.c) -> produce (produce.c)
+ *                                  \-> dead-letter topic (dlq.c)
+ *
+ * Exit status: 0 every line was accepted and delivered; 1 some lines were
+ * rejected (each reported on stderr and delivered to the dead-letter topic);
+ * 2 some message could not be delivered to Kafka; 64 usage; 78 configuration. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "collector.h"
+#include "conf.h"
+#include "dlq.h"
+#include "event.h"
+#include "linereader.h"
+#include "log.h"
+#include "produce.h"
+
+#define C(field) offsetof(struct st_collector_conf, field)
+
+static const struct st_conf_prop collector_props[] = {
+    {"kafka.brokers", "SANDTRAIL_KAFKA_BROKERS", ST_CONF_STR, C(brokers), 0, 0,
+     "127.0.0.1:19092", "Kafka bootstrap servers"},
+    {"kafka.topic.events", "SANDTRAIL_TOPIC_EVENTS", ST_CONF_STR, C(topic_events), 0,
+     0, "sandtrail.events", "topic that accepted events are produced to"},
+    {"kafka.topic.dlq", "SANDTRAIL_TOPIC_DLQ", ST_CONF_STR, C(topic_dlq), 0, 0,
+     "sandtrail.events.dlq", "dead-letter topic for rejected lines"},
+    {"kafka.topic.partitions", "SANDTRAIL_TOPIC_PARTITIONS", ST_CONF_INT,
+     C(topic_partitions), 1, 10000, "4",
+     "partitions of a topic the collector creates (existing topics are kept)"},
+    {"kafka.topic.replication", NULL, ST_CONF_INT, C(topic_replication), 1, 16, "1",
+     "replication factor of a topic the collector creates"},
+    {"kafka.delivery.timeout.ms", NULL, ST_CONF_INT, C(delivery_timeout_ms), 1000,
+     3600000, "120000",
+     "how long a message may wait for delivery before the run fails"},
+    {"kafka.linger.ms", NULL, ST_CONF_INT, C(linger_ms), 0, 10000, "5",
+     "how long the producer waits to fill a batch"},
+    {"input.max_line_bytes", NULL, ST_CONF_INT, C(max_line_bytes), 1024,
+     64 * 1024 * 1024, "1048576", "longest accepted line; longer ones are rejected"},
+    {"dlq.raw_bytes", NULL, ST_CONF_INT, C(dlq_raw_bytes), 0, 1024 * 1024, "4096",
+     "how much of a rejected line its dead-letter record quotes"},
+    {NULL},
+};
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    stop = 1;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: sandtrail-collector --input FILE|- [-c CONFIG] [-X name=value]...\n"
+            "       sandtrail-collector --config-doc\n"
+            "\n"
+            "Reads NDJSON events (schema sandtrail.event.v1), validates each line and\n"
+            "produces accepted events to Kafka; rejected lines are reported on stderr\n"
+            "and sent to the dead-letter topic with their reason.\n");
+}
+
+struct run_stats {
+    long lines, accepted, rejected;
+};
+
+static int collect(FILE *in, const char *input_name,
+                   const struct st_collector_conf *conf, struct st_producer *prod,
+                   struct run_stats *rs)
+{
+    struct st_linereader *lr = st_linereader_new(in, (size_t)conf->max_line_bytes);
+    struct st_buf dlq;
+    const char *line;
+    size_t len;
+    int too_long, r, rc = 0;
+
+    st_buf_init(&dlq);
+    while (!stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0) {
+        struct st_event ev;
+        struct st_reject rej;
+
+        rs->lines++;
+        if (too_long) {
+            rej.code = ST_REASON_TOO_LONG;
+            snprintf(rej.msg, sizeof(rej.msg), "line longer than %" PRId64 " bytes",
+                     conf->max_line_bytes);
+        } else if (len == 0 || strspn(line, " \t") == len) {
+            continue; /* blank lines separate nothing in NDJSON: skip */
+        } else if (st_event_parse(&ev, line, len, &rej) == 0) {
+            rc = st_producer_event(prod, ev.task_id, line, len);
+            st_event_fini(&ev);
+            if (rc)
+                break;
+            rs->accepted++;
+            continue;
+        }
+        rs->rejected++;
+        fprintf(stderr, "%s:%ld: rejected: %s: %s\n", input_name, rs->lines,
+                rej.code, rej.msg);
+        st_dlq_record(&dlq, &rej, input_name, rs->lines, line, len,
+                      (size_t)conf->dlq_raw_bytes);
+        if ((rc = st_producer_dlq(prod, rej.code, dlq.data, dlq.len)))
+            break;
+    }
+    if (r < 0) {
+        st_error("could not read \"%s\": %s", input_name, strerror(errno));
+        rc = -1;
+    }
+    st_buf_fini(&dlq);
+    st_linereader_destroy(lr);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"input", required_argument, NULL, 'i'},
+        {"config", required_argument, NULL, 'c'},
+        {"set", required_argument, NULL, 'X'},
+        {"config-doc", no_argument, NULL, 'D'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct st_collector_conf conf;
+    char errstr[512];
+    const char *input = NULL, *config_file = NULL;
+    char **sets = st_calloc((size_t)argc, sizeof(*sets));
+    int nsets = 0, c, status;
+
+    st_log_init("sandtrail-collector", ST_LOG_INFO);
+    while ((c = getopt_long(argc, argv, "i:c:X:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'i': input = optarg; break;
+        case 'c': config_file = optarg; break;
+        case 'X': sets[nsets++] = optarg; break;
+        case 'D': st_conf_print_doc(collector_props, stdout); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 64;
+        }
+    }
+    if (!input || optind != argc) {
+        usage(stderr);
+        return 64;
+    }
+
+    memset(&conf, 0, sizeof(conf));
+    if (st_conf_defaults(collector_props, &conf, errstr, sizeof(errstr)) ||
+        st_conf_load_env(collector_props, &conf, errstr, sizeof(errstr)) ||
+        (config_file &&
+         st_conf_load_file(collector_props, &conf, config_file, errstr, sizeof(errstr))))
+        goto conf_error;
+    for (int i = 0; i < nsets; i++)
+        if (st_conf_set_arg(collector_props, &conf, sets[i], errstr, sizeof(errstr)))
+            goto conf_error;
+    free(sets);
+    sets = NULL;
+
+    FILE *in = strcmp(input, "-") == 0 ? stdin : fopen(input, "rb");
+    if (!in) {
+        st_error("could not open input \"%s\": %s", input, strerror(errno));
+        st_conf_fini(collector_props, &conf);
+        return 66;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+
+    struct st_producer *prod = st_producer_new(&conf, errstr, sizeof(errstr));
+    if (!prod) {
+        st_error("%s", errstr);
+        status = 2;
+        goto out;
+    }
+
+    struct run_stats rs = {0};
+    int rc = collect(in, in == stdin ? "stdin" : input, &conf, prod, &rs);
+    int64_t undelivered = st_producer_flush(prod, (int)conf.delivery_timeout_ms + 5000);
+    struct st_producer_stats ps;
+    st_producer_stats(prod, &ps);
+    st_info("lines=%ld accepted=%ld rejected=%ld delivered=%" PRId64
+            " failed=%" PRId64 " undelivered=%" PRId64,
+            rs.lines, rs.accepted, rs.rejected, ps.delivered, ps.failed, undelivered);
+    if (rc || undelivered || ps.failed)
+        status = 2;
+    else if (rs.rejected)
+        status = 1;
+    else
+        status = 0;
+    st_producer_destroy(prod);
+out:
+    if (in != stdin)
+        fclose(in);
+    st_conf_fini(collector_props, &conf);
+    return status;
+
+conf_error:
+    st_error("%s", errstr);
+    free(sets);
+    st_conf_fini(collector_props, &conf);
+    return 78;
+}

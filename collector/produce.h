@@ -1,0 +1,45 @@
+/* produce.h: the collector's output to Kafka.
+ *
+ * Accepted events go to the events topic, keyed by task_id so that one
+ * task's events stay in order on one partition; rejected lines go to the
+ * dead-letter topic with their reason. The producer is idempotent with
+ * acks=all: a retried send is never written twice. */
+#ifndef ST_PRODUCE_H
+#define ST_PRODUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct st_collector_conf;
+struct st_producer;
+
+/* Creates the producer and the topics if missing. Returns NULL with errstr
+ * set. */
+struct st_producer *st_producer_new(const struct st_collector_conf *conf,
+                                    char *errstr, size_t errsz);
+
+/* Flushes what is queued (bounded by the delivery timeout) and frees. Accepts
+ * NULL. */
+void st_producer_destroy(struct st_producer *p);
+
+/* Queues one accepted event (value copied). Blocks while the local queue is
+ * full. Returns 0, or -1 on a fatal producer error. */
+int st_producer_event(struct st_producer *p, const char *key, const char *value,
+                      size_t len);
+
+/* Queues one dead-letter record (value copied), with the reason code in the
+ * "reason" header. */
+int st_producer_dlq(struct st_producer *p, const char *reason,
+                    const char *value, size_t len);
+
+/* Waits until every queued message has a delivery report, or timeout_ms.
+ * Returns the number of messages that failed or are still undelivered: 0
+ * means everything queued so far is durably in Kafka. */
+int64_t st_producer_flush(struct st_producer *p, int timeout_ms);
+
+struct st_producer_stats {
+    int64_t queued, delivered, failed;
+};
+void st_producer_stats(const struct st_producer *p, struct st_producer_stats *s);
+
+#endif

@@ -1,0 +1,71 @@
+/* buf.c: a growable byte buffer. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "log.h"
+
+void st_buf_init(struct st_buf *b)
+{
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+void st_buf_fini(struct st_buf *b)
+{
+    free(b->data);
+    st_buf_init(b);
+}
+
+void st_buf_reset(struct st_buf *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+}
+
+static void buf_reserve(struct st_buf *b, size_t n)
+{
+    if (b->len + n + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1)
+        cap *= 2;
+    b->data = st_realloc(b->data, cap);
+    b->cap = cap;
+}
+
+void st_buf_add(struct st_buf *b, const void *p, size_t n)
+{
+    buf_reserve(b, n);
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void st_buf_adds(struct st_buf *b, const char *s)
+{
+    st_buf_add(b, s, strlen(s));
+}
+
+void st_buf_addc(struct st_buf *b, char c)
+{
+    st_buf_add(b, &c, 1);
+}
+
+void st_buf_printf(struct st_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    buf_reserve(b, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}

@@ -1,0 +1,22 @@
+/* buf.h: a growable byte buffer. */
+#ifndef ST_BUF_H
+#define ST_BUF_H
+
+#include <stddef.h>
+
+struct st_buf {
+    char *data; /* always NUL-terminated once anything was added */
+    size_t len;
+    size_t cap;
+};
+
+void st_buf_init(struct st_buf *b);
+void st_buf_fini(struct st_buf *b);            /* frees data */
+void st_buf_reset(struct st_buf *b);           /* keeps the allocation */
+void st_buf_add(struct st_buf *b, const void *p, size_t n);
+void st_buf_adds(struct st_buf *b, const char *s);
+void st_buf_addc(struct st_buf *b, char c);
+void st_buf_printf(struct st_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,338 @@
+/* event.c: parsing and validating sandtrail.event.v1 (see event.h and
+ * schemas/event.v1.schema.json, which this code must agree with: the tests
+ * run every example through both). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "event.h"
+#include "log.h"
+#include "timeutil.h"
+
+enum attr_kind { A_STRING, A_INT, A_NUMBER, A_ARRAY };
+
+struct attr_spec {
+    const char *name;
+    enum attr_kind kind;
+    int required;
+};
+
+#define ATTRS_MAX 8
+
+struct type_info {
+    const char *name;
+    enum st_source_kind kind;
+    struct attr_spec attrs[ATTRS_MAX]; /* ends at a NULL name */
+    const char *identity_required;     /* identity member that must be set */
+};
+
+static const struct type_info types[ST_TYPE__COUNT] = {
+    [ST_TYPE_EXEC] = {"exec", ST_SOURCE_SANDBOX,
+                      {{"command", A_STRING, 1},
+                       {"exit_code", A_INT, 0},
+                       {"cwd", A_STRING, 0},
+                       {"duration_ms", A_NUMBER, 0}},
+                      NULL},
+    [ST_TYPE_FILE_READ] = {"file_read", ST_SOURCE_SANDBOX,
+                           {{"path", A_STRING, 1}, {"bytes", A_INT, 0}}, NULL},
+    [ST_TYPE_FILE_WRITE] = {"file_write", ST_SOURCE_SANDBOX,
+                            {{"path", A_STRING, 1}, {"bytes", A_INT, 0}}, NULL},
+    [ST_TYPE_COMMIT] = {"commit", ST_SOURCE_SANDBOX, {{"branch", A_STRING, 0}}, NULL},
+    [ST_TYPE_UPLOAD] = {"upload", ST_SOURCE_SANDBOX,
+                        {{"artifact", A_STRING, 1}, {"bytes", A_INT, 0}}, NULL},
+    [ST_TYPE_REQUEST] = {"request", ST_SOURCE_PROXY,
+                         {{"method", A_STRING, 0},
+                          {"host", A_STRING, 1},
+                          {"port", A_INT, 0},
+                          {"path", A_STRING, 0},
+                          {"status", A_INT, 0},
+                          {"bytes_out", A_INT, 0},
+                          {"bytes_in", A_INT, 0},
+                          {"dst_ip", A_STRING, 0}},
+                         NULL},
+    [ST_TYPE_TOKEN_ISSUE] = {"token_issue", ST_SOURCE_BROKER,
+                             {{"expires_at", A_STRING, 0}}, "credential_id"},
+    [ST_TYPE_TOKEN_USE] = {"token_use", ST_SOURCE_BROKER,
+                           {{"operation", A_STRING, 0}, {"audience", A_STRING, 0}},
+                           "credential_id"},
+    [ST_TYPE_TOKEN_DENY] = {"token_deny", ST_SOURCE_BROKER,
+                            {{"requested_scope", A_STRING, 0},
+                             {"requested_audience", A_STRING, 0}},
+                            NULL},
+    [ST_TYPE_TOKEN_REVOKE] = {"token_revoke", ST_SOURCE_BROKER, {{0}}, "credential_id"},
+    [ST_TYPE_TOKEN_EXPIRE] = {"token_expire", ST_SOURCE_BROKER, {{0}}, "credential_id"},
+};
+
+static const char *kind_names[] = {"sandbox", "proxy", "broker"};
+static const char *decision_names[] = {"allow", "deny", "error"};
+
+const char *st_event_type_name(enum st_event_type t)
+{
+    return types[t].name;
+}
+
+const char *st_source_kind_name(enum st_source_kind k)
+{
+    return kind_names[k];
+}
+
+const char *st_decision_name(enum st_decision d)
+{
+    return decision_names[d];
+}
+
+static int reject(struct st_reject *rej, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int reject(struct st_reject *rej, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    rej->code = code;
+    va_start(ap, fmt);
+    vsnprintf(rej->msg, sizeof(rej->msg), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A required or optional non-empty string member of obj. path names obj for
+ * messages ("" at the top, "source." inside source). */
+static int get_str(const cJSON *obj, const char *path, const char *key,
+                   int required, size_t max, const char **out,
+                   struct st_reject *rej)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *out = NULL;
+    if (!v || cJSON_IsNull(v)) {
+        if (required)
+            return reject(rej, ST_REASON_MISSING,
+                          "missing required field \"%s%s\"", path, key);
+        return 0;
+    }
+    if (!cJSON_IsString(v))
+        return reject(rej, ST_REASON_TYPE, "field \"%s%s\" must be a string",
+                      path, key);
+    size_t n = strlen(v->valuestring);
+    if (n == 0 || n > max)
+        return reject(rej, ST_REASON_VALUE,
+                      "field \"%s%s\" must be a non-empty string within the length limit",
+                      path, key);
+    *out = v->valuestring;
+    return 0;
+}
+
+/* Identifiers join keys in Redis and PostgreSQL: no control characters. */
+static int get_id(const cJSON *obj, const char *path, const char *key,
+                  int required, size_t max, const char **out,
+                  struct st_reject *rej)
+{
+    if (get_str(obj, path, key, required, max, out, rej))
+        return -1;
+    for (const unsigned char *p = (const unsigned char *)*out; p && *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return reject(rej, ST_REASON_VALUE,
+                          "field \"%s%s\" must not contain control characters",
+                          path, key);
+    return 0;
+}
+
+static int lookup(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int check_attrs(const struct type_info *ti, const cJSON *attrs,
+                       struct st_reject *rej)
+{
+    for (const struct attr_spec *a = ti->attrs; a < ti->attrs + ATTRS_MAX && a->name;
+         a++) {
+        const cJSON *v = attrs ? cJSON_GetObjectItemCaseSensitive(attrs, a->name) : NULL;
+        int64_t iv;
+        if (!v || cJSON_IsNull(v)) {
+            if (a->required)
+                return reject(rej, ST_REASON_MISSING,
+                              "missing required field \"attrs.%s\" for type \"%s\"",
+                              a->name, ti->name);
+            continue;
+        }
+        int ok = 0;
+        switch (a->kind) {
+        case A_STRING: ok = cJSON_IsString(v); break;
+        case A_INT: ok = st_json_int(attrs, a->name, &iv); break;
+        case A_NUMBER: ok = cJSON_IsNumber(v); break;
+        case A_ARRAY: ok = cJSON_IsArray(v); break;
+        }
+        if (!ok)
+            return reject(rej, ST_REASON_TYPE, "field \"attrs.%s\" must be %s",
+                          a->name,
+                          a->kind == A_STRING ? "a string"
+                          : a->kind == A_INT  ? "an integer"
+                          : a->kind == A_NUMBER ? "a number"
+                                                : "an array");
+    }
+    return 0;
+}
+
+static int check_identity(const cJSON *id, struct st_reject *rej)
+{
+    static const char *strs[] = {"subject", "credential_id", "audience",
+                                 "credential_fp"};
+    const char *s;
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+        if (get_str(id, "identity.", strs[i], 0, 1024, &s, rej))
+            return -1;
+    const cJSON *scopes = cJSON_GetObjectItemCaseSensitive(id, "scopes");
+    if (scopes && !cJSON_IsNull(scopes)) {
+        if (!cJSON_IsArray(scopes))
+            return reject(rej, ST_REASON_TYPE,
+                          "field \"identity.scopes\" must be an array of strings");
+        const cJSON *sc;
+        cJSON_ArrayForEach(sc, scopes) if (!cJSON_IsString(sc)) return reject(
+            rej, ST_REASON_TYPE, "field \"identity.scopes\" must be an array of strings");
+    }
+    return 0;
+}
+
+static int event_validate(struct st_event *ev, struct st_reject *rej)
+{
+    const cJSON *doc = ev->doc;
+    const char *s;
+
+    if (!cJSON_IsObject(doc))
+        return reject(rej, ST_REASON_NOT_OBJECT, "an event must be a JSON object");
+    if (get_str(doc, "", "schema", 1, 64, &s, rej))
+        return -1;
+    if (strcmp(s, ST_EVENT_SCHEMA) != 0)
+        return reject(rej, ST_REASON_SCHEMA, "schema must be \"%s\"", ST_EVENT_SCHEMA);
+    if (get_id(doc, "", "event_id", 1, ST_EVENT_ID_MAX, &ev->event_id, rej))
+        return -1;
+    if (get_str(doc, "", "ts", 1, 64, &s, rej))
+        return -1;
+    if (st_time_parse_rfc3339(s, strlen(s), &ev->ts_us))
+        return reject(rej, ST_REASON_TIMESTAMP,
+                      "field \"ts\" is not an RFC 3339 date-time");
+
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
+    if (!src)
+        return reject(rej, ST_REASON_MISSING, "missing required field \"source\"");
+    if (!cJSON_IsObject(src))
+        return reject(rej, ST_REASON_TYPE, "field \"source\" must be an object");
+    if (get_str(src, "source.", "kind", 1, 16, &s, rej))
+        return -1;
+    int k = lookup(s, kind_names, 3);
+    if (k < 0)
+        return reject(rej, ST_REASON_VALUE,
+                      "field \"source.kind\" must be sandbox, proxy or broker");
+    ev->source_kind = (enum st_source_kind)k;
+    if (get_id(src, "source.", "name", 1, 256, &ev->source_name, rej) ||
+        get_str(src, "source.", "platform", 0, 256, &ev->source_platform, rej))
+        return -1;
+
+    if (get_id(doc, "", "task_id", 1, 256, &ev->task_id, rej) ||
+        get_id(doc, "", "run_id", 1, 256, &ev->run_id, rej) ||
+        get_id(doc, "", "trace_id", 0, 256, &ev->trace_id, rej) ||
+        get_str(doc, "", "type", 1, 64, &s, rej))
+        return -1;
+
+    int t;
+    for (t = 0; t < ST_TYPE__COUNT; t++)
+        if (strcmp(s, types[t].name) == 0)
+            break;
+    if (t == ST_TYPE__COUNT)
+        return reject(rej, ST_REASON_EVENT_TYPE,
+                      "field \"type\" is not a known event type");
+    ev->type = (enum st_event_type)t;
+    if (types[t].kind != ev->source_kind)
+        return reject(rej, ST_REASON_VALUE,
+                      "type \"%s\" cannot come from a source of kind \"%s\"",
+                      types[t].name, kind_names[ev->source_kind]);
+
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(doc, "decision");
+    ev->decision = ST_DECISION_ALLOW;
+    if (dec && !cJSON_IsNull(dec)) {
+        if (!cJSON_IsString(dec))
+            return reject(rej, ST_REASON_TYPE, "field \"decision\" must be a string");
+        int d = lookup(dec->valuestring, decision_names, 3);
+        if (d < 0)
+            return reject(rej, ST_REASON_VALUE,
+                          "field \"decision\" must be allow, deny or error");
+        ev->decision = (enum st_decision)d;
+    }
+
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(doc, "reason");
+    if (reason && !cJSON_IsNull(reason) && !cJSON_IsString(reason))
+        return reject(rej, ST_REASON_TYPE, "field \"reason\" must be a string");
+    ev->reason = cJSON_IsString(reason) ? reason->valuestring : NULL;
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(doc, "content");
+    if (content && !cJSON_IsNull(content) && !cJSON_IsString(content))
+        return reject(rej, ST_REASON_TYPE, "field \"content\" must be a string");
+    ev->content = cJSON_IsString(content) ? content->valuestring : NULL;
+
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(doc, "identity");
+    if (id && !cJSON_IsNull(id)) {
+        if (!cJSON_IsObject(id))
+            return reject(rej, ST_REASON_TYPE, "field \"identity\" must be an object");
+        if (check_identity(id, rej))
+            return -1;
+        ev->identity = id;
+    }
+    if (types[t].identity_required &&
+        !st_json_str(ev->identity, types[t].identity_required))
+        return reject(rej, ST_REASON_MISSING,
+                      "missing required field \"identity.%s\" for type \"%s\"",
+                      types[t].identity_required, types[t].name);
+
+    const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(doc, "attrs");
+    if (attrs && !cJSON_IsNull(attrs)) {
+        if (!cJSON_IsObject(attrs))
+            return reject(rej, ST_REASON_TYPE, "field \"attrs\" must be an object");
+        ev->attrs = attrs;
+    }
+    return check_attrs(&types[t], ev->attrs, rej);
+}
+
+int st_event_parse(struct st_event *ev, const char *buf, size_t len,
+                   struct st_reject *rej)
+{
+    memset(ev, 0, sizeof(*ev));
+    ev->doc = st_json_parse(buf, len, rej);
+    if (!ev->doc)
+        return -1;
+    if (event_validate(ev, rej)) {
+        st_event_fini(ev);
+        return -1;
+    }
+    return 0;
+}
+
+void st_event_fini(struct st_event *ev)
+{
+    cJSON_Delete(ev->doc);
+    memset(ev, 0, sizeof(*ev));
+}
+
+const char *st_event_target(const struct st_event *ev)
+{
+    const char *s = NULL;
+    switch (ev->type) {
+    case ST_TYPE_REQUEST: s = st_json_str(ev->attrs, "host"); break;
+    case ST_TYPE_EXEC: s = st_json_str(ev->attrs, "command"); break;
+    case ST_TYPE_FILE_READ:
+    case ST_TYPE_FILE_WRITE: s = st_json_str(ev->attrs, "path"); break;
+    case ST_TYPE_UPLOAD: s = st_json_str(ev->attrs, "artifact"); break;
+    case ST_TYPE_COMMIT: s = st_json_str(ev->attrs, "branch"); break;
+    case ST_TYPE_TOKEN_DENY:
+        s = st_json_str(ev->attrs, "requested_scope");
+        if (!s)
+            s = st_json_str(ev->attrs, "requested_audience");
+        break;
+    default:
+        s = st_json_str(ev->attrs, "audience");
+        if (!s)
+            s = st_json_str(ev->identity, "audience");
+        break;
+    }
+    return s ? s : "";
+}

@@ -1,0 +1,74 @@
+/* event.h: the sandtrail event, schema "sandtrail.event.v1".
+ *
+ * An event is parsed and validated once, at the collector, into a struct
+ * st_event that every later stage shares. The struct keeps the whole cJSON
+ * document, so fields the schema does not name are carried, not dropped. */
+#ifndef ST_EVENT_H
+#define ST_EVENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "json.h"
+
+#define ST_EVENT_SCHEMA "sandtrail.event.v1"
+#define ST_EVENT_ID_MAX 128
+
+enum st_source_kind { ST_SOURCE_SANDBOX, ST_SOURCE_PROXY, ST_SOURCE_BROKER };
+
+enum st_decision { ST_DECISION_ALLOW, ST_DECISION_DENY, ST_DECISION_ERROR };
+
+enum st_event_type {
+    ST_TYPE_EXEC,
+    ST_TYPE_FILE_READ,
+    ST_TYPE_FILE_WRITE,
+    ST_TYPE_COMMIT,
+    ST_TYPE_UPLOAD,
+    ST_TYPE_REQUEST,
+    ST_TYPE_TOKEN_ISSUE,
+    ST_TYPE_TOKEN_USE,
+    ST_TYPE_TOKEN_DENY,
+    ST_TYPE_TOKEN_REVOKE,
+    ST_TYPE_TOKEN_EXPIRE,
+    ST_TYPE__COUNT
+};
+
+struct st_event {
+    cJSON *doc; /* owns everything below: the strings point into it */
+
+    const char *event_id;
+    int64_t ts_us; /* event time, microseconds since the epoch */
+    enum st_source_kind source_kind;
+    const char *source_name;
+    const char *source_platform; /* NULL when absent */
+    const char *task_id;
+    const char *run_id;
+    const char *trace_id; /* NULL when absent */
+    enum st_event_type type;
+    enum st_decision decision; /* ALLOW when absent */
+    const char *reason;        /* NULL when absent */
+    const char *content;       /* NULL when absent */
+    const cJSON *identity;     /* NULL when absent */
+    const cJSON *attrs;        /* NULL when absent */
+};
+
+/* Parses and validates one event from buf[0..len) (one NDJSON line, without
+ * its newline). On success returns 0 and ev owns a document that
+ * st_event_fini frees. On failure returns -1, ev is left empty and rej says
+ * why (rej->code is one of the ST_REASON_* codes). */
+int st_event_parse(struct st_event *ev, const char *buf, size_t len,
+                   struct st_reject *rej);
+
+/* Frees the document. Accepts an event that failed to parse. */
+void st_event_fini(struct st_event *ev);
+
+const char *st_event_type_name(enum st_event_type t);
+const char *st_source_kind_name(enum st_source_kind k);
+const char *st_decision_name(enum st_decision d);
+
+/* The target an event acted on, for evidence and distinct-target counts: a
+ * proxy request's host, an exec's command, a file's path, a broker event's
+ * audience or requested scope. Never NULL (may be ""). */
+const char *st_event_target(const struct st_event *ev);
+
+#endif

@@ -1,0 +1,57 @@
+/* json.h: the checks that cJSON does not make on its own, and typed access.
+ *
+ * cJSON accepts invalid UTF-8, keeps duplicate keys and reports only a global
+ * error position; sandtrail must reject all of these with a reason a sender
+ * can read, so every untrusted document passes st_json_parse. */
+#ifndef ST_JSON_H
+#define ST_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+/* Reason codes: stable strings that senders, metrics and the dead-letter topic
+ * use. */
+#define ST_REASON_EMPTY "empty_line"
+#define ST_REASON_TOO_LONG "line_too_long"
+#define ST_REASON_NUL "nul_byte"
+#define ST_REASON_UTF8 "invalid_utf8"
+#define ST_REASON_DEPTH "too_deep"
+#define ST_REASON_JSON "invalid_json"
+#define ST_REASON_DUPLICATE "duplicate_key"
+#define ST_REASON_NOT_OBJECT "not_an_object"
+#define ST_REASON_MISSING "missing_field"
+#define ST_REASON_TYPE "wrong_type"
+#define ST_REASON_VALUE "invalid_value"
+#define ST_REASON_SCHEMA "unknown_schema"
+#define ST_REASON_EVENT_TYPE "unknown_type"
+#define ST_REASON_TIMESTAMP "invalid_timestamp"
+
+/* Why a document was refused: code is one of ST_REASON_*, msg says where. */
+struct st_reject {
+    const char *code;
+    char msg[200];
+};
+
+#define ST_JSON_MAX_DEPTH 64
+
+/* Parses buf[0..len) as one JSON document after checking that it is valid
+ * UTF-8 without NUL bytes, nested at most ST_JSON_MAX_DEPTH deep, and has no
+ * duplicate key in any object. Returns the document (caller frees with
+ * cJSON_Delete) or NULL with *rej filled. */
+cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej);
+
+/* Returns 1 when buf[0..len) is valid UTF-8 (no overlongs, no surrogates). */
+int st_utf8_valid(const char *buf, size_t len);
+
+/* Copies at most max bytes of buf into a new NUL-terminated string that is
+ * valid UTF-8: invalid bytes and NULs become '?', a cut never splits a
+ * character. Used to quote rejected input. Caller frees. */
+char *st_utf8_sanitize(const char *buf, size_t len, size_t max);
+
+/* Typed lookups: return NULL/0 when the member is absent or of another type. */
+const char *st_json_str(const cJSON *obj, const char *key);
+int st_json_int(const cJSON *obj, const char *key, int64_t *out);
+
+#endif

@@ -1,0 +1,31 @@
+/* log.h: one-line log records on stderr.
+ *
+ * Records never contain event content: callers pass identifiers, counts and
+ * error strings only. */
+#ifndef ST_LOG_H
+#define ST_LOG_H
+
+enum st_log_level { ST_LOG_DEBUG, ST_LOG_INFO, ST_LOG_WARN, ST_LOG_ERROR };
+
+/* Sets the program name shown in each record (not copied: pass a literal). */
+void st_log_init(const char *program, enum st_log_level min_level);
+
+void st_log(enum st_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define st_debug(...) st_log(ST_LOG_DEBUG, __VA_ARGS__)
+#define st_info(...) st_log(ST_LOG_INFO, __VA_ARGS__)
+#define st_warn(...) st_log(ST_LOG_WARN, __VA_ARGS__)
+#define st_error(...) st_log(ST_LOG_ERROR, __VA_ARGS__)
+
+/* Aborts with a message: used on allocation failure and broken invariants. */
+void st_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* Allocation wrappers that abort on failure (callers never check). */
+void *st_malloc(size_t n);
+void *st_calloc(size_t n, size_t size);
+void *st_realloc(void *p, size_t n);
+char *st_strdup(const char *s);
+char *st_strndup(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,196 @@
+/* pg.c: PostgreSQL connection and schema migrations. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "log.h"
+#include "pg.h"
+
+PGconn *st_pg_connect(const char *dsn, char *errstr, size_t errsz)
+{
+    PGconn *pg = PQconnectdb(dsn);
+    if (PQstatus(pg) != CONNECTION_OK) {
+        const char *host = PQhost(pg), *port = PQport(pg);
+        char *msg = st_strdup(PQerrorMessage(pg));
+        size_t n = strlen(msg);
+        while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+            msg[--n] = '\0';
+        snprintf(errstr, errsz, "could not connect to PostgreSQL at \"%s:%s\": %s",
+                 host ? host : "", port ? port : "", msg);
+        free(msg);
+        PQfinish(pg);
+        return NULL;
+    }
+    /* event times are stored and compared in UTC */
+    PQclear(PQexec(pg, "SET TIME ZONE 'UTC'"));
+    return pg;
+}
+
+int st_pg_exec(PGconn *pg, const char *sql, char *errstr, size_t errsz)
+{
+    PGresult *res = PQexec(pg, sql);
+    ExecStatusType st = PQresultStatus(res);
+    int rc = 0;
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        snprintf(errstr, errsz, "%s", PQresultErrorMessage(res));
+        size_t n = strlen(errstr);
+        if (n && errstr[n - 1] == '\n')
+            errstr[n - 1] = '\0';
+        rc = -1;
+    }
+    PQclear(res);
+    return rc;
+}
+
+static int is_migration(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 8 && name[0] >= '0' && name[0] <= '9' && name[1] >= '0' &&
+           name[1] <= '9' && name[2] >= '0' && name[2] <= '9' && name[3] == '_' &&
+           strcmp(name + n - 4, ".sql") == 0;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int read_file(const char *path, struct st_buf *out)
+{
+    char chunk[8192];
+    size_t n;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        st_buf_add(out, chunk, n);
+    int err = ferror(f);
+    fclose(f);
+    return err ? -1 : 0;
+}
+
+static int migrate_one(PGconn *pg, const char *dir, const char *name,
+                       int *applied, char *errstr, size_t errsz)
+{
+    const char *params[1] = {name};
+    char path[4096], err[512];
+    struct st_buf sql;
+    int rc = -1;
+
+    PGresult *res = PQexecParams(pg,
+                                 "SELECT 1 FROM schema_migrations WHERE version = $1",
+                                 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(errstr, errsz, "could not read schema_migrations: %s",
+                 PQresultErrorMessage(res));
+        PQclear(res);
+        return -1;
+    }
+    int done = PQntuples(res) > 0;
+    PQclear(res);
+    if (done)
+        return 0;
+
+    st_buf_init(&sql);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (read_file(path, &sql)) {
+        snprintf(errstr, errsz, "could not read migration \"%s\": %s", path,
+                 strerror(errno));
+        goto out;
+    }
+    if (st_pg_exec(pg, "BEGIN", err, sizeof(err)) ||
+        st_pg_exec(pg, sql.data ? sql.data : "", err, sizeof(err))) {
+        snprintf(errstr, errsz, "migration \"%s\" failed: %s", name, err);
+        st_pg_exec(pg, "ROLLBACK", err, sizeof(err));
+        goto out;
+    }
+    res = PQexecParams(pg, "INSERT INTO schema_migrations (version) VALUES ($1)", 1,
+                       NULL, params, NULL, NULL, 0);
+    int ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+    PQclear(res);
+    if (!ok || st_pg_exec(pg, "COMMIT", err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not record migration \"%s\"", name);
+        st_pg_exec(pg, "ROLLBACK", err, sizeof(err));
+        goto out;
+    }
+    st_info("applied migration %s", name);
+    (*applied)++;
+    rc = 0;
+out:
+    st_buf_fini(&sql);
+    return rc;
+}
+
+int st_pg_migrate(PGconn *pg, const char *sql_dir, int *applied, char *errstr,
+                  size_t errsz)
+{
+    char err[512];
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    int rc = -1;
+
+    *applied = 0;
+    DIR *d = opendir(sql_dir);
+    if (!d) {
+        snprintf(errstr, errsz, "could not open migrations folder \"%s\": %s",
+                 sql_dir, strerror(errno));
+        return -1;
+    }
+    while ((de = readdir(d))) {
+        if (!is_migration(de->d_name))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            names = st_realloc(names, cap * sizeof(*names));
+        }
+        names[n++] = st_strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof(*names), cmp_name);
+
+    /* one migrator at a time; the lock is released at the end of the session
+     * or by the unlock below */
+    if (st_pg_exec(pg, "SELECT pg_advisory_lock(74657301)", err, sizeof(err)) ||
+        st_pg_exec(pg,
+                   "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                   " version text PRIMARY KEY,"
+                   " applied_at timestamptz NOT NULL DEFAULT now())",
+                   err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not prepare migrations: %s", err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (migrate_one(pg, sql_dir, names[i], applied, errstr, errsz))
+            goto out;
+    rc = 0;
+out:
+    st_pg_exec(pg, "SELECT pg_advisory_unlock(74657301)", err, sizeof(err));
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc;
+}
+
+void st_pg_array_add(struct st_buf *buf, const char *s)
+{
+    if (buf->len == 0)
+        st_buf_addc(buf, '{');
+    else
+        st_buf_addc(buf, ',');
+    st_buf_addc(buf, '"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            st_buf_addc(buf, '\\');
+        st_buf_addc(buf, *s);
+    }
+    st_buf_addc(buf, '"');
+}
+
+void st_pg_array_end(struct st_buf *buf)
+{
+    st_buf_adds(buf, buf->len == 0 ? "{}" : "}");
+}

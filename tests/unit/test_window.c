@@ -1,0 +1,108 @@
+/* test_window.c: event-time window arithmetic and finding ids. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "findings.h"
+#include "window.h"
+
+#define S 1000000LL
+
+START_TEST(window_counts_inclusive_bounds_and_distinct_targets)
+{
+    struct st_window_member m[] = {
+        {0 * S, "a"}, {10 * S, "b"}, {30 * S, "a"}, {60 * S, "c"}, {61 * S, ""},
+    };
+    size_t count, targets;
+    st_window_count(m, 5, 0, 60 * S, &count, &targets);
+    ck_assert_int_eq(count, 4);   /* both ends are inside */
+    ck_assert_int_eq(targets, 3); /* a, b, c */
+    st_window_count(m, 5, 1, 61 * S, &count, &targets);
+    ck_assert_int_eq(count, 4);   /* 0 s drops out, 61 s comes in */
+    ck_assert_int_eq(targets, 3); /* the empty target is not counted */
+    st_window_count(m, 5, 100 * S, 200 * S, &count, &targets);
+    ck_assert_int_eq(count, 0);
+    ck_assert_int_eq(targets, 0);
+}
+END_TEST
+
+START_TEST(window_order_of_members_does_not_matter)
+{
+    struct st_window_member a[] = {{5 * S, "x"}, {1 * S, "y"}, {3 * S, "x"}};
+    struct st_window_member b[] = {{1 * S, "y"}, {3 * S, "x"}, {5 * S, "x"}};
+    size_t ca, ta, cb, tb;
+    st_window_count(a, 3, 2 * S, 5 * S, &ca, &ta);
+    st_window_count(b, 3, 2 * S, 5 * S, &cb, &tb);
+    ck_assert_int_eq(ca, cb);
+    ck_assert_int_eq(ta, tb);
+    ck_assert_int_eq(ca, 2);
+    ck_assert_int_eq(ta, 1);
+}
+END_TEST
+
+START_TEST(episode_continues_only_within_one_window)
+{
+    struct st_episode ep = {100 * S, 130 * S};
+    ck_assert(st_episode_continues(&ep, 190 * S, 60 * S));  /* 60 s after last */
+    ck_assert(!st_episode_continues(&ep, 191 * S, 60 * S)); /* a gap: new episode */
+    ck_assert(st_episode_continues(&ep, 40 * S, 60 * S));   /* late, within reach */
+    ck_assert(!st_episode_continues(&ep, 39 * S, 60 * S));
+    st_episode_extend(&ep, 150 * S);
+    ck_assert_int_eq(ep.last_us, 150 * S);
+    ck_assert_int_eq(ep.first_us, 100 * S);
+    st_episode_extend(&ep, 90 * S);
+    ck_assert_int_eq(ep.first_us, 90 * S);
+}
+END_TEST
+
+START_TEST(finding_id_is_deterministic_and_separates_parts)
+{
+    char a[33], b[33], c[33];
+    st_finding_id(a, "denial_burst", "T", "R", "k");
+    st_finding_id(b, "denial_burst", "T", "R", "k");
+    ck_assert_str_eq(a, b);
+    ck_assert_int_eq(strlen(a), 32);
+    /* "T"+"Rk" must not equal "TR"+"k" */
+    st_finding_id(b, "denial_burst", "TR", "", "k");
+    st_finding_id(c, "denial_burst", "T", "Rk", "");
+    ck_assert_str_ne(a, b);
+    ck_assert_str_ne(b, c);
+}
+END_TEST
+
+START_TEST(findings_merge_updates_in_a_batch)
+{
+    struct st_findings fs;
+    st_findings_init(&fs);
+    struct st_finding *f =
+        st_findings_update(&fs, "0123456789abcdef0123456789abcdef", "d", 1, ST_SEV_MEDIUM,
+                           "T", "R", 10, 20, "first");
+    st_finding_add_event(f, "src", "e1");
+    f = st_findings_update(&fs, "0123456789abcdef0123456789abcdef", "d", 1, ST_SEV_LOW,
+                           "T", "R", 5, 15, "second");
+    ck_assert_int_eq(fs.n, 1);
+    ck_assert_int_eq(f->severity, ST_SEV_MEDIUM); /* never falls */
+    ck_assert_int_eq(f->first_us, 5);
+    ck_assert_int_eq(f->last_us, 20);
+    ck_assert_str_eq(f->summary, "second");
+    ck_assert_int_eq(f->nevents, 1);
+    st_findings_fini(&fs);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("window");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, window_counts_inclusive_bounds_and_distinct_targets);
+    tcase_add_test(tc, window_order_of_members_does_not_matter);
+    tcase_add_test(tc, episode_continues_only_within_one_window);
+    tcase_add_test(tc, finding_id_is_deterministic_and_separates_parts);
+    tcase_add_test(tc, findings_merge_updates_in_a_batch);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
