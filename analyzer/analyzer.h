@@ -8,6 +8,8 @@ struct st_analyzer_conf {
     char *brokers;
     char *topic_events;
     char *group;
+    char *group_instance_id;
+    int64_t session_timeout_ms;
     char *pg_dsn;
     char *redis_url;
     char *redis_prefix;

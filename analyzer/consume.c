@@ -105,7 +105,17 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
         st_kafka_conf_set(kc, "enable.partition.eof", "true", errstr, errsz) ||
         st_kafka_conf_set(kc, "partition.assignment.strategy", "cooperative-sticky",
                           errstr, errsz) ||
-        st_kafka_conf_set(kc, "isolation.level", "read_committed", errstr, errsz)) {
+        st_kafka_conf_set(kc, "isolation.level", "read_committed", errstr, errsz) ||
+        (conf->group_instance_id &&
+         st_kafka_conf_set(kc, "group.instance.id", conf->group_instance_id, errstr,
+                           errsz))) {
+        rd_kafka_conf_destroy(kc);
+        free(c);
+        return NULL;
+    }
+    char num[24];
+    snprintf(num, sizeof(num), "%" PRId64, conf->session_timeout_ms);
+    if (st_kafka_conf_set(kc, "session.timeout.ms", num, errstr, errsz)) {
         rd_kafka_conf_destroy(kc);
         free(c);
         return NULL;

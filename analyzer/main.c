@@ -42,6 +42,13 @@ static const struct st_conf_prop analyzer_props[] = {
      0, "sandtrail.events", "topic of validated events"},
     {"kafka.group", "SANDTRAIL_GROUP", ST_CONF_STR, A(group), 0, 0,
      "sandtrail-analyzer", "consumer group; analyzers in one group split partitions"},
+    {"kafka.group.instance_id", "SANDTRAIL_GROUP_INSTANCE_ID", ST_CONF_STR,
+     A(group_instance_id), 0, 0, NULL,
+     "static group membership: a restarted analyzer with the same id takes its "
+     "partitions back at once instead of after the session timeout"},
+    {"kafka.session.timeout.ms", NULL, ST_CONF_INT, A(session_timeout_ms), 6000,
+     300000, "10000", "how long the group waits for a silent analyzer before "
+     "giving its partitions to others"},
     {"pg.dsn", "SANDTRAIL_PG_DSN", ST_CONF_STR, A(pg_dsn), 0, 0,
      "host=127.0.0.1 port=15433 user=sandtrail dbname=sandtrail",
      "PostgreSQL connection string (libpq)"},
@@ -49,8 +56,9 @@ static const struct st_conf_prop analyzer_props[] = {
      "redis://127.0.0.1:16380/0", "Redis holding detector windows"},
     {"redis.prefix", "SANDTRAIL_REDIS_PREFIX", ST_CONF_STR, A(redis_prefix), 0, 0,
      "st:", "prefix of every Redis key the analyzer writes"},
-    {"sql.dir", "SANDTRAIL_SQL_DIR", ST_CONF_STR, A(sql_dir), 0, 0, SANDTRAIL_SQL_DIR,
-     "folder of numbered migrations applied at start"},
+    {"sql.dir", "SANDTRAIL_SQL_DIR", ST_CONF_STR, A(sql_dir), 0, 0, NULL,
+     "folder of numbered migrations applied at start (unset: the source tree's "
+     "sql/, fixed at build time)"},
     {"batch.max_events", NULL, ST_CONF_INT, A(batch_max_events), 1, 100000, "1000",
      "most events processed in one transaction"},
     {"batch.max_ms", NULL, ST_CONF_INT, A(batch_max_ms), 1, 60000, "200",
@@ -280,7 +288,8 @@ int main(int argc, char **argv)
     if (migrate) {
         PGconn *pg = st_pg_connect(a.conf.pg_dsn, errstr, sizeof(errstr));
         int applied;
-        if (!pg || st_pg_migrate(pg, a.conf.sql_dir, &applied, errstr, sizeof(errstr))) {
+        const char *dir = a.conf.sql_dir ? a.conf.sql_dir : SANDTRAIL_SQL_DIR;
+        if (!pg || st_pg_migrate(pg, dir, &applied, errstr, sizeof(errstr))) {
             st_error("%s", errstr);
             PQfinish(pg);
             goto out;
