@@ -141,13 +141,14 @@ int main(int argc, char **argv)
         case 'i': input = optarg; break;
         case 'c': config_file = optarg; break;
         case 'X': sets[nsets++] = optarg; break;
-        case 'D': st_conf_print_doc(collector_props, stdout); return 0;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 64;
+        case 'D': st_conf_print_doc(collector_props, stdout); free(sets); return 0;
+        case 'h': usage(stdout); free(sets); return 0;
+        default: usage(stderr); free(sets); return 64;
         }
     }
     if (!input || optind != argc) {
         usage(stderr);
+        free(sets);
         return 64;
     }
 
