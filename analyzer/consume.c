@@ -20,6 +20,9 @@ struct part_state {
 
 struct st_consumer {
     rd_kafka_t *rk;
+    char *topic;
+    st_consumer_revoke_cb revoke_cb;
+    void *revoke_arg;
     struct part_state parts[MAX_PARTS];
     int nparts;
 };
@@ -53,6 +56,8 @@ static void parts_remove(struct st_consumer *c, const rd_kafka_topic_partition_l
         struct part_state *p = part_find(c, l->elems[i].topic, l->elems[i].partition);
         if (!p)
             continue;
+        if (c->revoke_cb)
+            c->revoke_cb(p->partition, c->revoke_arg);
         free(p->topic);
         *p = c->parts[--c->nparts];
     }
@@ -132,6 +137,7 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
         return NULL;
     }
     rd_kafka_poll_set_consumer(c->rk);
+    c->topic = st_strdup(conf->topic_events);
 
     rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(topics, conf->topic_events, RD_KAFKA_PARTITION_UA);
@@ -156,7 +162,22 @@ void st_consumer_destroy(struct st_consumer *c)
     }
     for (int i = 0; i < c->nparts; i++)
         free(c->parts[i].topic);
+    free(c->topic);
     free(c);
+}
+
+void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg)
+{
+    c->revoke_cb = cb;
+    c->revoke_arg = arg;
+}
+
+int st_consumer_partitions(const struct st_consumer *c, int32_t *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < c->nparts && n < max; i++)
+        out[n++] = c->parts[i].partition;
+    return n;
 }
 
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
@@ -201,19 +222,17 @@ int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
     return n;
 }
 
-int st_consumer_commit(struct st_consumer *c, rd_kafka_message_t *const *msgs, int n)
+int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
+                       const int64_t *offsets, int n)
 {
-    if (n == 0)
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n ? n : 1);
+    for (int i = 0; i < n; i++)
+        if (offsets[i] >= 0)
+            rd_kafka_topic_partition_list_add(l, c->topic, partitions[i])->offset =
+                offsets[i];
+    if (l->cnt == 0) {
+        rd_kafka_topic_partition_list_destroy(l);
         return 0;
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
-    for (int i = 0; i < n; i++) {
-        const char *t = rd_kafka_topic_name(msgs[i]->rkt);
-        rd_kafka_topic_partition_t *tp =
-            rd_kafka_topic_partition_list_find(l, t, msgs[i]->partition);
-        if (!tp)
-            tp = rd_kafka_topic_partition_list_add(l, t, msgs[i]->partition);
-        if (msgs[i]->offset + 1 > tp->offset)
-            tp->offset = msgs[i]->offset + 1;
     }
     rd_kafka_resp_err_t e = rd_kafka_commit(c->rk, l, 0);
     rd_kafka_topic_partition_list_destroy(l);

@@ -28,10 +28,18 @@ void st_consumer_destroy(struct st_consumer *c);
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
                            int max, int timeout_ms);
 
-/* Commits, synchronously, the offsets after the given messages. Returns 0,
- * or -1 (the batch will then be seen again: processing is idempotent). */
-int st_consumer_commit(struct st_consumer *c, rd_kafka_message_t *const *msgs,
-                       int n);
+/* Commits, synchronously, offsets[i] for partitions[i] of the subscribed
+ * topic (entries with a negative offset are skipped). Returns 0, or -1 (the
+ * events will then be seen again: processing is idempotent). */
+int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
+                       const int64_t *offsets, int n);
+
+/* Called, inside st_consumer_poll_batch, for each partition taken away. */
+typedef void (*st_consumer_revoke_cb)(int32_t partition, void *arg);
+void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg);
+
+/* The partitions currently assigned; returns their count (at most max). */
+int st_consumer_partitions(const struct st_consumer *c, int32_t *out, int max);
 
 /* 1 when partitions are assigned and each has reached its end. */
 int st_consumer_drained(const struct st_consumer *c);

@@ -8,7 +8,11 @@
  * which run in a second round trip. Both round trips happen before the
  * PostgreSQL transaction, and every Redis update must be idempotent (adding
  * an event twice changes nothing), because a batch is retried, or replayed
- * after a crash, until its offsets are committed. */
+ * after a crash, until its offsets are committed.
+ *
+ * Events reach feed() per partition in event-time order (reorder.c), except
+ * late ones, which come when they arrive with ctx->late set: a detector
+ * re-evaluates what a late event changes and marks it late in the evidence. */
 #ifndef ST_DETECT_H
 #define ST_DETECT_H
 
@@ -21,6 +25,7 @@ struct st_detect_ctx {
     struct st_rpipe *redis;
     struct st_findings *findings;
     const struct st_analyzer_conf *conf;
+    int late; /* the event being fed arrived after its partition's watermark */
 };
 
 struct st_detector_ops {
@@ -29,6 +34,10 @@ struct st_detector_ops {
     /* Returns the detector's state; NULL when it has none. */
     void *(*create)(const struct st_analyzer_conf *conf);
     void (*destroy)(void *state);
+    /* Called before the batch's first feed with the number of events it
+     * will feed, so that per-event state is sized once (callbacks hold
+     * pointers into it). */
+    void (*begin_batch)(void *state, size_t nevents);
     /* ev lives until reset_batch. */
     void (*feed)(void *state, struct st_detect_ctx *ctx, const struct st_event *ev);
     void (*end_batch)(void *state, struct st_detect_ctx *ctx);

@@ -106,7 +106,7 @@ struct st_finding *st_findings_update(struct st_findings *fs, const char *id,
 }
 
 void st_finding_add_event(struct st_finding *f, const char *source_name,
-                          const char *event_id)
+                          const char *event_id, int late)
 {
     if (f->nevents == f->capevents) {
         f->capevents = f->capevents ? f->capevents * 2 : 16;
@@ -114,5 +114,6 @@ void st_finding_add_event(struct st_finding *f, const char *source_name,
     }
     f->events[f->nevents].source_name = st_strdup(source_name);
     f->events[f->nevents].event_id = st_strdup(event_id);
+    f->events[f->nevents].late = late;
     f->nevents++;
 }

@@ -17,6 +17,7 @@ const char *st_severity_name(enum st_severity s);
 struct st_finding_event {
     char *source_name;
     char *event_id;
+    int late; /* arrived after its partition's watermark */
 };
 
 struct st_finding {
@@ -57,6 +58,6 @@ struct st_finding *st_findings_update(struct st_findings *fs, const char *id,
 /* Adds one event to a finding's evidence (copied; duplicates are removed by
  * the sink). */
 void st_finding_add_event(struct st_finding *f, const char *source_name,
-                          const char *event_id);
+                          const char *event_id, int late);
 
 #endif

@@ -25,6 +25,7 @@
 #include "detect.h"
 #include "log.h"
 #include "pg.h"
+#include "reorder.h"
 #include "rpipe.h"
 #include "sinks/postgres.h"
 #include "timeutil.h"
@@ -108,9 +109,12 @@ struct analyzer {
     struct st_consumer *consumer;
     struct st_rpipe *redis;
     struct st_pgsink *sink;
+    struct st_reorder *reorder;
+    struct st_reorder_item *rel; /* events released by the reorder buffer */
+    size_t relcap;
     void *det_state[16];
     struct st_findings findings;
-    long events, invalid, batches, commits, findings_written;
+    long events, invalid, late, batches, commits, findings_written;
 };
 
 static void detectors_reset(struct analyzer *a)
@@ -120,72 +124,89 @@ static void detectors_reset(struct analyzer *a)
     st_findings_reset(&a->findings);
 }
 
-/* Runs the detectors and writes the batch. Returns 0, or -1 with errstr. */
-static int batch_try(struct analyzer *a, const struct st_sink_event *evs, size_t n,
-                     char *errstr, size_t errsz)
+/* Runs the detectors over the released events and writes them, with the
+ * staged event rows, in one transaction. Returns 0, or -1 with errstr. */
+static int batch_try(struct analyzer *a, size_t nrel, char *errstr, size_t errsz)
 {
-    struct st_detect_ctx ctx = {a->redis, &a->findings, &a->conf};
+    struct st_detect_ctx ctx = {a->redis, &a->findings, &a->conf, 0};
 
     detectors_reset(a);
-    for (size_t i = 0; i < n; i++)
+    for (int d = 0; st_detectors[d]; d++)
+        st_detectors[d]->begin_batch(a->det_state[d], nrel);
+    for (size_t i = 0; i < nrel; i++) {
+        ctx.late = a->rel[i].late;
         for (int d = 0; st_detectors[d]; d++)
-            st_detectors[d]->feed(a->det_state[d], &ctx, evs[i].ev);
+            st_detectors[d]->feed(a->det_state[d], &ctx, &a->rel[i].ev);
+    }
     if (st_rpipe_exec(a->redis, errstr, errsz))
         return -1;
     for (int d = 0; st_detectors[d]; d++)
         st_detectors[d]->end_batch(a->det_state[d], &ctx);
     if (st_rpipe_exec(a->redis, errstr, errsz))
         return -1;
-    return st_pgsink_write(a->sink, evs, n, &a->findings, errstr, errsz);
+    return st_pgsink_write(a->sink, &a->findings, errstr, errsz);
 }
 
-static int batch_process(struct analyzer *a, rd_kafka_message_t **msgs, int n)
+/* Retries until written or asked to stop. Returns 0 when written. */
+static int batch_write(struct analyzer *a, size_t nrel)
 {
-    struct st_event *evs = st_calloc((size_t)n, sizeof(*evs));
-    struct st_sink_event *sevs = st_calloc((size_t)n, sizeof(*sevs));
-    size_t ok = 0;
     int64_t backoff = 100;
     char errstr[1024];
 
-    for (int i = 0; i < n; i++) {
-        struct st_reject rej;
-        if (st_event_parse(&evs[ok], msgs[i]->payload, msgs[i]->len, &rej)) {
-            /* the collector validated it: a schema the analyzer does not
-             * know. It stays in Kafka at this offset for inspection. */
-            a->invalid++;
-            st_warn("skipping invalid event at %s [%" PRId32 "] offset %" PRId64
-                    ": %s: %s",
-                    rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition,
-                    msgs[i]->offset, rej.code, rej.msg);
-            continue;
-        }
-        sevs[ok].ev = &evs[ok];
-        sevs[ok].msg = msgs[i];
-        ok++;
-    }
-
-    while (batch_try(a, sevs, ok, errstr, sizeof(errstr))) {
-        st_error("batch of %zu events not written, retrying in %" PRId64 " ms: %s", ok,
-                 backoff, errstr);
+    while (batch_try(a, nrel, errstr, sizeof(errstr))) {
+        st_error("batch not written, retrying in %" PRId64 " ms: %s", backoff, errstr);
         if (stop)
-            break;
+            return -1;
         usleep((useconds_t)backoff * 1000);
         backoff = backoff * 2 > a->conf.retry_max_backoff_ms
                       ? a->conf.retry_max_backoff_ms
                       : backoff * 2;
     }
-    int rc = stop && ok ? -1 : 0;
-    if (rc == 0) {
-        a->events += (long)ok;
-        a->findings_written += (long)a->findings.n;
-        a->batches++;
-    }
+    a->findings_written += (long)a->findings.n;
+    a->batches++;
     detectors_reset(a);
-    for (size_t i = 0; i < ok; i++)
-        st_event_fini(&evs[i]);
-    free(evs);
-    free(sevs);
-    return rc;
+    return 0;
+}
+
+/* Parses each message, stages its row for PostgreSQL and hands the event
+ * to the reorder buffer. */
+static void ingest(struct analyzer *a, rd_kafka_message_t **msgs, int n, int64_t now)
+{
+    for (int i = 0; i < n; i++) {
+        struct st_event ev;
+        struct st_reject rej;
+        if (st_event_parse(&ev, msgs[i]->payload, msgs[i]->len, &rej)) {
+            /* the collector validated it, so the schema moved on: the
+             * message stays in Kafka at this offset for inspection */
+            a->invalid++;
+            st_warn("skipping invalid event at %s [%" PRId32 "] offset %" PRId64
+                    ": %s: %s",
+                    rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition,
+                    msgs[i]->offset, rej.code, rej.msg);
+            st_reorder_note(a->reorder, msgs[i]->partition, msgs[i]->offset);
+            continue;
+        }
+        struct st_sink_event se = {&ev, msgs[i]};
+        st_pgsink_stage(a->sink, &se, 1);
+        st_reorder_push(a->reorder, msgs[i]->partition, msgs[i]->offset, &ev, now);
+        a->events++;
+    }
+}
+
+static void commit_offsets(struct analyzer *a)
+{
+    int32_t parts[1024];
+    int64_t offsets[1024];
+    int n = st_consumer_partitions(a->consumer, parts, 1024);
+    for (int i = 0; i < n; i++)
+        offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
+    st_consumer_commit(a->consumer, parts, offsets, n);
+}
+
+static void on_revoke(int32_t partition, void *arg)
+{
+    struct analyzer *a = arg;
+    st_reorder_drop(a->reorder, partition);
 }
 
 static int run(struct analyzer *a, int drain)
@@ -193,34 +214,42 @@ static int run(struct analyzer *a, int drain)
     int max = (int)a->conf.batch_max_events;
     rd_kafka_message_t **msgs = st_calloc((size_t)max, sizeof(*msgs));
     int64_t start = st_time_mono_ms();
+    int64_t idle_ms = drain ? 0 : a->conf.lateness_s * 1000;
     int rc = 0;
 
+    st_consumer_on_revoke(a->consumer, on_revoke, a);
     while (!stop) {
         int n = st_consumer_poll_batch(a->consumer, msgs, max, (int)a->conf.batch_max_ms);
         if (n < 0) {
             rc = -1;
             break;
         }
-        if (n > 0) {
-            int failed = batch_process(a, msgs, n);
-            if (!failed) {
-                a->commits++;
-                if (a->conf.crash_after_commits &&
-                    a->commits >= a->conf.crash_after_commits) {
-                    st_warn("fault injection: exiting after PostgreSQL commit %ld, "
-                            "before the Kafka commit",
-                            a->commits);
-                    _exit(3);
-                }
-                st_consumer_commit(a->consumer, msgs, n);
-            }
-            for (int i = 0; i < n; i++)
-                rd_kafka_message_destroy(msgs[i]);
+        int64_t now = st_time_mono_ms();
+        ingest(a, msgs, n, now);
+        for (int i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+        int flush = drain && st_consumer_drained(a->consumer);
+        size_t nrel = st_reorder_release(a->reorder, flush, now, idle_ms, &a->rel,
+                                         &a->relcap);
+        if (n > 0 || nrel > 0) {
+            for (size_t i = 0; i < nrel; i++)
+                a->late += a->rel[i].late;
+            int failed = batch_write(a, nrel);
+            for (size_t i = 0; i < nrel; i++)
+                st_reorder_item_fini(&a->rel[i]);
             if (failed)
                 break;
+            a->commits++;
+            if (a->conf.crash_after_commits && a->commits >= a->conf.crash_after_commits) {
+                st_warn("fault injection: exiting after PostgreSQL commit %ld, "
+                        "before the Kafka commit",
+                        a->commits);
+                _exit(3);
+            }
+            commit_offsets(a);
         }
         if (drain) {
-            if (st_consumer_drained(a->consumer))
+            if (flush && st_reorder_buffered(a->reorder) == 0)
                 break;
             if (st_consumer_assigned(a->consumer) == 0 &&
                 st_time_mono_ms() - start > a->conf.assign_timeout_ms) {
@@ -304,18 +333,21 @@ int main(int argc, char **argv)
         goto out;
     }
     st_findings_init(&a.findings);
+    a.reorder = st_reorder_new(a.conf.lateness_s * 1000000);
     for (int i = 0; st_detectors[i]; i++)
         a.det_state[i] = st_detectors[i]->create(&a.conf);
 
     st_info("consuming \"%s\" as group \"%s\"%s", a.conf.topic_events, a.conf.group,
             drain ? " until caught up" : "");
     status = run(&a, drain) ? 1 : 0;
-    st_info("events=%ld invalid=%ld batches=%ld findings_updated=%ld", a.events,
-            a.invalid, a.batches, a.findings_written);
+    st_info("events=%ld invalid=%ld late=%ld batches=%ld findings_updated=%ld",
+            a.events, a.invalid, a.late, a.batches, a.findings_written);
 
     for (int i = 0; st_detectors[i]; i++)
         st_detectors[i]->destroy(a.det_state[i]);
     st_findings_fini(&a.findings);
+    st_reorder_destroy(a.reorder);
+    free(a.rel);
 out:
     st_consumer_destroy(a.consumer);
     st_rpipe_destroy(a.redis);

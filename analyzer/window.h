@@ -9,6 +9,7 @@
 struct st_window_member {
     int64_t ts_us;
     const char *target; /* not copied; "" when the event names none */
+    size_t idx;         /* the caller's index of the member (free for its use) */
 };
 
 /* Counts the members with from_us <= ts_us <= to_us, and how many distinct

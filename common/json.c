@@ -73,7 +73,8 @@ char *st_utf8_sanitize(const char *buf, size_t len, size_t max)
     return out;
 }
 
-/* One pass over the raw bytes: UTF-8, NUL bytes and nesting depth. Brackets
+/* One pass over the raw bytes: UTF-8, NUL bytes, raw control characters in
+ * strings and nesting depth. Brackets
  * inside strings do not count, so string state is tracked. */
 static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
 {
@@ -109,9 +110,15 @@ static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
                     return -1;
                 }
                 i++; /* the escaped byte cannot end the string */
-            }
-            else if (c == '"')
+            } else if (c == '"') {
                 in_str = 0;
+            } else if (c < 0x20) {
+                /* cJSON would take it; JSON does not */
+                rej->code = ST_REASON_JSON;
+                snprintf(rej->msg, sizeof(rej->msg),
+                         "unescaped control character in a string at offset %zu", i);
+                return -1;
+            }
         } else if (c == '"') {
             in_str = 1;
         } else if (c == '{' || c == '[') {

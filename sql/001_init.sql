@@ -44,6 +44,7 @@ CREATE TABLE findings (
     first_seen       timestamptz NOT NULL,        -- event time of the earliest evidence
     last_seen        timestamptz NOT NULL,        -- event time of the latest evidence
     event_count      integer     NOT NULL,
+    late_event_count integer     NOT NULL DEFAULT 0, -- evidence that arrived after the watermark
     evidence         jsonb       NOT NULL,        -- event_ids, trace_ids, targets
     summary          text        NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT now(),
@@ -58,8 +59,30 @@ CREATE TABLE finding_events (
     finding_id  text NOT NULL REFERENCES findings (finding_id) ON DELETE CASCADE,
     source_name text NOT NULL,
     event_id    text NOT NULL,
+    late        boolean NOT NULL DEFAULT false,  -- arrived after the watermark
     -- no foreign key to events: a replayed window may name an event whose
     -- own row arrives in a later transaction
     PRIMARY KEY (finding_id, source_name, event_id)
 );
 CREATE INDEX finding_events_event ON finding_events (source_name, event_id);
+
+-- What stood behind a finding, across the three kinds of source: the
+-- sandbox commands and the credentials of the same run, linked by trace_id
+-- or by run within ten minutes of the finding. A view, so that it is always
+-- complete, whatever order the events arrived in.
+CREATE VIEW finding_context AS
+SELECT f.finding_id,
+       coalesce(jsonb_agg(DISTINCT e.body -> 'attrs' ->> 'command')
+                FILTER (WHERE e.type = 'exec'), '[]') AS commands,
+       coalesce(jsonb_agg(DISTINCT e.body -> 'identity' ->> 'credential_id')
+                FILTER (WHERE e.type IN ('token_issue', 'token_use')
+                        AND e.body -> 'identity' ->> 'credential_id' IS NOT NULL),
+                '[]') AS credentials,
+       coalesce(jsonb_agg(DISTINCT e.trace_id)
+                FILTER (WHERE e.trace_id IS NOT NULL), '[]') AS trace_ids
+FROM findings f
+LEFT JOIN events e
+       ON e.task_id = f.task_id AND e.run_id = f.run_id
+      AND (e.trace_id IN (SELECT jsonb_array_elements_text(f.evidence -> 'trace_ids'))
+           OR e.ts BETWEEN f.first_seen - interval '10 minutes' AND f.last_seen)
+GROUP BY f.finding_id;

@@ -46,6 +46,7 @@ struct pending {
     struct db_state *st;
     const struct st_event *ev;
     struct run_state *run;
+    int late;
 };
 
 struct db_state {
@@ -115,22 +116,75 @@ static int on_episode(const redisReply *r, void *arg)
     return 0;
 }
 
-/* The reply is ZRANGEBYSCORE ... WITHSCORES over [ts - window, ts]. */
-static int on_window(const redisReply *r, void *arg)
+/* One window that met the threshold: extend the run's episode (or open a
+ * new one) and record the window's events as its evidence. m is sorted by
+ * time; [lo, hi) are the window's members; end_us is its last event. */
+static int db_trigger(struct pending *p, const redisReply *r,
+                      const struct st_window_member *m, size_t lo, size_t hi,
+                      int64_t end_us)
 {
-    struct pending *p = arg;
     struct db_state *st = p->st;
     const struct st_analyzer_conf *conf = st->conf;
     const struct st_event *ev = p->ev;
     struct run_state *run = p->run;
     int64_t window_us = conf->db_window_s * 1000000;
+    size_t count, targets;
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 || !run->loaded)
+    st_window_count(m + lo, hi - lo, end_us - window_us, end_us, &count, &targets);
+    if ((int64_t)count < conf->db_threshold)
+        return 0;
+    if (!run->has_ep || !st_episode_continues(&run->ep, end_us, window_us)) {
+        /* the member that opens the window names the episode: the same
+         * events give the same id whatever process sees them */
+        st_finding_id(run->ep_id, NAME, ev->task_id, ev->run_id, r->element[2 * m[lo].idx]->str);
+        run->ep.first_us = run->ep.last_us = end_us;
+        run->has_ep = 1;
+    }
+    st_episode_extend(&run->ep, end_us);
+    run->dirty = 1;
+
+    char summary[256];
+    enum st_severity sev =
+        (int64_t)targets >= conf->db_high_targets ? ST_SEV_HIGH : ST_SEV_MEDIUM;
+    snprintf(summary, sizeof(summary),
+             "%zu denied events within %" PRId64 " s to %zu distinct target(s)", count,
+             conf->db_window_s, targets);
+    struct st_finding *f =
+        st_findings_update(st->findings, run->ep_id, NAME, VERSION, sev, ev->task_id,
+                           ev->run_id, m[lo].ts_us, end_us, summary);
+    for (size_t i = lo; i < hi; i++) {
+        const char *member = r->element[2 * m[i].idx]->str;
+        const char *a = strchr(member, SEP);
+        const char *b = a ? strchr(a + 1, SEP) : NULL;
+        if (!a || !b)
+            return -1;
+        char *source = st_strndup(member, (size_t)(a - member));
+        char *id = st_strndup(a + 1, (size_t)(b - a - 1));
+        int is_self = p->late && !strcmp(source, ev->source_name) &&
+                      !strcmp(id, ev->event_id);
+        st_finding_add_event(f, source, id, is_self);
+        free(source);
+        free(id);
+    }
+    return 0;
+}
+
+/* The reply is ZRANGEBYSCORE ... WITHSCORES over [ts - window, ts], or, for
+ * a late event, [ts - window, ts + window]: a late event also belongs to the
+ * windows that end after it, which were evaluated before it came. */
+static int on_window(const redisReply *r, void *arg)
+{
+    struct pending *p = arg;
+    const struct st_analyzer_conf *conf = p->st->conf;
+    int64_t window_us = conf->db_window_s * 1000000;
+    int64_t ts = p->ev->ts_us;
+    int rc = 0;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 || !p->run->loaded)
         return -1;
     size_t n = r->elements / 2;
     if ((int64_t)n < conf->db_threshold)
         return 0;
-
     struct st_window_member *m = st_malloc(n * sizeof(*m));
     for (size_t i = 0; i < n; i++) {
         const char *member = r->element[2 * i]->str;
@@ -142,52 +196,26 @@ static int on_window(const redisReply *r, void *arg)
         const char *t = strrchr(member, SEP);
         m[i].target = t ? t + 1 : "";
         m[i].ts_us = strtoll(score, NULL, 10);
+        m[i].idx = i; /* Redis returns members sorted by score */
     }
-    size_t count, targets;
-    st_window_count(m, n, ev->ts_us - window_us, ev->ts_us, &count, &targets);
+    if (!p->late) {
+        /* the reply is exactly the window ending at this event */
+        rc = db_trigger(p, r, m, 0, n, ts);
+    } else {
+        /* every window ending at or after the late event holds it */
+        size_t lo = 0;
+        for (size_t e = 0; e < n && rc == 0; e++) {
+            if (m[e].ts_us < ts)
+                continue;
+            if (e + 1 < n && m[e + 1].ts_us == m[e].ts_us)
+                continue; /* equal times: one window, ending at the last */
+            while (m[lo].ts_us < m[e].ts_us - window_us)
+                lo++;
+            rc = db_trigger(p, r, m, lo, e + 1, m[e].ts_us);
+        }
+    }
     free(m);
-    if ((int64_t)count < conf->db_threshold)
-        return 0;
-
-    if (!run->has_ep || !st_episode_continues(&run->ep, ev->ts_us, window_us)) {
-        /* the member that opens the window names the episode: the same
-         * events give the same id whatever process sees them */
-        st_finding_id(run->ep_id, NAME, ev->task_id, ev->run_id, r->element[0]->str);
-        run->ep.first_us = run->ep.last_us = ev->ts_us;
-        run->has_ep = 1;
-    }
-    st_episode_extend(&run->ep, ev->ts_us);
-    run->dirty = 1;
-
-    /* the window's events are the evidence; first_seen is the earliest */
-    int64_t first = ev->ts_us;
-    for (size_t i = 0; i < n; i++) {
-        int64_t ts = strtoll(r->element[2 * i + 1]->str, NULL, 10);
-        if (ts >= ev->ts_us - window_us && ts < first)
-            first = ts;
-    }
-    char summary[256];
-    enum st_severity sev =
-        (int64_t)targets >= conf->db_high_targets ? ST_SEV_HIGH : ST_SEV_MEDIUM;
-    snprintf(summary, sizeof(summary),
-             "%zu denied events within %" PRId64 " s to %zu distinct target(s)", count,
-             conf->db_window_s, targets);
-    struct st_finding *f =
-        st_findings_update(st->findings, run->ep_id, NAME, VERSION, sev, ev->task_id,
-                           ev->run_id, first, ev->ts_us, summary);
-    for (size_t i = 0; i < n; i++) {
-        const char *member = r->element[2 * i]->str;
-        const char *a = strchr(member, SEP);
-        const char *b = a ? strchr(a + 1, SEP) : NULL;
-        if (!a || !b)
-            return -1;
-        char *source = st_strndup(member, (size_t)(a - member));
-        char *id = st_strndup(a + 1, (size_t)(b - a - 1));
-        st_finding_add_event(f, source, id);
-        free(source);
-        free(id);
-    }
-    return 0;
+    return rc;
 }
 
 static struct run_state *run_get(struct db_state *st, struct st_detect_ctx *ctx,
@@ -212,6 +240,18 @@ static struct run_state *run_get(struct db_state *st, struct st_detect_ctx *ctx,
     return run;
 }
 
+static void db_begin_batch(void *state, size_t nevents)
+{
+    struct db_state *st = state;
+    /* size both arrays for the whole batch up front: callbacks hold pointers */
+    if (st->capruns < nevents) {
+        st->runs = st_realloc(st->runs, nevents * sizeof(*st->runs));
+        st->capruns = nevents;
+        st->pend = st_realloc(st->pend, nevents * sizeof(*st->pend));
+        st->cappend = nevents;
+    }
+}
+
 static void db_feed(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
 {
     struct db_state *st = state;
@@ -220,22 +260,15 @@ static void db_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     if (ev->decision != ST_DECISION_DENY)
         return;
     st->findings = ctx->findings;
-    /* size both arrays for a whole batch up front: callbacks hold pointers */
-    size_t need = (size_t)conf->batch_max_events;
-    if (st->capruns < need) {
-        st->runs = st_realloc(st->runs, need * sizeof(*st->runs));
-        st->capruns = need;
-        st->pend = st_realloc(st->pend, need * sizeof(*st->pend));
-        st->cappend = need;
-    }
     if (st->npend == st->cappend)
-        st_fatal("denial_burst: batch larger than batch.max_events");
+        st_fatal("denial_burst: fed more events than begin_batch announced");
 
     struct run_state *run = run_get(st, ctx, ev);
     struct pending *p = &st->pend[st->npend++];
     p->st = st;
     p->ev = ev;
     p->run = run;
+    p->late = ctx->late;
 
     int64_t window_us = conf->db_window_s * 1000000;
     /* keep what a late event's window can still reach */
@@ -244,6 +277,8 @@ static void db_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     char ts[24], from[24], trim[24], ttl[24];
     snprintf(ts, sizeof(ts), "%" PRId64, ev->ts_us);
     snprintf(from, sizeof(from), "%" PRId64, ev->ts_us - window_us);
+    char to[24];
+    snprintf(to, sizeof(to), "%" PRId64, ctx->late ? ev->ts_us + window_us : ev->ts_us);
     snprintf(trim, sizeof(trim), "(%" PRId64, ev->ts_us - keep_us);
     snprintf(ttl, sizeof(ttl), "%" PRId64, conf->state_ttl_s);
     struct st_buf member;
@@ -256,7 +291,7 @@ static void db_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
 
     const char *zadd[] = {"ZADD", wkey, ts, member.data};
     const char *zrem[] = {"ZREMRANGEBYSCORE", wkey, "-inf", trim};
-    const char *zrange[] = {"ZRANGEBYSCORE", wkey, from, ts, "WITHSCORES"};
+    const char *zrange[] = {"ZRANGEBYSCORE", wkey, from, to, "WITHSCORES"};
     const char *expire[] = {"EXPIRE", wkey, ttl};
     st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zadd);
     st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zrem);
@@ -291,6 +326,7 @@ const struct st_detector_ops st_denial_burst_ops = {
     .version = VERSION,
     .create = db_create,
     .destroy = db_destroy,
+    .begin_batch = db_begin_batch,
     .feed = db_feed,
     .end_batch = db_end_batch,
     .reset_batch = db_reset,

@@ -15,7 +15,7 @@ struct st_pgsink {
     char *dsn;
     char *config_hash;
     struct st_buf copy;
-    struct st_buf a1, a2;
+    struct st_buf a1, a2, a3;
 };
 
 static const char *sql_stage =
@@ -46,19 +46,22 @@ static const char *sql_finding =
     " updated_at = now()";
 
 static const char *sql_finding_events =
-    "INSERT INTO finding_events (finding_id, source_name, event_id)"
-    " SELECT $1, s, e FROM unnest($2::text[], $3::text[]) AS u(s, e)"
-    " ON CONFLICT DO NOTHING";
+    "INSERT INTO finding_events (finding_id, source_name, event_id, late)"
+    " SELECT $1, s, e, bool_or(l) FROM unnest($2::text[], $3::text[], $4::boolean[])"
+    "  AS u(s, e, l) GROUP BY s, e"
+    " ON CONFLICT (finding_id, source_name, event_id)"
+    " DO UPDATE SET late = finding_events.late OR EXCLUDED.late";
 
 /* count, window and evidence follow from finding_events, so they come out
  * the same however often and in whatever batches the events were seen */
 static const char *sql_finding_refresh =
-    "UPDATE findings f SET event_count = s.n,"
+    "UPDATE findings f SET event_count = s.n, late_event_count = s.late,"
     " first_seen = LEAST(f.first_seen, s.first),"
     " last_seen = GREATEST(f.last_seen, s.last),"
     " evidence = jsonb_build_object('event_ids', s.ids, 'trace_ids', s.traces,"
     "   'targets', s.targets)"
-    " FROM (SELECT count(*)::int AS n, min(e.ts) AS first, max(e.ts) AS last,"
+    " FROM (SELECT count(*)::int AS n, (count(*) FILTER (WHERE fe.late))::int AS late,"
+    "   min(e.ts) AS first, max(e.ts) AS last,"
     "   jsonb_agg(fe.event_id ORDER BY e.ts, fe.event_id) AS ids,"
     "   coalesce(jsonb_agg(DISTINCT e.trace_id) FILTER (WHERE e.trace_id IS NOT NULL),"
     "     '[]') AS traces,"
@@ -109,6 +112,7 @@ void st_pgsink_destroy(struct st_pgsink *s)
     st_buf_fini(&s->copy);
     st_buf_fini(&s->a1);
     st_buf_fini(&s->a2);
+    st_buf_fini(&s->a3);
     free(s);
 }
 
@@ -178,14 +182,16 @@ static int result_ok(PGresult *res, const char *what, char *errstr, size_t errsz
     return -1;
 }
 
-static int write_events(struct st_pgsink *s, const struct st_sink_event *evs,
-                        size_t n, char *errstr, size_t errsz)
+void st_pgsink_stage(struct st_pgsink *s, const struct st_sink_event *evs, size_t n)
 {
-    if (n == 0)
-        return 0;
-    st_buf_reset(&s->copy);
     for (size_t i = 0; i < n; i++)
         copy_row(&s->copy, &evs[i]);
+}
+
+static int write_events(struct st_pgsink *s, char *errstr, size_t errsz)
+{
+    if (s->copy.len == 0)
+        return 0;
     PGresult *res = PQexec(s->pg, sql_copy);
     if (PQresultStatus(res) != PGRES_COPY_IN)
         return result_ok(res, "could not start COPY of events", errstr, errsz);
@@ -216,14 +222,17 @@ static int write_finding(struct st_pgsink *s, const struct st_finding *f,
 
     st_buf_reset(&s->a1);
     st_buf_reset(&s->a2);
+    st_buf_reset(&s->a3);
     for (size_t i = 0; i < f->nevents; i++) {
         st_pg_array_add(&s->a1, f->events[i].source_name);
         st_pg_array_add(&s->a2, f->events[i].event_id);
+        st_pg_array_add(&s->a3, f->events[i].late ? "t" : "f");
     }
     st_pg_array_end(&s->a1);
     st_pg_array_end(&s->a2);
-    const char *pe[3] = {f->id, s->a1.data, s->a2.data};
-    if (result_ok(PQexecParams(s->pg, sql_finding_events, 3, NULL, pe, NULL, NULL, 0),
+    st_pg_array_end(&s->a3);
+    const char *pe[4] = {f->id, s->a1.data, s->a2.data, s->a3.data};
+    if (result_ok(PQexecParams(s->pg, sql_finding_events, 4, NULL, pe, NULL, NULL, 0),
                   "could not record finding evidence", errstr, errsz))
         return -1;
     const char *pr[1] = {f->id};
@@ -231,8 +240,8 @@ static int write_finding(struct st_pgsink *s, const struct st_finding *f,
                      "could not refresh finding", errstr, errsz);
 }
 
-int st_pgsink_write(struct st_pgsink *s, const struct st_sink_event *evs, size_t n,
-                    const struct st_findings *fs, char *errstr, size_t errsz)
+int st_pgsink_write(struct st_pgsink *s, const struct st_findings *fs, char *errstr,
+                    size_t errsz)
 {
     char err[512];
 
@@ -243,7 +252,9 @@ int st_pgsink_write(struct st_pgsink *s, const struct st_sink_event *evs, size_t
         snprintf(errstr, errsz, "could not begin a transaction: %s", err);
         goto fail;
     }
-    if (write_events(s, evs, n, errstr, errsz))
+    if (s->copy.len == 0 && fs->n == 0)
+        return 0;
+    if (write_events(s, errstr, errsz))
         goto fail;
     for (size_t i = 0; i < fs->n; i++)
         if (write_finding(s, &fs->items[i], errstr, errsz))
@@ -252,6 +263,7 @@ int st_pgsink_write(struct st_pgsink *s, const struct st_sink_event *evs, size_t
         snprintf(errstr, errsz, "could not commit: %s", err);
         goto fail;
     }
+    st_buf_reset(&s->copy);
     return 0;
 fail:
     st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));

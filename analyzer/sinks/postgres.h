@@ -27,9 +27,15 @@ struct st_pgsink *st_pgsink_new(const char *dsn, const char *config_hash,
                                 char *errstr, size_t errsz);
 void st_pgsink_destroy(struct st_pgsink *s);
 
-/* Writes and commits. Returns 0, or -1 with errstr set after rolling back;
- * the connection is reset on the next call if it was lost. */
-int st_pgsink_write(struct st_pgsink *s, const struct st_sink_event *evs, size_t n,
-                    const struct st_findings *fs, char *errstr, size_t errsz);
+/* Adds the events' rows to the next write (their data is copied: the
+ * events and messages may be freed afterwards). */
+void st_pgsink_stage(struct st_pgsink *s, const struct st_sink_event *evs, size_t n);
+
+/* Writes the staged events and the findings in one transaction. Returns 0
+ * (the staged rows are then forgotten), or -1 with errstr set after rolling
+ * back, keeping the staged rows for the retry; the connection is reopened on
+ * the next call if it was lost. */
+int st_pgsink_write(struct st_pgsink *s, const struct st_findings *fs, char *errstr,
+                    size_t errsz);
 
 #endif

@@ -150,6 +150,9 @@ START_TEST(event_rejects_malformed_json)
     ck_assert_str_eq(parse_str(VALID_PREFIX "} trailing"), ST_REASON_JSON);
     ck_assert_str_eq(parse_str(VALID_PREFIX "}{}"), ST_REASON_JSON);
     ck_assert_str_eq(parse_str(VALID_PREFIX "}  "), "ok");
+    /* a raw control byte inside a string is not JSON (escaped, it is) */
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"reason\":\"a\tb\"}"), ST_REASON_JSON);
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"reason\":\"a\\tb\"}"), "ok");
 }
 END_TEST
 

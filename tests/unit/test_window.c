@@ -11,7 +11,7 @@
 START_TEST(window_counts_inclusive_bounds_and_distinct_targets)
 {
     struct st_window_member m[] = {
-        {0 * S, "a"}, {10 * S, "b"}, {30 * S, "a"}, {60 * S, "c"}, {61 * S, ""},
+        {0 * S, "a", 0}, {10 * S, "b", 0}, {30 * S, "a", 0}, {60 * S, "c", 0}, {61 * S, "", 0},
     };
     size_t count, targets;
     st_window_count(m, 5, 0, 60 * S, &count, &targets);
@@ -28,8 +28,8 @@ END_TEST
 
 START_TEST(window_order_of_members_does_not_matter)
 {
-    struct st_window_member a[] = {{5 * S, "x"}, {1 * S, "y"}, {3 * S, "x"}};
-    struct st_window_member b[] = {{1 * S, "y"}, {3 * S, "x"}, {5 * S, "x"}};
+    struct st_window_member a[] = {{5 * S, "x", 0}, {1 * S, "y", 0}, {3 * S, "x", 0}};
+    struct st_window_member b[] = {{1 * S, "y", 0}, {3 * S, "x", 0}, {5 * S, "x", 0}};
     size_t ca, ta, cb, tb;
     st_window_count(a, 3, 2 * S, 5 * S, &ca, &ta);
     st_window_count(b, 3, 2 * S, 5 * S, &cb, &tb);
@@ -77,7 +77,7 @@ START_TEST(findings_merge_updates_in_a_batch)
     struct st_finding *f =
         st_findings_update(&fs, "0123456789abcdef0123456789abcdef", "d", 1, ST_SEV_MEDIUM,
                            "T", "R", 10, 20, "first");
-    st_finding_add_event(f, "src", "e1");
+    st_finding_add_event(f, "src", "e1", 0);
     f = st_findings_update(&fs, "0123456789abcdef0123456789abcdef", "d", 1, ST_SEV_LOW,
                            "T", "R", 5, 15, "second");
     ck_assert_int_eq(fs.n, 1);

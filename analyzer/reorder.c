@@ -1,0 +1,204 @@
+/* reorder.c: the event-time reorder buffer (see reorder.h). One binary
+ * min-heap per partition, ordered by (ts, offset). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "reorder.h"
+
+struct part {
+    int32_t partition;
+    int used;
+    int64_t max_ts;       /* newest event time pushed */
+    int have_ts;
+    int64_t next_offset;  /* one past the newest offset pushed, -1 if none */
+    int64_t last_push_ms;
+    struct st_reorder_item *heap;
+    size_t n, cap;
+};
+
+struct st_reorder {
+    int64_t lateness_us;
+    struct part *parts;
+    size_t nparts;
+    size_t buffered;
+};
+
+struct st_reorder *st_reorder_new(int64_t lateness_us)
+{
+    struct st_reorder *r = st_calloc(1, sizeof(*r));
+    r->lateness_us = lateness_us;
+    return r;
+}
+
+void st_reorder_item_fini(struct st_reorder_item *it)
+{
+    st_event_fini(&it->ev);
+}
+
+static void part_clear(struct part *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        st_reorder_item_fini(&p->heap[i]);
+    free(p->heap);
+    memset(p, 0, sizeof(*p));
+}
+
+void st_reorder_destroy(struct st_reorder *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->nparts; i++)
+        part_clear(&r->parts[i]);
+    free(r->parts);
+    free(r);
+}
+
+static struct part *part_get(struct st_reorder *r, int32_t partition, int create)
+{
+    for (size_t i = 0; i < r->nparts; i++)
+        if (r->parts[i].used && r->parts[i].partition == partition)
+            return &r->parts[i];
+    if (!create)
+        return NULL;
+    r->parts = st_realloc(r->parts, (r->nparts + 1) * sizeof(*r->parts));
+    struct part *p = &r->parts[r->nparts++];
+    memset(p, 0, sizeof(*p));
+    p->used = 1;
+    p->partition = partition;
+    p->next_offset = -1;
+    return p;
+}
+
+static int item_less(const struct st_reorder_item *a, const struct st_reorder_item *b)
+{
+    if (a->ev.ts_us != b->ev.ts_us)
+        return a->ev.ts_us < b->ev.ts_us;
+    return a->offset < b->offset;
+}
+
+static void heap_push(struct part *p, struct st_reorder_item *it)
+{
+    if (p->n == p->cap) {
+        p->cap = p->cap ? p->cap * 2 : 64;
+        p->heap = st_realloc(p->heap, p->cap * sizeof(*p->heap));
+    }
+    size_t i = p->n++;
+    p->heap[i] = *it;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!item_less(&p->heap[i], &p->heap[up]))
+            break;
+        struct st_reorder_item t = p->heap[i];
+        p->heap[i] = p->heap[up];
+        p->heap[up] = t;
+        i = up;
+    }
+}
+
+static struct st_reorder_item heap_pop(struct part *p)
+{
+    struct st_reorder_item top = p->heap[0];
+    p->heap[0] = p->heap[--p->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, rr = l + 1, m = i;
+        if (l < p->n && item_less(&p->heap[l], &p->heap[m]))
+            m = l;
+        if (rr < p->n && item_less(&p->heap[rr], &p->heap[m]))
+            m = rr;
+        if (m == i)
+            break;
+        struct st_reorder_item t = p->heap[i];
+        p->heap[i] = p->heap[m];
+        p->heap[m] = t;
+        i = m;
+    }
+    return top;
+}
+
+static int64_t watermark(const struct st_reorder *r, const struct part *p)
+{
+    return p->have_ts ? p->max_ts - r->lateness_us : INT64_MIN;
+}
+
+void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
+                     struct st_event *ev, int64_t now_ms)
+{
+    struct part *p = part_get(r, partition, 1);
+    struct st_reorder_item it;
+
+    it.ev = *ev;
+    memset(ev, 0, sizeof(*ev));
+    it.partition = partition;
+    it.offset = offset;
+    it.late = p->have_ts && it.ev.ts_us < watermark(r, p);
+    if (!p->have_ts || it.ev.ts_us > p->max_ts) {
+        p->max_ts = it.ev.ts_us;
+        p->have_ts = 1;
+    }
+    if (offset + 1 > p->next_offset)
+        p->next_offset = offset + 1;
+    p->last_push_ms = now_ms;
+    heap_push(p, &it);
+    r->buffered++;
+}
+
+void st_reorder_note(struct st_reorder *r, int32_t partition, int64_t offset)
+{
+    struct part *p = part_get(r, partition, 1);
+    if (offset + 1 > p->next_offset)
+        p->next_offset = offset + 1;
+}
+
+size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
+                          int64_t idle_ms, struct st_reorder_item **out,
+                          size_t *cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->nparts; i++) {
+        struct part *p = &r->parts[i];
+        if (!p->used)
+            continue;
+        int all = flush || (idle_ms > 0 && now_ms - p->last_push_ms >= idle_ms);
+        int64_t wm = watermark(r, p);
+        /* a late event sorts before the watermark: it leaves with the rest */
+        while (p->n > 0 && (all || p->heap[0].ev.ts_us <= wm || p->heap[0].late)) {
+            if (n == *cap) {
+                *cap = *cap ? *cap * 2 : 256;
+                *out = st_realloc(*out, *cap * sizeof(**out));
+            }
+            (*out)[n++] = heap_pop(p);
+            r->buffered--;
+        }
+    }
+    return n;
+}
+
+int64_t st_reorder_commit_offset(const struct st_reorder *r, int32_t partition)
+{
+    const struct part *p = part_get((struct st_reorder *)r, partition, 0);
+    if (!p)
+        return -1;
+    if (p->n == 0)
+        return p->next_offset;
+    int64_t min = p->heap[0].offset;
+    for (size_t i = 1; i < p->n; i++)
+        if (p->heap[i].offset < min)
+            min = p->heap[i].offset;
+    return min;
+}
+
+void st_reorder_drop(struct st_reorder *r, int32_t partition)
+{
+    struct part *p = part_get(r, partition, 0);
+    if (!p)
+        return;
+    r->buffered -= p->n;
+    part_clear(p);
+}
+
+size_t st_reorder_buffered(const struct st_reorder *r)
+{
+    return r->buffered;
+}

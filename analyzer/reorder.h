@@ -1,0 +1,66 @@
+/* reorder.h: the event-time reorder buffer.
+ *
+ * Detectors must see each partition's events in event-time order, whatever
+ * order they arrived in, so that a scenario shuffled within the allowed
+ * lateness gives the same findings as the same scenario in order. Each
+ * partition keeps a watermark, the newest event time seen minus the allowed
+ * lateness; an event waits here until the watermark passes it, and leaves
+ * in (ts, offset) order. An event older than the watermark when it arrives
+ * is late: it leaves at once, marked late.
+ *
+ * Nothing here needs to survive a crash: the analyzer commits, per
+ * partition, no further than the oldest offset still buffered, so a restart
+ * reads the buffered events from Kafka again. */
+#ifndef ST_REORDER_H
+#define ST_REORDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "event.h"
+
+struct st_reorder_item {
+    struct st_event ev; /* owned */
+    int32_t partition;
+    int64_t offset;
+    int late;
+};
+
+struct st_reorder;
+
+struct st_reorder *st_reorder_new(int64_t lateness_us);
+void st_reorder_destroy(struct st_reorder *r); /* frees buffered events too */
+
+/* Takes ownership of *ev (left empty). now_ms is a monotonic clock. */
+void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
+                     struct st_event *ev, int64_t now_ms);
+
+/* Records that offset was consumed without an event to buffer (an invalid
+ * message), so that commits move past it. */
+void st_reorder_note(struct st_reorder *r, int32_t partition, int64_t offset);
+
+/* Moves into out (grown as needed; caller frees items with
+ * st_reorder_item_fini and the array with free) every event that may leave:
+ * late ones, those the watermark passed, and, for a partition that received
+ * nothing for idle_ms, all of its events (0 disables). flush releases
+ * everything. Items come out per partition in (ts, offset) order. Returns
+ * the count. */
+size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
+                          int64_t idle_ms, struct st_reorder_item **out,
+                          size_t *cap);
+
+void st_reorder_item_fini(struct st_reorder_item *it);
+
+/* The offset to commit for partition: the oldest buffered offset, or one
+ * past the newest pushed when nothing is buffered; -1 when nothing was ever
+ * pushed for it. */
+int64_t st_reorder_commit_offset(const struct st_reorder *r, int32_t partition);
+
+/* Forgets a partition (revoked): its buffered events are dropped, the next
+ * owner reads them again from the committed offset. */
+void st_reorder_drop(struct st_reorder *r, int32_t partition);
+
+/* Events buffered, in all partitions. */
+size_t st_reorder_buffered(const struct st_reorder *r);
+
+#endif
