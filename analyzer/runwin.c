@@ -1,0 +1,292 @@
+/* runwin.c: per-run event-time windows in Redis (see runwin.h).
+ *
+ * Keys, per run:
+ *   <prefix><name>:w:<run>   sorted set: score event time, member
+ *                            "source\x1fevent_id\x1fpayload"
+ *   <prefix><name>:ep:<run>  hash {id, first, last} of the open episode */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "log.h"
+#include "runwin.h"
+#include "window.h"
+
+#define SEP '\x1f'
+
+struct run_state {
+    char *task_id, *run_id;
+    char *ep_key;
+    int loaded;
+    int has_ep;
+    int dirty;
+    char ep_id[33];
+    struct st_episode ep;
+};
+
+struct pending {
+    struct st_runwin *w;
+    const struct st_event *ev;
+    struct run_state *run;
+    int late;
+    st_runwin_cb cb;
+    void *arg;
+};
+
+struct st_runwin {
+    const struct st_analyzer_conf *conf;
+    char *name;
+    int64_t window_us, keep_us;
+    struct run_state *runs;
+    size_t nruns, capruns;
+    struct pending *pend;
+    size_t npend, cappend;
+};
+
+struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf,
+                                const char *name, int64_t window_us, int64_t keep_us)
+{
+    struct st_runwin *w = st_calloc(1, sizeof(*w));
+    w->conf = conf;
+    w->name = st_strdup(name);
+    w->window_us = window_us;
+    w->keep_us = keep_us;
+    return w;
+}
+
+void st_runwin_reset(struct st_runwin *w)
+{
+    for (size_t i = 0; i < w->nruns; i++) {
+        free(w->runs[i].task_id);
+        free(w->runs[i].run_id);
+        free(w->runs[i].ep_key);
+    }
+    w->nruns = 0;
+    w->npend = 0;
+}
+
+void st_runwin_destroy(struct st_runwin *w)
+{
+    if (!w)
+        return;
+    st_runwin_reset(w);
+    free(w->runs);
+    free(w->pend);
+    free(w->name);
+    free(w);
+}
+
+void st_runwin_begin(struct st_runwin *w, size_t nevents)
+{
+    /* sized once per batch: callbacks hold pointers into both arrays */
+    if (w->capruns < nevents) {
+        w->runs = st_realloc(w->runs, nevents * sizeof(*w->runs));
+        w->capruns = nevents;
+        w->pend = st_realloc(w->pend, nevents * sizeof(*w->pend));
+        w->cappend = nevents;
+    }
+}
+
+static int on_episode(const redisReply *r, void *arg)
+{
+    struct run_state *run = arg;
+    const char *id = NULL, *first = NULL, *last = NULL;
+
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    run->loaded = 1;
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const char *k = r->element[i]->str, *v = r->element[i + 1]->str;
+        if (!k || !v)
+            return -1;
+        if (!strcmp(k, "id"))
+            id = v;
+        else if (!strcmp(k, "first"))
+            first = v;
+        else if (!strcmp(k, "last"))
+            last = v;
+    }
+    if (id && first && last && strlen(id) == 32) {
+        memcpy(run->ep_id, id, 33);
+        run->ep.first_us = strtoll(first, NULL, 10);
+        run->ep.last_us = strtoll(last, NULL, 10);
+        run->has_ep = 1;
+    }
+    return 0;
+}
+
+static int on_window(const redisReply *r, void *arg)
+{
+    struct pending *p = arg;
+    struct st_runwin_view v = {p->ev, p->late, NULL, 0, p->w->window_us};
+    int rc;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 || !p->run->loaded)
+        return -1;
+    v.n = r->elements / 2;
+    struct st_runwin_member *m = st_calloc(v.n ? v.n : 1, sizeof(*m));
+    for (size_t i = 0; i < v.n; i++) {
+        const char *key = r->element[2 * i]->str, *score = r->element[2 * i + 1]->str;
+        const char *a = key ? strchr(key, SEP) : NULL;
+        const char *b = a ? strchr(a + 1, SEP) : NULL;
+        if (!score || !b) {
+            v.n = i;
+            rc = -1;
+            goto out;
+        }
+        m[i].ts_us = strtoll(score, NULL, 10);
+        m[i].key = key;
+        m[i].source = st_strndup(key, (size_t)(a - key));
+        m[i].event_id = st_strndup(a + 1, (size_t)(b - a - 1));
+        m[i].payload = b + 1;
+    }
+    v.m = m;
+    rc = p->cb(p->arg, &v);
+out:
+    for (size_t i = 0; i < v.n; i++) {
+        free(m[i].source);
+        free(m[i].event_id);
+    }
+    free(m);
+    return rc;
+}
+
+static struct run_state *run_get(struct st_runwin *w, struct st_detect_ctx *ctx,
+                                 const struct st_event *ev)
+{
+    for (size_t i = 0; i < w->nruns; i++)
+        if (!strcmp(w->runs[i].run_id, ev->run_id) &&
+            !strcmp(w->runs[i].task_id, ev->task_id))
+            return &w->runs[i];
+    if (w->nruns == w->capruns)
+        st_fatal("%s: fed more events than begin_batch announced", w->name);
+    struct run_state *run = &w->runs[w->nruns++];
+    memset(run, 0, sizeof(*run));
+    run->task_id = st_strdup(ev->task_id);
+    run->run_id = st_strdup(ev->run_id);
+    run->ep_key = st_detect_key(ctx->conf, w->name, "ep", ev->task_id, ev->run_id);
+    const char *argv[] = {"HGETALL", run->ep_key};
+    st_rpipe_cmd(ctx->redis, on_episode, run, 2, argv);
+    return run;
+}
+
+void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
+                    const struct st_event *ev, const char *payload, int add_only,
+                    st_runwin_cb cb, void *arg)
+{
+    char ts[24], from[24], to[24], trim[24], ttl[24];
+    struct st_buf member;
+    char *wkey = st_detect_key(ctx->conf, w->name, "w", ev->task_id, ev->run_id);
+
+    snprintf(ts, sizeof(ts), "%" PRId64, ev->ts_us);
+    snprintf(trim, sizeof(trim), "(%" PRId64, ev->ts_us - w->keep_us);
+    snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
+    st_buf_init(&member);
+    st_buf_adds(&member, ev->source_name);
+    st_buf_addc(&member, SEP);
+    st_buf_adds(&member, ev->event_id);
+    st_buf_addc(&member, SEP);
+    st_buf_adds(&member, payload);
+
+    const char *zadd[] = {"ZADD", wkey, ts, member.data};
+    const char *zrem[] = {"ZREMRANGEBYSCORE", wkey, "-inf", trim};
+    const char *expire[] = {"EXPIRE", wkey, ttl};
+    st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zadd);
+    /* an old late event must not erase what newer windows still need */
+    if (!ctx->late)
+        st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zrem);
+    if (!add_only) {
+        if (w->npend == w->cappend)
+            st_fatal("%s: fed more events than begin_batch announced", w->name);
+        struct pending *p = &w->pend[w->npend++];
+        p->w = w;
+        p->ev = ev;
+        p->run = run_get(w, ctx, ev);
+        p->late = ctx->late;
+        p->cb = cb;
+        p->arg = arg;
+        snprintf(from, sizeof(from), "%" PRId64, ev->ts_us - w->window_us);
+        snprintf(to, sizeof(to), "%" PRId64,
+                 ctx->late ? ev->ts_us + w->window_us : ev->ts_us);
+        const char *zrange[] = {"ZRANGEBYSCORE", wkey, from, to, "WITHSCORES"};
+        st_rpipe_cmd(ctx->redis, on_window, p, 5, zrange);
+    }
+    st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
+    st_buf_fini(&member);
+    free(wkey);
+}
+
+void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
+                       int64_t end_us, const struct st_runwin_member *opener,
+                       char out[33])
+{
+    struct run_state *run = NULL;
+    for (size_t i = 0; i < w->nruns && !run; i++)
+        if (!strcmp(w->runs[i].run_id, v->ev->run_id) &&
+            !strcmp(w->runs[i].task_id, v->ev->task_id))
+            run = &w->runs[i];
+    if (!run)
+        st_fatal("%s: episode of a run that was not fed", w->name);
+    if (!run->has_ep || !st_episode_continues(&run->ep, end_us, w->window_us)) {
+        st_finding_id(run->ep_id, w->name, v->ev->task_id, v->ev->run_id, opener->key);
+        run->ep.first_us = run->ep.last_us = end_us;
+        run->has_ep = 1;
+    }
+    st_episode_extend(&run->ep, end_us);
+    run->dirty = 1;
+    memcpy(out, run->ep_id, 33);
+}
+
+void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
+{
+    char first[24], last[24], ttl[24];
+
+    snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
+    for (size_t i = 0; i < w->nruns; i++) {
+        struct run_state *run = &w->runs[i];
+        if (!run->dirty)
+            continue;
+        snprintf(first, sizeof(first), "%" PRId64, run->ep.first_us);
+        snprintf(last, sizeof(last), "%" PRId64, run->ep.last_us);
+        const char *hset[] = {"HSET",  run->ep_key, "id",   run->ep_id,
+                              "first", first,       "last", last};
+        const char *expire[] = {"EXPIRE", run->ep_key, ttl};
+        st_rpipe_cmd(ctx->redis, NULL, NULL, 8, hset);
+        st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
+    }
+}
+
+int st_runwin_each_window(const struct st_runwin_view *v, st_runwin_window_fn fn,
+                          void *arg)
+{
+    int64_t ts = v->ev->ts_us;
+    if (v->n == 0)
+        return 0;
+    if (!v->late)
+        return fn(arg, v, 0, v->n, ts); /* the reply is exactly that window */
+    size_t lo = 0;
+    for (size_t e = 0; e < v->n; e++) {
+        if (v->m[e].ts_us < ts)
+            continue;
+        if (e + 1 < v->n && v->m[e + 1].ts_us == v->m[e].ts_us)
+            continue; /* equal times: one window, ending at the last */
+        while (v->m[lo].ts_us < v->m[e].ts_us - v->window_us)
+            lo++;
+        int rc = fn(arg, v, lo, e + 1, v->m[e].ts_us);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+void st_runwin_evidence(const struct st_runwin_view *v, struct st_finding *f,
+                        size_t lo, size_t hi)
+{
+    for (size_t i = lo; i < hi; i++) {
+        int self = v->late && !strcmp(v->m[i].source, v->ev->source_name) &&
+                   !strcmp(v->m[i].event_id, v->ev->event_id);
+        st_finding_add_event(f, v->m[i].source, v->m[i].event_id, self);
+    }
+}
