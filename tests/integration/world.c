@@ -1,0 +1,161 @@
+/* world.c: an isolated world for integration tests against the real
+ * services: a PostgreSQL database, a pair of Kafka topics, a consumer group
+ * and a Redis key prefix of its own (see world.h). */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+
+#include "buf.h"
+#include "world.h"
+
+static char base_dsn[512];
+static char brokers[256];
+
+
+void world_init(struct world *w, const char *tag)
+{
+    static int seq;
+    snprintf(w->name, sizeof(w->name), "st_it_%d_%ld_%d_%s", (int)getpid(),
+             (long)time(NULL) % 100000, seq++, tag);
+    snprintf(w->dsn, sizeof(w->dsn), "%s dbname=%s", base_dsn, w->name);
+    snprintf(w->topic, sizeof(w->topic), "%s.events", w->name);
+    snprintf(w->dlq, sizeof(w->dlq), "%s.dlq", w->name);
+
+    char dsn[700], sql[200];
+    snprintf(dsn, sizeof(dsn), "%s dbname=postgres", base_dsn);
+    PGconn *pg = PQconnectdb(dsn);
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "PostgreSQL: %s", PQerrorMessage(pg));
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", w->name);
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQresultErrorMessage(r));
+    PQclear(r);
+    PQfinish(pg);
+}
+
+void world_drop(struct world *w)
+{
+    char dsn[700], sql[200];
+    snprintf(dsn, sizeof(dsn), "%s dbname=postgres", base_dsn);
+    PGconn *pg = PQconnectdb(dsn);
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", w->name);
+    PQclear(PQexec(pg, sql));
+    PQfinish(pg);
+}
+
+/* Runs a program with the world's settings; returns its exit status. */
+int run(const struct world *w, const char *group, const char *prefix,
+               const char *fmt, ...)
+{
+    char cmd[4096], tail[1500];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tail, sizeof(tail), fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof(cmd),
+             "SANDTRAIL_PG_DSN='%s' SANDTRAIL_TOPIC_EVENTS='%s' SANDTRAIL_TOPIC_DLQ='%s' "
+             "SANDTRAIL_GROUP='%s' SANDTRAIL_GROUP_INSTANCE_ID='%s-1' "
+             "SANDTRAIL_REDIS_PREFIX='%s:' %s",
+             w->dsn, w->topic, w->dlq, group, group, prefix, tail);
+    int st = system(cmd);
+    ck_assert_msg(st != -1 && WIFEXITED(st), "could not run: %s", cmd);
+    return WEXITSTATUS(st);
+}
+
+/* Every row of a query, '|' between columns, '\n' after each row. */
+char *rows(const char *dsn, const char *sql)
+{
+    PGconn *pg = PQconnectdb(dsn);
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql,
+                  PQresultErrorMessage(r));
+    struct st_buf b;
+    st_buf_init(&b);
+    st_buf_adds(&b, "");
+    for (int i = 0; i < PQntuples(r); i++) {
+        for (int j = 0; j < PQnfields(r); j++) {
+            if (j)
+                st_buf_addc(&b, '|');
+            st_buf_adds(&b, PQgetisnull(r, i, j) ? "NULL" : PQgetvalue(r, i, j));
+        }
+        st_buf_addc(&b, '\n');
+    }
+    PQclear(r);
+    PQfinish(pg);
+    return b.data;
+}
+
+/* Reads every message of a topic from the beginning. */
+char *topic_dump(const char *topic, int *count)
+{
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof(err));
+    rd_kafka_conf_set(conf, "group.id", "st-it-reader", err, sizeof(err));
+    rd_kafka_conf_set(conf, "enable.partition.eof", "true", err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    ck_assert_ptr_nonnull(rk);
+    const struct rd_kafka_metadata *md;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    ck_assert_int_eq(rd_kafka_metadata(rk, 0, rkt, &md, 10000), 0);
+    ck_assert_int_eq(md->topic_cnt, 1);
+    int nparts = md->topics[0].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(nparts);
+    for (int p = 0; p < nparts; p++)
+        rd_kafka_topic_partition_list_add(l, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_assign(rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+
+    struct st_buf b;
+    st_buf_init(&b);
+    st_buf_adds(&b, "");
+    int eofs = 0;
+    *count = 0;
+    time_t deadline = time(NULL) + 30;
+    while (eofs < nparts && time(NULL) < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 500);
+        if (!m)
+            continue;
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            eofs++;
+        else if (!m->err) {
+            st_buf_add(&b, m->payload, m->len);
+            st_buf_addc(&b, '\n');
+            (*count)++;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    ck_assert_int_eq(eofs, nparts);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return b.data;
+}
+
+
+int world_setup(void)
+{
+    const char *dsn = getenv("SANDTRAIL_PG_DSN");
+    const char *b = getenv("SANDTRAIL_KAFKA_BROKERS");
+    if (!dsn || !b) {
+        fprintf(stderr, "integration tests need the services: "
+                        "eval \"$(scripts/services up)\"\n");
+        return -1;
+    }
+    /* the tests choose the database themselves */
+    snprintf(base_dsn, sizeof(base_dsn), "%s", dsn);
+    char *db = strstr(base_dsn, "dbname=");
+    if (db)
+        *db = '\0';
+    snprintf(brokers, sizeof(brokers), "%s", b);
+    return 0;
+}

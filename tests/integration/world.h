@@ -1,0 +1,38 @@
+/* world.h: isolated worlds for integration tests.
+ *
+ * Each world has its own PostgreSQL database, Kafka topics, consumer group
+ * and Redis key prefix on the real services that scripts/services starts,
+ * so tests neither see nor disturb each other. */
+#ifndef ST_TEST_WORLD_H
+#define ST_TEST_WORLD_H
+
+#define BIN SANDTRAIL_BINARY_DIR
+
+struct world {
+    char name[64];
+    char dsn[700];
+    char topic[96];
+    char dlq[96];
+};
+
+/* Reads the services' settings from the environment; -1 when absent. */
+int world_setup(void);
+
+/* Creates the world's database; tag is part of every name. */
+void world_init(struct world *w, const char *tag);
+void world_drop(struct world *w);
+
+/* Runs a shell command (printf-style) with the world's settings, consumer
+ * group and Redis prefix in its environment; returns its exit status. */
+int run(const struct world *w, const char *group, const char *prefix,
+        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Every row of a query, '|' between columns, '\n' after each row. Caller
+ * frees. */
+char *rows(const char *dsn, const char *sql);
+
+/* Every message of a topic from the beginning, '\n' after each; *count
+ * gets their number. Caller frees. */
+char *topic_dump(const char *topic, int *count);
+
+#endif
