@@ -23,6 +23,15 @@ struct st_analyzer_conf {
     int64_t db_threshold;     /* detect.denial_burst.threshold */
     int64_t db_window_s;      /* detect.denial_burst.window_s */
     int64_t db_high_targets;  /* detect.denial_burst.high_targets */
+    int64_t retry_window_s;   /* detect.retry_across_paths.window_s */
+    int64_t retry_min_attempts;
+    int64_t vol_window_s;     /* detect.volume_anomaly.window_s */
+    int64_t vol_max_requests;
+    int64_t vol_max_bytes_out;
+    int64_t scope_deny_count; /* detect.scope_drift.deny_loop_count */
+    int64_t scope_deny_window_s;
+    int64_t scope_platforms;  /* detect.scope_drift.allowlist_platforms */
+    char *canary_fps;         /* detect.token_write.canary_fingerprints */
     int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
     char config_hash[17];     /* of the detect.* properties */
 };

@@ -7,6 +7,11 @@
 
 const struct st_detector_ops *const st_detectors[] = {
     &st_denial_burst_ops,
+    &st_retry_across_paths_ops,
+    &st_scope_drift_ops,
+    &st_token_write_ops,
+    &st_volume_anomaly_ops,
+    &st_private_destination_ops,
     NULL,
 };
 

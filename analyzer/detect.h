@@ -46,6 +46,11 @@ struct st_detector_ops {
 };
 
 extern const struct st_detector_ops st_denial_burst_ops;
+extern const struct st_detector_ops st_retry_across_paths_ops;
+extern const struct st_detector_ops st_scope_drift_ops;
+extern const struct st_detector_ops st_token_write_ops;
+extern const struct st_detector_ops st_volume_anomaly_ops;
+extern const struct st_detector_ops st_private_destination_ops;
 
 /* NULL-terminated list of every detector. */
 extern const struct st_detector_ops *const st_detectors[];

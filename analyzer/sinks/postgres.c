@@ -40,6 +40,8 @@ static const char *sql_finding =
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, '{}', $10)"
     " ON CONFLICT (finding_id) DO UPDATE SET"
     " severity = GREATEST(findings.severity, EXCLUDED.severity),"
+    " first_seen = LEAST(findings.first_seen, EXCLUDED.first_seen),"
+    " last_seen = GREATEST(findings.last_seen, EXCLUDED.last_seen),"
     " detector_version = EXCLUDED.detector_version,"
     " config_hash = EXCLUDED.config_hash,"
     " summary = EXCLUDED.summary,"

@@ -1,0 +1,360 @@
+/* scope_drift.c: credentials used beyond what was issued, and policies that
+ * disagree.
+ *
+ * A credential registry in Redis, written from broker events:
+ *   <prefix>scope_drift:cred:<credential_id>  hash: scopes, audience,
+ *        expires (µs), revoked (µs), task, run
+ * token_issue fills it, token_revoke marks it. Each token_use is checked
+ * against it; a finding per (run, credential, kind):
+ *   scope     the operation is outside the scopes issued      (high)
+ *   audience  the audience differs from the one issued        (medium)
+ *   expired   used after expires_at                           (high)
+ *   revoked   used after token_revoke                         (high)
+ *   replay    used by another run than the one it was issued to (critical)
+ * A scope requested in a loop: detect.scope_drift.deny_loop_count or more
+ * token_deny for one run within detect.scope_drift.deny_loop_window_s
+ * (medium; windows and episodes through runwin.c).
+ * Allowlist drift, visible only in aggregate: a destination allowed by
+ * detect.scope_drift.allowlist_platforms or more distinct source.platform
+ * values while another platform denies it (medium; task_id and run_id are
+ * "*": the finding belongs to no single run). Its evidence is the requests
+ * seen while the drift held; across partitions their order, and so that
+ * list, may vary between runs, while the finding itself does not.
+ *
+ * token_write reads the credential fingerprints this detector records:
+ *   <prefix>credfp:<fingerprint> -> credential_id */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "detect.h"
+#include "log.h"
+#include "runwin.h"
+#include "timeutil.h"
+
+#define NAME "scope_drift"
+#define VERSION 1
+
+static const char *drift_script =
+    "redis.call('HSET', KEYS[1], ARGV[1], '1') "
+    "redis.call('EXPIRE', KEYS[1], ARGV[2]) "
+    "return redis.call('HKEYS', KEYS[1])";
+
+struct pending {
+    struct sd_state *st;
+    const struct st_event *ev;
+    int late;
+};
+
+struct sd_state {
+    const struct st_analyzer_conf *conf;
+    struct st_findings *findings;
+    struct st_runwin *denies;
+    struct pending *pend;
+    size_t npend, cap;
+};
+
+static void *sd_create(const struct st_analyzer_conf *conf)
+{
+    struct sd_state *st = st_calloc(1, sizeof(*st));
+    int64_t w = conf->scope_deny_window_s * 1000000;
+    st->conf = conf;
+    st->denies = st_runwin_new(conf, "scope_drift_deny", w, 2 * w + conf->lateness_s * 1000000);
+    return st;
+}
+
+static void sd_destroy(void *state)
+{
+    struct sd_state *st = state;
+    if (!st)
+        return;
+    st_runwin_destroy(st->denies);
+    free(st->pend);
+    free(st);
+}
+
+static void sd_begin(void *state, size_t n)
+{
+    struct sd_state *st = state;
+    st_runwin_begin(st->denies, n);
+    if (st->cap < n) {
+        st->pend = st_realloc(st->pend, n * sizeof(*st->pend));
+        st->cap = n;
+    }
+}
+
+static void sd_reset(void *state)
+{
+    struct sd_state *st = state;
+    st_runwin_reset(st->denies);
+    st->npend = 0;
+}
+
+static struct pending *pend_new(struct sd_state *st, struct st_detect_ctx *ctx,
+                                const struct st_event *ev)
+{
+    if (st->npend == st->cap)
+        st_fatal("scope_drift: fed more events than begin_batch announced");
+    struct pending *p = &st->pend[st->npend++];
+    p->st = st;
+    p->ev = ev;
+    p->late = ctx->late;
+    return p;
+}
+
+static void finding(struct sd_state *st, const struct pending *p, const char *task,
+                    const char *run, const char *key, enum st_severity sev,
+                    const char *summary)
+{
+    char id[33];
+    st_finding_id(id, NAME, task, run, key);
+    struct st_finding *f = st_findings_update(st->findings, id, NAME, VERSION, sev, task,
+                                              run, p->ev->ts_us, p->ev->ts_us, summary);
+    st_finding_add_event(f, p->ev->source_name, p->ev->event_id, p->late);
+}
+
+/* A scope covers an operation when equal, or when it is "*" or ends in
+ * ":*" and the operation starts with what precedes the '*'. */
+static int scope_covers(const char *scope, size_t len, const char *op)
+{
+    if (len == 1 && scope[0] == '*')
+        return 1;
+    if (len >= 2 && scope[len - 1] == '*' && scope[len - 2] == ':')
+        return strncmp(op, scope, len - 1) == 0;
+    return strlen(op) == len && strncmp(op, scope, len) == 0;
+}
+
+static int scopes_cover(const char *scopes, const char *op)
+{
+    const char *s = scopes;
+    while (*s) {
+        size_t len = strcspn(s, " ");
+        if (len && scope_covers(s, len, op))
+            return 1;
+        s += len;
+        while (*s == ' ')
+            s++;
+    }
+    return 0;
+}
+
+static int on_credential(const redisReply *r, void *arg)
+{
+    struct pending *p = arg;
+    struct sd_state *st = p->st;
+    const struct st_event *ev = p->ev;
+    const char *scopes = NULL, *aud = NULL, *task = NULL, *run = NULL;
+    int64_t expires = 0, revoked = 0;
+    char key[400], summary[256];
+
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    if (r->elements == 0)
+        return 0; /* issued before our records: nothing to compare with */
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const char *k = r->element[i]->str, *v = r->element[i + 1]->str;
+        if (!k || !v)
+            return -1;
+        if (!strcmp(k, "scopes"))
+            scopes = v;
+        else if (!strcmp(k, "audience"))
+            aud = v;
+        else if (!strcmp(k, "expires"))
+            expires = strtoll(v, NULL, 10);
+        else if (!strcmp(k, "revoked"))
+            revoked = strtoll(v, NULL, 10);
+        else if (!strcmp(k, "task"))
+            task = v;
+        else if (!strcmp(k, "run"))
+            run = v;
+    }
+    const char *cred = st_json_str(ev->identity, "credential_id");
+    const char *op = st_json_str(ev->attrs, "operation");
+    const char *use_aud = st_json_str(ev->attrs, "audience");
+    if (!use_aud)
+        use_aud = st_json_str(ev->identity, "audience");
+
+    if (op && scopes && *scopes && !scopes_cover(scopes, op)) {
+        snprintf(key, sizeof(key), "scope:%s", cred);
+        snprintf(summary, sizeof(summary),
+                 "credential \"%.64s\" used for \"%.64s\" outside its scopes (%.80s)", cred,
+                 op, scopes);
+        finding(st, p, ev->task_id, ev->run_id, key, ST_SEV_HIGH, summary);
+    }
+    if (use_aud && aud && *aud && strcmp(use_aud, aud) != 0) {
+        snprintf(key, sizeof(key), "audience:%s", cred);
+        snprintf(summary, sizeof(summary),
+                 "credential \"%.64s\" used for audience \"%.64s\", issued for \"%.64s\"",
+                 cred, use_aud, aud);
+        finding(st, p, ev->task_id, ev->run_id, key, ST_SEV_MEDIUM, summary);
+    }
+    if (expires && ev->ts_us > expires) {
+        snprintf(key, sizeof(key), "expired:%s", cred);
+        snprintf(summary, sizeof(summary), "credential \"%.64s\" used %" PRId64
+                 " s after it expired", cred, (ev->ts_us - expires) / 1000000);
+        finding(st, p, ev->task_id, ev->run_id, key, ST_SEV_HIGH, summary);
+    }
+    if (revoked && ev->ts_us > revoked) {
+        snprintf(key, sizeof(key), "revoked:%s", cred);
+        snprintf(summary, sizeof(summary), "credential \"%.64s\" used %" PRId64
+                 " s after it was revoked", cred, (ev->ts_us - revoked) / 1000000);
+        finding(st, p, ev->task_id, ev->run_id, key, ST_SEV_HIGH, summary);
+    }
+    if (task && run && (strcmp(task, ev->task_id) != 0 || strcmp(run, ev->run_id) != 0)) {
+        snprintf(key, sizeof(key), "replay:%s", cred);
+        snprintf(summary, sizeof(summary),
+                 "credential \"%.64s\" issued to run \"%.64s\" used by this run", cred, run);
+        finding(st, p, ev->task_id, ev->run_id, key, ST_SEV_CRITICAL, summary);
+    }
+    return 0;
+}
+
+static int on_destination(const redisReply *r, void *arg)
+{
+    struct pending *p = arg;
+    struct sd_state *st = p->st;
+    size_t allow = 0, deny_other = 0;
+    char key[300], summary[256];
+
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i < r->elements; i++)
+        if (r->element[i]->str && !strncmp(r->element[i]->str, "allow:", 6))
+            allow++;
+    for (size_t i = 0; i < r->elements; i++) {
+        const char *f = r->element[i]->str;
+        if (!f || strncmp(f, "deny:", 5) != 0)
+            continue;
+        int also_allows = 0;
+        for (size_t j = 0; j < r->elements; j++)
+            if (r->element[j]->str && !strncmp(r->element[j]->str, "allow:", 6) &&
+                !strcmp(r->element[j]->str + 6, f + 5))
+                also_allows = 1;
+        deny_other += !also_allows;
+    }
+    if ((int64_t)allow < st->conf->scope_platforms || deny_other == 0)
+        return 0;
+    const char *host = st_event_target(p->ev);
+    snprintf(key, sizeof(key), "allowlist:%.256s", host);
+    snprintf(summary, sizeof(summary),
+             "destination \"%.64s\" allowed by %zu platform(s) and denied by %zu other(s)",
+             host, allow, deny_other);
+    finding(st, p, "*", "*", key, ST_SEV_MEDIUM, summary);
+    return 0;
+}
+
+static int deny_window(void *arg, const struct st_runwin_view *v, size_t lo, size_t hi,
+                       int64_t end_us)
+{
+    struct sd_state *st = arg;
+    char id[33], summary[256];
+    if ((int64_t)(hi - lo) < st->conf->scope_deny_count)
+        return 0;
+    st_runwin_episode(st->denies, v, end_us, &v->m[lo], id);
+    snprintf(summary, sizeof(summary),
+             "%zu credential requests denied within %" PRId64 " s", hi - lo,
+             st->conf->scope_deny_window_s);
+    struct st_finding *f =
+        st_findings_update(st->findings, id, NAME, VERSION, ST_SEV_MEDIUM, v->ev->task_id,
+                           v->ev->run_id, v->m[lo].ts_us, end_us, summary);
+    st_runwin_evidence(v, f, lo, hi);
+    return 0;
+}
+
+static int on_denies(void *arg, const struct st_runwin_view *v)
+{
+    return st_runwin_each_window(v, deny_window, arg);
+}
+
+static void issue(struct sd_state *st, struct st_detect_ctx *ctx, const struct st_event *ev,
+                  const char *ckey, const char *cred)
+{
+    struct st_buf scopes;
+    char expires[24] = "0", ttl[24];
+    const char *exp = st_json_str(ev->attrs, "expires_at");
+    const char *aud = st_json_str(ev->identity, "audience");
+    const char *fp = st_json_str(ev->identity, "credential_fp");
+    int64_t exp_us;
+    const cJSON *sc;
+
+    st_buf_init(&scopes);
+    st_buf_adds(&scopes, "");
+    cJSON_ArrayForEach(sc, cJSON_GetObjectItemCaseSensitive(ev->identity, "scopes"))
+    {
+        if (cJSON_IsString(sc)) {
+            if (scopes.len)
+                st_buf_addc(&scopes, ' ');
+            st_buf_adds(&scopes, sc->valuestring);
+        }
+    }
+    if (exp && st_time_parse_rfc3339(exp, strlen(exp), &exp_us) == 0)
+        snprintf(expires, sizeof(expires), "%" PRId64, exp_us);
+    snprintf(ttl, sizeof(ttl), "%" PRId64, st->conf->state_ttl_s);
+    const char *hset[] = {"HSET",    ckey,    "scopes", scopes.data, "audience",
+                          aud ? aud : "",     "expires", expires,    "task",
+                          ev->task_id,        "run",     ev->run_id};
+    const char *expire[] = {"EXPIRE", ckey, ttl};
+    st_rpipe_cmd(ctx->redis, NULL, NULL, 12, hset);
+    st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
+    if (fp) {
+        char *fkey = st_detect_key(st->conf, "credfp", fp, "", "");
+        const char *set[] = {"SET", fkey, cred, "EX", ttl};
+        st_rpipe_cmd(ctx->redis, NULL, NULL, 5, set);
+        free(fkey);
+    }
+    st_buf_fini(&scopes);
+}
+
+static void sd_feed(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
+{
+    struct sd_state *st = state;
+    const char *cred = st_json_str(ev->identity, "credential_id");
+    char ts[24];
+
+    st->findings = ctx->findings;
+    snprintf(ts, sizeof(ts), "%" PRId64, ev->ts_us);
+    if (cred && ev->source_kind == ST_SOURCE_BROKER) {
+        char *ckey = st_detect_key(st->conf, NAME, "cred", cred, "");
+        if (ev->type == ST_TYPE_TOKEN_ISSUE) {
+            issue(st, ctx, ev, ckey, cred);
+        } else if (ev->type == ST_TYPE_TOKEN_REVOKE) {
+            const char *hset[] = {"HSET", ckey, "revoked", ts};
+            st_rpipe_cmd(ctx->redis, NULL, NULL, 4, hset);
+        } else if (ev->type == ST_TYPE_TOKEN_USE) {
+            const char *get[] = {"HGETALL", ckey};
+            st_rpipe_cmd(ctx->redis, on_credential, pend_new(st, ctx, ev), 2, get);
+        }
+        free(ckey);
+    }
+    if (ev->type == ST_TYPE_TOKEN_DENY)
+        st_runwin_feed(st->denies, ctx, ev, st_event_target(ev), 0, on_denies, st);
+    if (ev->type == ST_TYPE_REQUEST && ev->source_platform &&
+        ev->decision != ST_DECISION_ERROR && st_event_target(ev)[0]) {
+        char *dkey = st_detect_key(st->conf, NAME, "dest", st_event_target(ev), "");
+        char field[300], ttl[24];
+        snprintf(field, sizeof(field), "%s:%.256s",
+                 ev->decision == ST_DECISION_DENY ? "deny" : "allow", ev->source_platform);
+        snprintf(ttl, sizeof(ttl), "%" PRId64, st->conf->state_ttl_s);
+        const char *argv[] = {"EVAL", drift_script, "1", dkey, field, ttl};
+        st_rpipe_cmd(ctx->redis, on_destination, pend_new(st, ctx, ev), 6, argv);
+        free(dkey);
+    }
+}
+
+static void sd_end_batch(void *state, struct st_detect_ctx *ctx)
+{
+    st_runwin_end_batch(((struct sd_state *)state)->denies, ctx);
+}
+
+const struct st_detector_ops st_scope_drift_ops = {
+    .name = NAME,
+    .version = VERSION,
+    .create = sd_create,
+    .destroy = sd_destroy,
+    .begin_batch = sd_begin,
+    .feed = sd_feed,
+    .end_batch = sd_end_batch,
+    .reset_batch = sd_reset,
+};

@@ -1,0 +1,206 @@
+/* token_write.c: a credential written where it should not be.
+ *
+ * The collector replaces every token-shaped value with
+ * "[REDACTED:<rule>:<fingerprint>]", the fingerprint being a keyed hash of
+ * the value. This detector looks for those markers in what an agent wrote
+ * or sent -- a sandbox file_write, commit or upload, a proxy request -- at
+ * any depth of the event. A finding per (run, fingerprint): critical when
+ * the fingerprint is that of a credential a broker issued (token_issue with
+ * identity.credential_fp, recorded by scope_drift.c) or of a configured
+ * canary (detect.token_write.canary_fingerprints), high otherwise. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "detect.h"
+#include "log.h"
+
+#define NAME "token_write"
+#define VERSION 1
+#define MARKER "[REDACTED:"
+#define MAX_MARKS 16
+
+struct mark {
+    char rule[48];
+    char fp[72];
+    char path[128];
+};
+
+struct pending {
+    struct tw_state *st;
+    const struct st_event *ev;
+    int late;
+    struct mark mark;
+};
+
+struct tw_state {
+    const struct st_analyzer_conf *conf;
+    struct st_findings *findings;
+    struct pending *pend;
+    size_t npend, cap;
+};
+
+static void *tw_create(const struct st_analyzer_conf *conf)
+{
+    struct tw_state *st = st_calloc(1, sizeof(*st));
+    st->conf = conf;
+    return st;
+}
+
+static void tw_destroy(void *state)
+{
+    struct tw_state *st = state;
+    if (!st)
+        return;
+    free(st->pend);
+    free(st);
+}
+
+static void tw_begin(void *state, size_t n)
+{
+    struct tw_state *st = state;
+    if (st->cap < n * MAX_MARKS) {
+        st->pend = st_realloc(st->pend, n * MAX_MARKS * sizeof(*st->pend));
+        st->cap = n * MAX_MARKS;
+    }
+}
+
+static void tw_reset(void *state)
+{
+    ((struct tw_state *)state)->npend = 0;
+}
+
+/* Parses the markers in s into marks (distinct fingerprints only). */
+static void scan_string(const char *s, const char *path, struct mark *marks, size_t *n)
+{
+    for (const char *p = strstr(s, MARKER); p && *n < MAX_MARKS;
+         p = strstr(p + 1, MARKER)) {
+        const char *rule = p + strlen(MARKER);
+        const char *colon = strchr(rule, ':');
+        const char *end = colon ? strchr(colon + 1, ']') : NULL;
+        if (!colon || !end || colon - rule >= 48 || end - colon - 1 >= 72 ||
+            end == colon + 1)
+            continue;
+        struct mark m;
+        snprintf(m.rule, sizeof(m.rule), "%.*s", (int)(colon - rule), rule);
+        snprintf(m.fp, sizeof(m.fp), "%.*s", (int)(end - colon - 1), colon + 1);
+        snprintf(m.path, sizeof(m.path), "%s", path);
+        int seen = 0;
+        for (size_t i = 0; i < *n; i++)
+            seen |= !strcmp(marks[i].fp, m.fp);
+        if (!seen)
+            marks[(*n)++] = m;
+    }
+}
+
+static void scan(const cJSON *item, struct st_buf *path, struct mark *marks, size_t *n)
+{
+    size_t keep = path->len;
+    if (cJSON_IsString(item)) {
+        scan_string(item->valuestring, path->data ? path->data : "", marks, n);
+        return;
+    }
+    int idx = 0;
+    for (const cJSON *c = item->child; c; c = c->next, idx++) {
+        if (cJSON_IsObject(item)) {
+            /* the collector's own record of what it redacted, and the
+             * identity the broker vouched for, are not what was written */
+            if (keep == 0 && (!strcmp(c->string, "redactions") ||
+                              !strcmp(c->string, "identity")))
+                continue;
+            if (keep)
+                st_buf_addc(path, '.');
+            st_buf_adds(path, c->string);
+        } else {
+            st_buf_printf(path, "[%d]", idx);
+        }
+        scan(c, path, marks, n);
+        path->len = keep;
+        if (path->data)
+            path->data[keep] = '\0';
+    }
+}
+
+static int is_canary(const struct st_analyzer_conf *conf, const char *fp)
+{
+    const char *s = conf->canary_fps;
+    size_t len = strlen(fp);
+    while (s && *s) {
+        size_t n = strcspn(s, ", ");
+        if (n == len && !strncmp(s, fp, n))
+            return 1;
+        s += n;
+        s += strspn(s, ", ");
+    }
+    return 0;
+}
+
+static int on_credential(const redisReply *r, void *arg)
+{
+    struct pending *p = arg;
+    const struct st_event *ev = p->ev;
+    char key[128], id[33], summary[256];
+
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)
+        return -1;
+    int issued = r->type == REDIS_REPLY_STRING;
+    int canary = is_canary(p->st->conf, p->mark.fp);
+    snprintf(key, sizeof(key), "fp:%s", p->mark.fp);
+    st_finding_id(id, NAME, ev->task_id, ev->run_id, key);
+    snprintf(summary, sizeof(summary), "%s value (%s, fingerprint %s) in %s %s%s%.64s%s",
+             canary ? "canary" : "credential-shaped", p->mark.rule, p->mark.fp,
+             st_event_type_name(ev->type), p->mark.path,
+             issued ? ": the credential \"" : "", issued ? r->str : "",
+             issued ? "\" a broker issued" : "");
+    struct st_finding *f = st_findings_update(
+        p->st->findings, id, NAME, VERSION,
+        issued || canary ? ST_SEV_CRITICAL : ST_SEV_HIGH, ev->task_id, ev->run_id,
+        ev->ts_us, ev->ts_us, summary);
+    st_finding_add_event(f, ev->source_name, ev->event_id, p->late);
+    return 0;
+}
+
+static void tw_feed(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
+{
+    struct tw_state *st = state;
+    struct mark marks[MAX_MARKS];
+    size_t n = 0;
+    struct st_buf path;
+
+    if (ev->type != ST_TYPE_FILE_WRITE && ev->type != ST_TYPE_COMMIT &&
+        ev->type != ST_TYPE_UPLOAD && ev->type != ST_TYPE_REQUEST)
+        return;
+    st_buf_init(&path);
+    scan(ev->doc, &path, marks, &n);
+    st_buf_fini(&path);
+    st->findings = ctx->findings;
+    for (size_t i = 0; i < n; i++) {
+        if (st->npend == st->cap)
+            st_fatal("token_write: fed more events than begin_batch announced");
+        struct pending *p = &st->pend[st->npend++];
+        p->st = st;
+        p->ev = ev;
+        p->late = ctx->late;
+        p->mark = marks[i];
+        char *fkey = st_detect_key(st->conf, "credfp", marks[i].fp, "", "");
+        const char *get[] = {"GET", fkey};
+        st_rpipe_cmd(ctx->redis, on_credential, p, 2, get);
+        free(fkey);
+    }
+}
+
+static void tw_end_batch(void *state, struct st_detect_ctx *ctx)
+{
+}
+
+const struct st_detector_ops st_token_write_ops = {
+    .name = NAME,
+    .version = VERSION,
+    .create = tw_create,
+    .destroy = tw_destroy,
+    .begin_batch = tw_begin,
+    .feed = tw_feed,
+    .end_batch = tw_end_batch,
+    .reset_batch = tw_reset,
+};

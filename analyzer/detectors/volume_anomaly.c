@@ -1,0 +1,166 @@
+/* volume_anomaly.c: a run sending more than its budget.
+ *
+ * Fires when one run's proxy requests within any
+ * detect.volume_anomaly.window_s seconds of event time exceed
+ * detect.volume_anomaly.max_requests, or their bytes_out exceed
+ * detect.volume_anomaly.max_bytes_out. Severity is high past twice the
+ * budget, medium otherwise.
+ *
+ * A run's requests are a sorted set in Redis (member: source, event id,
+ * bytes out; score: event time), so adding one twice changes nothing. One
+ * server-side script per request adds it, trims the set and returns the
+ * window's count and byte sum: one pipelined step, and only two numbers
+ * cross the network however large the window. A finding covers one budget
+ * window, keyed by the window-length slot of event time in which the budget
+ * was exceeded; its evidence is every request made over the budget. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "detect.h"
+#include "log.h"
+
+#define NAME "volume_anomaly"
+#define VERSION 1
+
+static const char *script =
+    "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) "
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[4]) "
+    "redis.call('EXPIRE', KEYS[1], ARGV[5]) "
+    "local m = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[3], ARGV[1]) "
+    "local bytes = 0 "
+    "for i = 1, #m do "
+    "  bytes = bytes + (tonumber(string.match(m[i], '\\031(%d+)$')) or 0) "
+    "end "
+    "return {#m, tostring(bytes)}";
+
+struct pending {
+    struct va_state *st;
+    const struct st_event *ev;
+    int late;
+};
+
+struct va_state {
+    const struct st_analyzer_conf *conf;
+    struct st_findings *findings;
+    struct pending *pend;
+    size_t npend, cap;
+};
+
+static void *va_create(const struct st_analyzer_conf *conf)
+{
+    struct va_state *st = st_calloc(1, sizeof(*st));
+    st->conf = conf;
+    return st;
+}
+
+static void va_destroy(void *state)
+{
+    struct va_state *st = state;
+    if (!st)
+        return;
+    free(st->pend);
+    free(st);
+}
+
+static void va_begin(void *state, size_t n)
+{
+    struct va_state *st = state;
+    if (st->cap < n) {
+        st->pend = st_realloc(st->pend, n * sizeof(*st->pend));
+        st->cap = n;
+    }
+}
+
+static void va_reset(void *state)
+{
+    ((struct va_state *)state)->npend = 0;
+}
+
+static int on_window(const redisReply *r, void *arg)
+{
+    struct pending *p = arg;
+    struct va_state *st = p->st;
+    const struct st_analyzer_conf *conf = st->conf;
+    const struct st_event *ev = p->ev;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        return -1;
+    long long count = r->element[0]->integer;
+    long long bytes = r->element[1]->str ? strtoll(r->element[1]->str, NULL, 10) : 0;
+    int over_req = count > conf->vol_max_requests;
+    int over_bytes = bytes > conf->vol_max_bytes_out;
+    if (!over_req && !over_bytes)
+        return 0;
+
+    char key[64], id[33], summary[256];
+    int64_t window_us = conf->vol_window_s * 1000000;
+    int64_t slot = ev->ts_us / window_us;
+    snprintf(key, sizeof(key), "slot:%" PRId64, slot);
+    st_finding_id(id, NAME, ev->task_id, ev->run_id, key);
+    int high = count > 2 * conf->vol_max_requests || bytes > 2 * conf->vol_max_bytes_out;
+    snprintf(summary, sizeof(summary),
+             "%lld proxy requests and %lld bytes out within %" PRId64
+             " s (budget %" PRId64 " requests, %" PRId64 " bytes)",
+             count, bytes, conf->vol_window_s, conf->vol_max_requests,
+             conf->vol_max_bytes_out);
+    struct st_finding *f = st_findings_update(
+        st->findings, id, NAME, VERSION, high ? ST_SEV_HIGH : ST_SEV_MEDIUM,
+        ev->task_id, ev->run_id, ev->ts_us, ev->ts_us, summary);
+    /* the evidence is every request made over the budget, so event_count
+     * says by how much the run went over */
+    st_finding_add_event(f, ev->source_name, ev->event_id, p->late);
+    return 0;
+}
+
+static void va_feed(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
+{
+    struct va_state *st = state;
+    const struct st_analyzer_conf *conf = st->conf;
+    int64_t bytes = 0;
+
+    if (ev->type != ST_TYPE_REQUEST)
+        return;
+    if (st->npend == st->cap)
+        st_fatal("volume_anomaly: fed more events than begin_batch announced");
+    st->findings = ctx->findings;
+    struct pending *p = &st->pend[st->npend++];
+    p->st = st;
+    p->ev = ev;
+    p->late = ctx->late;
+
+    st_json_int(ev->attrs, "bytes_out", &bytes);
+    int64_t window_us = conf->vol_window_s * 1000000;
+    char *key = st_detect_key(conf, NAME, "w", ev->task_id, ev->run_id);
+    char ts[24], from[24], trim[24], ttl[24];
+    struct st_buf member;
+    st_buf_init(&member);
+    st_buf_printf(&member, "%s\x1f%s\x1f%" PRId64, ev->source_name, ev->event_id,
+                  bytes < 0 ? 0 : bytes);
+    snprintf(ts, sizeof(ts), "%" PRId64, ev->ts_us);
+    snprintf(from, sizeof(from), "%" PRId64, ev->ts_us - window_us);
+    snprintf(trim, sizeof(trim), "(%" PRId64,
+             ev->ts_us - 2 * window_us - conf->lateness_s * 1000000);
+    snprintf(ttl, sizeof(ttl), "%" PRId64, conf->state_ttl_s);
+    const char *argv[] = {"EVAL", script, "1", key, ts, member.data, from, trim, ttl};
+    st_rpipe_cmd(ctx->redis, on_window, p, 9, argv);
+    st_buf_fini(&member);
+    free(key);
+}
+
+static void va_end_batch(void *state, struct st_detect_ctx *ctx)
+{
+}
+
+const struct st_detector_ops st_volume_anomaly_ops = {
+    .name = NAME,
+    .version = VERSION,
+    .create = va_create,
+    .destroy = va_destroy,
+    .begin_batch = va_begin,
+    .feed = va_feed,
+    .end_batch = va_end_batch,
+    .reset_batch = va_reset,
+};
