@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "override.h"
+
 struct st_analyzer_conf {
     char *brokers;
     char *topic_events;
@@ -33,7 +35,8 @@ struct st_analyzer_conf {
     int64_t scope_platforms;  /* detect.scope_drift.allowlist_platforms */
     char *canary_fps;         /* detect.token_write.canary_fingerprints */
     int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
-    char config_hash[17];     /* of the detect.* properties */
+    struct st_overrides overrides; /* override.task|platform.* */
+    char config_hash[17];     /* of the detect.* properties and overrides */
 };
 
 #endif

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "analyzer.h"
+#include "buf.h"
 #include "conf.h"
 #include "consume.h"
 #include "detect.h"
@@ -320,17 +321,30 @@ int main(int argc, char **argv)
         free(sets);
         return 64;
     }
+    a.conf.overrides.props = analyzer_props;
     if (st_conf_defaults(analyzer_props, &a.conf, errstr, sizeof(errstr)) ||
         st_conf_load_env(analyzer_props, &a.conf, errstr, sizeof(errstr)) ||
         (config_file &&
-         st_conf_load_file(analyzer_props, &a.conf, config_file, errstr, sizeof(errstr))))
+         st_conf_load_file_extra(analyzer_props, &a.conf, config_file, st_override_parse,
+                                 &a.conf.overrides, errstr, sizeof(errstr))))
         goto conf_error;
     for (int i = 0; i < nsets; i++)
-        if (st_conf_set_arg(analyzer_props, &a.conf, sets[i], errstr, sizeof(errstr)))
+        if (st_conf_set_arg_extra(analyzer_props, &a.conf, sets[i], st_override_parse,
+                                  &a.conf.overrides, errstr, sizeof(errstr)))
             goto conf_error;
     free(sets);
     sets = NULL;
     st_conf_hash(analyzer_props, &a.conf, "detect.", a.conf.config_hash);
+    if (a.conf.overrides.n) {
+        struct st_buf desc;
+        char id[33];
+        st_buf_init(&desc);
+        st_overrides_describe(&a.conf.overrides, &desc);
+        st_finding_id(id, "config", a.conf.config_hash, desc.data, "");
+        memcpy(a.conf.config_hash, id, 16);
+        a.conf.config_hash[16] = '\0';
+        st_buf_fini(&desc);
+    }
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -373,12 +387,14 @@ out:
     st_consumer_destroy(a.consumer);
     st_rpipe_destroy(a.redis);
     st_pgsink_destroy(a.sink);
+    st_overrides_fini(&a.conf.overrides);
     st_conf_fini(analyzer_props, &a.conf);
     return status;
 
 conf_error:
     st_error("%s", errstr);
     free(sets);
+    st_overrides_fini(&a.conf.overrides);
     st_conf_fini(analyzer_props, &a.conf);
     return 78;
 }

@@ -104,8 +104,27 @@ static char *trim(char *s)
     return s;
 }
 
+static int set_extra(const struct st_conf_prop *props, void *conf, const char *name,
+                     const char *value, st_conf_extra_fn extra, void *arg,
+                     char *errstr, size_t errsz)
+{
+    if (extra && !conf_find(props, name)) {
+        int rc = extra(arg, name, value, errstr, errsz);
+        if (rc <= 0)
+            return rc;
+    }
+    return st_conf_set(props, conf, name, value, errstr, errsz);
+}
+
 int st_conf_load_file(const struct st_conf_prop *props, void *conf,
                       const char *path, char *errstr, size_t errsz)
+{
+    return st_conf_load_file_extra(props, conf, path, NULL, NULL, errstr, errsz);
+}
+
+int st_conf_load_file_extra(const struct st_conf_prop *props, void *conf,
+                            const char *path, st_conf_extra_fn extra, void *arg,
+                            char *errstr, size_t errsz)
 {
     char line[4096], err[256];
     int lineno = 0, rc = -1;
@@ -127,7 +146,8 @@ int st_conf_load_file(const struct st_conf_prop *props, void *conf,
             goto out;
         }
         *eq = '\0';
-        if (st_conf_set(props, conf, trim(s), trim(eq + 1), err, sizeof(err))) {
+        if (set_extra(props, conf, trim(s), trim(eq + 1), extra, arg, err,
+                      sizeof(err))) {
             snprintf(errstr, errsz, "%s:%d: %s", path, lineno, err);
             goto out;
         }
@@ -141,13 +161,20 @@ out:
 int st_conf_set_arg(const struct st_conf_prop *props, void *conf,
                     const char *arg, char *errstr, size_t errsz)
 {
+    return st_conf_set_arg_extra(props, conf, arg, NULL, NULL, errstr, errsz);
+}
+
+int st_conf_set_arg_extra(const struct st_conf_prop *props, void *conf,
+                          const char *arg, st_conf_extra_fn extra, void *xarg,
+                          char *errstr, size_t errsz)
+{
     const char *eq = strchr(arg, '=');
     if (!eq) {
         snprintf(errstr, errsz, "expected name=value, got \"%s\"", arg);
         return -1;
     }
     char *name = st_strndup(arg, (size_t)(eq - arg));
-    int rc = st_conf_set(props, conf, name, eq + 1, errstr, errsz);
+    int rc = set_extra(props, conf, name, eq + 1, extra, xarg, errstr, errsz);
     free(name);
     return rc;
 }

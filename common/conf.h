@@ -45,6 +45,22 @@ int st_conf_load_env(const struct st_conf_prop *props, void *conf,
 int st_conf_load_file(const struct st_conf_prop *props, void *conf,
                       const char *path, char *errstr, size_t errsz);
 
+/* A handler for names the table does not know (for families of names such
+ * as overrides). Returns 0 when it took the name, 1 when the name is not
+ * its own either (then it is an error), -1 with errstr set on a bad value. */
+typedef int (*st_conf_extra_fn)(void *arg, const char *name, const char *value,
+                                char *errstr, size_t errsz);
+
+/* As st_conf_load_file, handing unknown names to extra first. */
+int st_conf_load_file_extra(const struct st_conf_prop *props, void *conf,
+                            const char *path, st_conf_extra_fn extra, void *arg,
+                            char *errstr, size_t errsz);
+
+/* As st_conf_set_arg, handing unknown names to extra first. */
+int st_conf_set_arg_extra(const struct st_conf_prop *props, void *conf,
+                          const char *arg, st_conf_extra_fn extra, void *xarg,
+                          char *errstr, size_t errsz);
+
 /* Parses a "name=value" argument (as given to -X). */
 int st_conf_set_arg(const struct st_conf_prop *props, void *conf,
                     const char *arg, char *errstr, size_t errsz);

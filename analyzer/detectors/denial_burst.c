@@ -71,12 +71,18 @@ static int db_window(void *arg, const struct st_runwin_view *v, size_t lo, size_
     }
     st_window_count(m, hi - lo, end_us - v->window_us, end_us, &count, &targets);
     free(m);
-    if ((int64_t)count < conf->db_threshold)
+    if ((int64_t)count < st_override_int(&conf->overrides, v->ev,
+                                         "detect.denial_burst.threshold",
+                                         conf->db_threshold))
         return 0;
 
     st_runwin_episode(st->win, v, end_us, &v->m[lo], id);
     enum st_severity sev =
-        (int64_t)targets >= conf->db_high_targets ? ST_SEV_HIGH : ST_SEV_MEDIUM;
+        (int64_t)targets >= st_override_int(&conf->overrides, v->ev,
+                                            "detect.denial_burst.high_targets",
+                                            conf->db_high_targets)
+            ? ST_SEV_HIGH
+            : ST_SEV_MEDIUM;
     snprintf(summary, sizeof(summary),
              "%zu denied events within %" PRId64 " s to %zu distinct target(s)", count,
              conf->db_window_s, targets);

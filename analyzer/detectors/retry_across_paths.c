@@ -102,7 +102,10 @@ static int rp_window(void *arg, const struct st_runwin_view *v, size_t lo, size_
         }
     }
     free(failed);
-    if (!started || (int64_t)other < st->conf->retry_min_attempts)
+    if (!started ||
+        (int64_t)other < st_override_int(&st->conf->overrides, v->ev,
+                                         "detect.retry_across_paths.min_attempts",
+                                         st->conf->retry_min_attempts))
         return 0;
 
     st_runwin_episode(st->win, v, end_us, &v->m[first], id);

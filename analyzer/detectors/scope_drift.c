@@ -250,7 +250,9 @@ static int deny_window(void *arg, const struct st_runwin_view *v, size_t lo, siz
 {
     struct sd_state *st = arg;
     char id[33], summary[256];
-    if ((int64_t)(hi - lo) < st->conf->scope_deny_count)
+    if ((int64_t)(hi - lo) < st_override_int(&st->conf->overrides, v->ev,
+                                             "detect.scope_drift.deny_loop_count",
+                                             st->conf->scope_deny_count))
         return 0;
     st_runwin_episode(st->denies, v, end_us, &v->m[lo], id);
     snprintf(summary, sizeof(summary),

@@ -90,8 +90,14 @@ static int on_window(const redisReply *r, void *arg)
         return -1;
     long long count = r->element[0]->integer;
     long long bytes = r->element[1]->str ? strtoll(r->element[1]->str, NULL, 10) : 0;
-    int over_req = count > conf->vol_max_requests;
-    int over_bytes = bytes > conf->vol_max_bytes_out;
+    int64_t max_req = st_override_int(&conf->overrides, ev,
+                                      "detect.volume_anomaly.max_requests",
+                                      conf->vol_max_requests);
+    int64_t max_bytes = st_override_int(&conf->overrides, ev,
+                                        "detect.volume_anomaly.max_bytes_out",
+                                        conf->vol_max_bytes_out);
+    int over_req = count > max_req;
+    int over_bytes = bytes > max_bytes;
     if (!over_req && !over_bytes)
         return 0;
 
@@ -100,12 +106,11 @@ static int on_window(const redisReply *r, void *arg)
     int64_t slot = ev->ts_us / window_us;
     snprintf(key, sizeof(key), "slot:%" PRId64, slot);
     st_finding_id(id, NAME, ev->task_id, ev->run_id, key);
-    int high = count > 2 * conf->vol_max_requests || bytes > 2 * conf->vol_max_bytes_out;
+    int high = count > 2 * max_req || bytes > 2 * max_bytes;
     snprintf(summary, sizeof(summary),
              "%lld proxy requests and %lld bytes out within %" PRId64
              " s (budget %" PRId64 " requests, %" PRId64 " bytes)",
-             count, bytes, conf->vol_window_s, conf->vol_max_requests,
-             conf->vol_max_bytes_out);
+             count, bytes, conf->vol_window_s, max_req, max_bytes);
     struct st_finding *f = st_findings_update(
         st->findings, id, NAME, VERSION, high ? ST_SEV_HIGH : ST_SEV_MEDIUM,
         ev->task_id, ev->run_id, ev->ts_us, ev->ts_us, summary);
