@@ -16,6 +16,7 @@ struct st_analyzer_conf {
     char *redis_url;
     char *redis_prefix;
     char *sql_dir;
+    char *metrics_listen;
     int64_t batch_max_events;
     int64_t batch_max_ms;
     int64_t assign_timeout_ms;

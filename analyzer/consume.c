@@ -257,3 +257,13 @@ int st_consumer_assigned(const struct st_consumer *c)
 {
     return c->nparts;
 }
+
+int64_t st_consumer_lag(const struct st_consumer *c, int32_t partition, int64_t offset)
+{
+    int64_t lo, hi;
+    if (offset < 0 ||
+        rd_kafka_get_watermark_offsets(c->rk, c->topic, partition, &lo, &hi) ||
+        hi < 0)
+        return -1;
+    return hi > offset ? hi - offset : 0;
+}

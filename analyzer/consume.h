@@ -41,6 +41,10 @@ void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void
 /* The partitions currently assigned; returns their count (at most max). */
 int st_consumer_partitions(const struct st_consumer *c, int32_t *out, int max);
 
+/* Messages in partition after offset, from the high watermark the last
+ * fetch saw (no round trip); -1 when unknown. */
+int64_t st_consumer_lag(const struct st_consumer *c, int32_t partition, int64_t offset);
+
 /* 1 when partitions are assigned and each has reached its end. */
 int st_consumer_drained(const struct st_consumer *c);
 

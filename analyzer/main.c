@@ -25,6 +25,7 @@
 #include "consume.h"
 #include "detect.h"
 #include "log.h"
+#include "metrics.h"
 #include "pg.h"
 #include "reorder.h"
 #include "rpipe.h"
@@ -61,6 +62,8 @@ static const struct st_conf_prop analyzer_props[] = {
     {"sql.dir", "SANDTRAIL_SQL_DIR", ST_CONF_STR, A(sql_dir), 0, 0, NULL,
      "folder of numbered migrations applied at start (unset: the source tree's "
      "sql/, fixed at build time)"},
+    {"metrics.listen", "SANDTRAIL_ANALYZER_METRICS", ST_CONF_STR, A(metrics_listen), 0,
+     0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"batch.max_events", NULL, ST_CONF_INT, A(batch_max_events), 1, 100000, "1000",
      "most events processed in one transaction"},
     {"batch.max_ms", NULL, ST_CONF_INT, A(batch_max_ms), 1, 60000, "200",
@@ -137,7 +140,65 @@ struct analyzer {
     void *det_state[16];
     struct st_findings findings;
     long events, invalid, late, batches, commits, findings_written;
+    struct st_metrics *metrics;
+    struct st_metric *m_events, *m_invalid, *m_late, *m_batches, *m_buffered;
+    struct st_metric *m_redis_s, *m_pg_s, *m_redis_err, *m_pg_err;
 };
+
+static void metrics_init(struct analyzer *a)
+{
+    struct st_metrics *m = a->metrics = st_metrics_new();
+    a->m_events = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_events_total",
+                                "events consumed and stored", "");
+    a->m_invalid = st_metric_get(m, ST_METRIC_COUNTER,
+                                 "sandtrail_analyzer_events_invalid_total",
+                                 "messages that are not valid events (left in Kafka)", "");
+    a->m_late = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_events_late_total",
+                              "events that arrived after their partition's watermark", "");
+    a->m_batches = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_batches_total",
+                                 "batches written to PostgreSQL", "");
+    a->m_buffered = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_reorder_buffered",
+                                  "events waiting for their watermark", "");
+    a->m_redis_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_redis_seconds",
+                                 "time of one pipelined Redis round trip", "");
+    a->m_pg_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_pg_seconds",
+                              "time of one batch's PostgreSQL transaction", "");
+    a->m_redis_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_redis_errors_total",
+                                   "failed Redis round trips (the batch is retried)", "");
+    a->m_pg_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_pg_errors_total",
+                                "failed PostgreSQL transactions (the batch is retried)", "");
+}
+
+static void metrics_findings(struct analyzer *a)
+{
+    char labels[128];
+    for (size_t i = 0; i < a->findings.n; i++) {
+        const struct st_finding *f = &a->findings.items[i];
+        snprintf(labels, sizeof(labels), "detector=\"%s\",severity=\"%s\"", f->detector,
+                 st_severity_name(f->severity));
+        st_metric_add(st_metric_get(a->metrics, ST_METRIC_COUNTER,
+                                    "sandtrail_analyzer_finding_updates_total",
+                                    "findings created or updated, by detector and severity",
+                                    labels),
+                      1);
+    }
+}
+
+static void metrics_lag(struct analyzer *a, const int32_t *parts, const int64_t *offsets,
+                        int n)
+{
+    char labels[64];
+    for (int i = 0; i < n; i++) {
+        int64_t lag = st_consumer_lag(a->consumer, parts[i], offsets[i]);
+        if (lag < 0)
+            continue;
+        snprintf(labels, sizeof(labels), "partition=\"%d\"", (int)parts[i]);
+        st_metric_set(st_metric_get(a->metrics, ST_METRIC_GAUGE,
+                                    "sandtrail_analyzer_consumer_lag",
+                                    "messages not yet committed, per partition", labels),
+                      lag);
+    }
+}
 
 static void detectors_reset(struct analyzer *a)
 {
@@ -160,13 +221,24 @@ static int batch_try(struct analyzer *a, size_t nrel, char *errstr, size_t errsz
         for (int d = 0; st_detectors[d]; d++)
             st_detectors[d]->feed(a->det_state[d], &ctx, &a->rel[i].ev);
     }
-    if (st_rpipe_exec(a->redis, errstr, errsz))
+    int64_t t0 = st_time_mono_us();
+    int rc = st_rpipe_exec(a->redis, errstr, errsz);
+    if (rc == 0) {
+        for (int d = 0; st_detectors[d]; d++)
+            st_detectors[d]->end_batch(a->det_state[d], &ctx);
+        rc = st_rpipe_exec(a->redis, errstr, errsz);
+    }
+    int64_t t1 = st_time_mono_us();
+    st_metric_observe(a->m_redis_s, (double)(t1 - t0) / 1e6);
+    if (rc) {
+        st_metric_add(a->m_redis_err, 1);
         return -1;
-    for (int d = 0; st_detectors[d]; d++)
-        st_detectors[d]->end_batch(a->det_state[d], &ctx);
-    if (st_rpipe_exec(a->redis, errstr, errsz))
-        return -1;
-    return st_pgsink_write(a->sink, &a->findings, errstr, errsz);
+    }
+    rc = st_pgsink_write(a->sink, &a->findings, errstr, errsz);
+    st_metric_observe(a->m_pg_s, (double)(st_time_mono_us() - t1) / 1e6);
+    if (rc)
+        st_metric_add(a->m_pg_err, 1);
+    return rc;
 }
 
 /* Retries until written or asked to stop. Returns 0 when written. */
@@ -186,6 +258,8 @@ static int batch_write(struct analyzer *a, size_t nrel)
     }
     a->findings_written += (long)a->findings.n;
     a->batches++;
+    st_metric_add(a->m_batches, 1);
+    metrics_findings(a);
     detectors_reset(a);
     return 0;
 }
@@ -201,6 +275,7 @@ static void ingest(struct analyzer *a, rd_kafka_message_t **msgs, int n, int64_t
             /* the collector validated it, so the schema moved on: the
              * message stays in Kafka at this offset for inspection */
             a->invalid++;
+            st_metric_add(a->m_invalid, 1);
             st_warn("skipping invalid event at %s [%" PRId32 "] offset %" PRId64
                     ": %s: %s",
                     rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition,
@@ -212,6 +287,7 @@ static void ingest(struct analyzer *a, rd_kafka_message_t **msgs, int n, int64_t
         st_pgsink_stage(a->sink, &se, 1);
         st_reorder_push(a->reorder, msgs[i]->partition, msgs[i]->offset, &ev, now);
         a->events++;
+        st_metric_add(a->m_events, 1);
     }
 }
 
@@ -223,6 +299,8 @@ static void commit_offsets(struct analyzer *a)
     for (int i = 0; i < n; i++)
         offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
     st_consumer_commit(a->consumer, parts, offsets, n);
+    metrics_lag(a, parts, offsets, n);
+    st_metric_set(a->m_buffered, (int64_t)st_reorder_buffered(a->reorder));
 }
 
 static void on_revoke(int32_t partition, void *arg)
@@ -254,8 +332,10 @@ static int run(struct analyzer *a, int drain)
         size_t nrel = st_reorder_release(a->reorder, flush, now, idle_ms, &a->rel,
                                          &a->relcap);
         if (n > 0 || nrel > 0) {
-            for (size_t i = 0; i < nrel; i++)
+            for (size_t i = 0; i < nrel; i++) {
                 a->late += a->rel[i].late;
+                st_metric_add(a->m_late, a->rel[i].late);
+            }
             int failed = batch_write(a, nrel);
             for (size_t i = 0; i < nrel; i++)
                 st_reorder_item_fini(&a->rel[i]);
@@ -360,10 +440,15 @@ int main(int argc, char **argv)
         }
         PQfinish(pg);
     }
+    metrics_init(&a);
     if (!(a.sink = st_pgsink_new(a.conf.pg_dsn, a.conf.config_hash, errstr,
                                  sizeof(errstr))) ||
         !(a.redis = st_rpipe_new(a.conf.redis_url, errstr, sizeof(errstr))) ||
         !(a.consumer = st_consumer_new(&a.conf, errstr, sizeof(errstr)))) {
+        st_error("%s", errstr);
+        goto out;
+    }
+    if (st_metrics_serve(a.metrics, a.conf.metrics_listen, errstr, sizeof(errstr))) {
         st_error("%s", errstr);
         goto out;
     }
@@ -388,6 +473,7 @@ out:
     st_rpipe_destroy(a.redis);
     st_pgsink_destroy(a.sink);
     st_overrides_fini(&a.conf.overrides);
+    st_metrics_destroy(a.metrics);
     st_conf_fini(analyzer_props, &a.conf);
     return status;
 

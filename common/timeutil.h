@@ -16,6 +16,9 @@ void st_time_format(int64_t us, char *buf, size_t size);
 /* Wall clock, microseconds since the epoch. */
 int64_t st_time_now_us(void);
 
+/* Monotonic clock, microseconds. */
+int64_t st_time_mono_us(void);
+
 /* Monotonic clock, milliseconds. */
 int64_t st_time_mono_ms(void);
 

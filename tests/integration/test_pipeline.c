@@ -252,6 +252,50 @@ START_TEST(pipeline_two_analyzers_one_killed_equal_one_clean)
 }
 END_TEST
 
+/* A live analyzer serves Prometheus metrics: events, findings by detector
+ * and severity, consumer lag per partition; and no event content. */
+START_TEST(pipeline_live_analyzer_serves_metrics)
+{
+    struct world w;
+    char *text = NULL;
+    world_init(&w, "metrics");
+    run(&w, w.name, w.name, BIN "/collector/sandtrail-collector --input %s 2>/dev/null",
+        FIXTURE);
+    run(&w, w.name, w.name,
+        BIN "/analyzer/sandtrail-analyzer -X metrics.listen=127.0.0.1:19464"
+            " -X detect.lateness_s=1 2>/dev/null & echo \\$! > /tmp/st_metrics_pid");
+    for (int i = 0; i < 60; i++) {
+        free(text);
+        text = NULL;
+        FILE *p = popen("curl -s http://127.0.0.1:19464/metrics", "r");
+        struct st_buf b;
+        char chunk[4096];
+        size_t n;
+        st_buf_init(&b);
+        st_buf_adds(&b, "");
+        while ((n = fread(chunk, 1, sizeof(chunk), p)) > 0)
+            st_buf_add(&b, chunk, n);
+        pclose(p);
+        text = b.data;
+        if (strstr(text, "sandtrail_analyzer_events_total 40\n") &&
+            strstr(text, "detector=\"denial_burst\",severity=\"high\"") &&
+            strstr(text, "sandtrail_analyzer_consumer_lag{partition="))
+            break;
+        usleep(500000);
+    }
+    ck_assert_int_eq(system("kill $(cat /tmp/st_metrics_pid)"), 0);
+    ck_assert_ptr_nonnull(strstr(text, "sandtrail_analyzer_events_total 40\n"));
+    ck_assert_ptr_nonnull(strstr(text, "sandtrail_analyzer_finding_updates_total{detector="
+                                       "\"denial_burst\",severity=\"high\"}"));
+    ck_assert_ptr_nonnull(strstr(text, "sandtrail_analyzer_consumer_lag{partition="));
+    ck_assert_ptr_nonnull(strstr(text, "sandtrail_analyzer_pg_seconds_bucket{le=\"+Inf\"}"));
+    ck_assert_ptr_null(strstr(text, "example"));
+    ck_assert_ptr_null(strstr(text, "T-100"));
+    free(text);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -265,6 +309,7 @@ int main(void)
     tcase_add_test(tc, pipeline_crash_and_restart_equals_clean_run);
     tcase_add_test(tc, pipeline_replay_from_zero_changes_nothing);
     tcase_add_test(tc, pipeline_two_analyzers_one_killed_equal_one_clean);
+    tcase_add_test(tc, pipeline_live_analyzer_serves_metrics);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
