@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/sha.h>
+
 #include "log.h"
 #include "rpipe.h"
 
@@ -11,8 +13,15 @@ struct pending {
     void *arg;
 };
 
+struct script {
+    const char *body; /* not copied */
+    char sha[41];
+};
+
 struct st_rpipe {
     redisContext *rc;
+    struct script scripts[16];
+    int nscripts;
     char *host;
     int port;
     int db;
@@ -58,6 +67,18 @@ static int rpipe_connect(struct st_rpipe *p, char *errstr, size_t errsz)
         goto fail;
     }
     redisSetTimeout(p->rc, tv);
+    /* a restarted Redis has forgotten them: load before any EVALSHA */
+    for (int i = 0; i < p->nscripts; i++) {
+        redisReply *r = redisCommand(p->rc, "SCRIPT LOAD %s", p->scripts[i].body);
+        int ok = r && r->type == REDIS_REPLY_STRING;
+        if (r)
+            freeReplyObject(r);
+        if (!ok) {
+            snprintf(errstr, errsz, "could not load a script into Redis at \"%s:%d\"",
+                     p->host, p->port);
+            goto fail;
+        }
+    }
     if (p->db) {
         redisReply *r = redisCommand(p->rc, "SELECT %d", p->db);
         int ok = r && r->type != REDIS_REPLY_ERROR;
@@ -124,6 +145,42 @@ void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
     p->pend[p->n].cb = cb;
     p->pend[p->n].arg = arg;
     p->n++;
+}
+
+void st_rpipe_script(struct st_rpipe *p, st_rpipe_cb cb, void *arg, const char *body,
+                     int numkeys, int argc, const char **argv)
+{
+    struct script *sc = NULL;
+    for (int i = 0; i < p->nscripts && !sc; i++)
+        if (p->scripts[i].body == body)
+            sc = &p->scripts[i];
+    if (!sc) {
+        unsigned char md[SHA_DIGEST_LENGTH];
+        if (p->nscripts == 16)
+            st_fatal("more than 16 Redis scripts");
+        sc = &p->scripts[p->nscripts++];
+        sc->body = body;
+        SHA1((const unsigned char *)body, strlen(body), md);
+        for (int i = 0; i < SHA_DIGEST_LENGTH; i++)
+            snprintf(sc->sha + 2 * i, 3, "%02x", md[i]);
+        /* loaded now on this connection, and on every reconnect */
+        if (p->rc) {
+            redisReply *r = redisCommand(p->rc, "SCRIPT LOAD %s", body);
+            if (r)
+                freeReplyObject(r);
+        }
+    }
+    const char *full[16];
+    char nk[8];
+    if (argc + 3 > 16)
+        st_fatal("redis script with %d arguments", argc);
+    snprintf(nk, sizeof(nk), "%d", numkeys);
+    full[0] = "EVALSHA";
+    full[1] = sc->sha;
+    full[2] = nk;
+    for (int i = 0; i < argc; i++)
+        full[3 + i] = argv[i];
+    st_rpipe_cmd(p, cb, arg, argc + 3, full);
 }
 
 void st_rpipe_discard(struct st_rpipe *p)

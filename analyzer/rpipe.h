@@ -26,6 +26,13 @@ void st_rpipe_destroy(struct st_rpipe *p);
 void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
                   const char **argv);
 
+/* Queues EVALSHA of a server-side script with numkeys keys followed by the
+ * arguments: Redis hashes and compiles a script once, instead of on every
+ * EVAL. body must outlive the pipeline (a string literal); it is loaded with
+ * SCRIPT LOAD on each new connection. argv holds the keys and arguments. */
+void st_rpipe_script(struct st_rpipe *p, st_rpipe_cb cb, void *arg, const char *body,
+                     int numkeys, int argc, const char **argv);
+
 /* Sends every queued command and runs the callbacks. Returns 0, or -1 with
  * errstr set; on error the queue is dropped and the connection is reopened
  * on the next exec. */

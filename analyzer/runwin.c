@@ -19,6 +19,9 @@
 struct run_state {
     char *task_id, *run_id;
     char *ep_key;
+    char *w_key;
+    uint64_t hash;
+    int64_t max_ts; /* newest on-time event of the run in this batch */
     int loaded;
     int has_ep;
     int dirty;
@@ -41,6 +44,8 @@ struct st_runwin {
     int64_t window_us, keep_us;
     struct run_state *runs;
     size_t nruns, capruns;
+    int32_t *index; /* open addressing over runs, -1 = empty */
+    size_t index_cap;
     struct pending *pend;
     size_t npend, cappend;
 };
@@ -62,8 +67,11 @@ void st_runwin_reset(struct st_runwin *w)
         free(w->runs[i].task_id);
         free(w->runs[i].run_id);
         free(w->runs[i].ep_key);
+        free(w->runs[i].w_key);
     }
     w->nruns = 0;
+    for (size_t i = 0; i < w->index_cap; i++)
+        w->index[i] = -1;
     w->npend = 0;
 }
 
@@ -73,6 +81,7 @@ void st_runwin_destroy(struct st_runwin *w)
         return;
     st_runwin_reset(w);
     free(w->runs);
+    free(w->index);
     free(w->pend);
     free(w->name);
     free(w);
@@ -87,6 +96,41 @@ void st_runwin_begin(struct st_runwin *w, size_t nevents)
         w->pend = st_realloc(w->pend, nevents * sizeof(*w->pend));
         w->cappend = nevents;
     }
+    if (w->index_cap < 2 * nevents) {
+        size_t cap = 64;
+        while (cap < 2 * nevents)
+            cap *= 2;
+        w->index = st_realloc(w->index, cap * sizeof(*w->index));
+        w->index_cap = cap;
+        for (size_t i = 0; i < cap; i++)
+            w->index[i] = -1;
+    }
+}
+
+static uint64_t run_hash(const char *task, const char *run)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)task; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    h = (h ^ 0x1f) * 0x100000001b3ULL;
+    for (const unsigned char *p = (const unsigned char *)run; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The run of ev in this batch, or NULL; *slot gets where it would go. */
+static struct run_state *run_find(struct st_runwin *w, const struct st_event *ev,
+                                  uint64_t h, size_t *slot)
+{
+    size_t mask = w->index_cap - 1, i = (size_t)h & mask;
+    for (; w->index[i] >= 0; i = (i + 1) & mask) {
+        struct run_state *r = &w->runs[w->index[i]];
+        if (r->hash == h && !strcmp(r->run_id, ev->run_id) &&
+            !strcmp(r->task_id, ev->task_id))
+            return r;
+    }
+    *slot = i;
+    return NULL;
 }
 
 static int on_episode(const redisReply *r, void *arg)
@@ -156,17 +200,22 @@ out:
 static struct run_state *run_get(struct st_runwin *w, struct st_detect_ctx *ctx,
                                  const struct st_event *ev)
 {
-    for (size_t i = 0; i < w->nruns; i++)
-        if (!strcmp(w->runs[i].run_id, ev->run_id) &&
-            !strcmp(w->runs[i].task_id, ev->task_id))
-            return &w->runs[i];
+    uint64_t h = run_hash(ev->task_id, ev->run_id);
+    size_t slot;
+    struct run_state *run = run_find(w, ev, h, &slot);
+    if (run)
+        return run;
     if (w->nruns == w->capruns)
         st_fatal("%s: fed more events than begin_batch announced", w->name);
-    struct run_state *run = &w->runs[w->nruns++];
+    w->index[slot] = (int32_t)w->nruns;
+    run = &w->runs[w->nruns++];
     memset(run, 0, sizeof(*run));
+    run->hash = h;
+    run->max_ts = INT64_MIN;
     run->task_id = st_strdup(ev->task_id);
     run->run_id = st_strdup(ev->run_id);
     run->ep_key = st_detect_key(ctx->conf, w->name, "ep", ev->task_id, ev->run_id);
+    run->w_key = st_detect_key(ctx->conf, w->name, "w", ev->task_id, ev->run_id);
     const char *argv[] = {"HGETALL", run->ep_key};
     st_rpipe_cmd(ctx->redis, on_episode, run, 2, argv);
     return run;
@@ -176,57 +225,50 @@ void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
                     const struct st_event *ev, const char *payload, int add_only,
                     st_runwin_cb cb, void *arg)
 {
-    char ts[24], from[24], to[24], trim[24], ttl[24];
+    char ts[24], from[24], to[24];
     struct st_buf member;
-    char *wkey = st_detect_key(ctx->conf, w->name, "w", ev->task_id, ev->run_id);
+    struct run_state *run = run_get(w, ctx, ev);
 
     snprintf(ts, sizeof(ts), "%" PRId64, ev->ts_us);
-    snprintf(trim, sizeof(trim), "(%" PRId64, ev->ts_us - w->keep_us);
-    snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
     st_buf_init(&member);
     st_buf_adds(&member, ev->source_name);
     st_buf_addc(&member, SEP);
     st_buf_adds(&member, ev->event_id);
     st_buf_addc(&member, SEP);
     st_buf_adds(&member, payload);
+    /* trimming and expiry happen once per run, at end_batch; an old late
+     * event must not trim what newer windows still need */
+    if (!ctx->late && ev->ts_us > run->max_ts)
+        run->max_ts = ev->ts_us;
 
-    const char *zadd[] = {"ZADD", wkey, ts, member.data};
-    const char *zrem[] = {"ZREMRANGEBYSCORE", wkey, "-inf", trim};
-    const char *expire[] = {"EXPIRE", wkey, ttl};
+    const char *zadd[] = {"ZADD", run->w_key, ts, member.data};
     st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zadd);
-    /* an old late event must not erase what newer windows still need */
-    if (!ctx->late)
-        st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zrem);
     if (!add_only) {
         if (w->npend == w->cappend)
             st_fatal("%s: fed more events than begin_batch announced", w->name);
         struct pending *p = &w->pend[w->npend++];
         p->w = w;
         p->ev = ev;
-        p->run = run_get(w, ctx, ev);
+        p->run = run;
         p->late = ctx->late;
         p->cb = cb;
         p->arg = arg;
         snprintf(from, sizeof(from), "%" PRId64, ev->ts_us - w->window_us);
         snprintf(to, sizeof(to), "%" PRId64,
                  ctx->late ? ev->ts_us + w->window_us : ev->ts_us);
-        const char *zrange[] = {"ZRANGEBYSCORE", wkey, from, to, "WITHSCORES"};
+        const char *zrange[] = {"ZRANGEBYSCORE", run->w_key, from, to, "WITHSCORES"};
         st_rpipe_cmd(ctx->redis, on_window, p, 5, zrange);
     }
-    st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
     st_buf_fini(&member);
-    free(wkey);
 }
 
 void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
                        int64_t end_us, const struct st_runwin_member *opener,
                        char out[33])
 {
-    struct run_state *run = NULL;
-    for (size_t i = 0; i < w->nruns && !run; i++)
-        if (!strcmp(w->runs[i].run_id, v->ev->run_id) &&
-            !strcmp(w->runs[i].task_id, v->ev->task_id))
-            run = &w->runs[i];
+    size_t slot;
+    struct run_state *run = run_find(w, v->ev, run_hash(v->ev->task_id, v->ev->run_id),
+                                     &slot);
     if (!run)
         st_fatal("%s: episode of a run that was not fed", w->name);
     if (!run->has_ep || !st_episode_continues(&run->ep, end_us, w->window_us)) {
@@ -246,6 +288,14 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
     snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
     for (size_t i = 0; i < w->nruns; i++) {
         struct run_state *run = &w->runs[i];
+        char trim[24];
+        const char *wexpire[] = {"EXPIRE", run->w_key, ttl};
+        st_rpipe_cmd(ctx->redis, NULL, NULL, 3, wexpire);
+        if (run->max_ts != INT64_MIN) {
+            snprintf(trim, sizeof(trim), "(%" PRId64, run->max_ts - w->keep_us);
+            const char *zrem[] = {"ZREMRANGEBYSCORE", run->w_key, "-inf", trim};
+            st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zrem);
+        }
         if (!run->dirty)
             continue;
         snprintf(first, sizeof(first), "%" PRId64, run->ep.first_us);

@@ -37,11 +37,6 @@
 #define NAME "scope_drift"
 #define VERSION 1
 
-static const char *drift_script =
-    "redis.call('HSET', KEYS[1], ARGV[1], '1') "
-    "redis.call('EXPIRE', KEYS[1], ARGV[2]) "
-    "return redis.call('HKEYS', KEYS[1])";
-
 struct pending {
     struct sd_state *st;
     const struct st_event *ev;
@@ -339,8 +334,13 @@ static void sd_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
         snprintf(field, sizeof(field), "%s:%.256s",
                  ev->decision == ST_DECISION_DENY ? "deny" : "allow", ev->source_platform);
         snprintf(ttl, sizeof(ttl), "%" PRId64, st->conf->state_ttl_s);
-        const char *argv[] = {"EVAL", drift_script, "1", dkey, field, ttl};
-        st_rpipe_cmd(ctx->redis, on_destination, pend_new(st, ctx, ev), 6, argv);
+        /* plain commands: pipelined, cheaper than a script per request */
+        const char *hset[] = {"HSET", dkey, field, "1"};
+        const char *hkeys[] = {"HKEYS", dkey};
+        const char *expire[] = {"EXPIRE", dkey, ttl};
+        st_rpipe_cmd(ctx->redis, NULL, NULL, 4, hset);
+        st_rpipe_cmd(ctx->redis, on_destination, pend_new(st, ctx, ev), 2, hkeys);
+        st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
         free(dkey);
     }
 }

@@ -140,7 +140,7 @@ static int on_credential(const redisReply *r, void *arg)
 {
     struct pending *p = arg;
     const struct st_event *ev = p->ev;
-    char key[128], id[33], summary[256];
+    char key[128], id[33], summary[512];
 
     if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)
         return -1;
@@ -148,7 +148,7 @@ static int on_credential(const redisReply *r, void *arg)
     int canary = is_canary(p->st->conf, p->mark.fp);
     snprintf(key, sizeof(key), "fp:%s", p->mark.fp);
     st_finding_id(id, NAME, ev->task_id, ev->run_id, key);
-    snprintf(summary, sizeof(summary), "%s value (%s, fingerprint %s) in %s %s%s%.64s%s",
+    snprintf(summary, sizeof(summary), "%s value (%.48s, fingerprint %.72s) in %s %.128s%s%.64s%s",
              canary ? "canary" : "credential-shaped", p->mark.rule, p->mark.fp,
              st_event_type_name(ev->type), p->mark.path,
              issued ? ": the credential \"" : "", issued ? r->str : "",

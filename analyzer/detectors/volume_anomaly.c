@@ -6,11 +6,13 @@
  * detect.volume_anomaly.max_bytes_out. Severity is high past twice the
  * budget, medium otherwise.
  *
- * A run's requests are a sorted set in Redis (member: source, event id,
- * bytes out; score: event time), so adding one twice changes nothing. One
- * server-side script per request adds it, trims the set and returns the
- * window's count and byte sum: one pipelined step, and only two numbers
- * cross the network however large the window. A finding covers one budget
+ * A run's requests are a sorted set in Redis (member: source and event id;
+ * score: event time), so adding one twice changes nothing; its bytes out are
+ * added to a per-tenth-of-the-window bucket only when the request was new.
+ * One server-side script per request (EVALSHA) does both and returns the
+ * window's count (exact) and byte sum (over the ten buckets ending with the
+ * event's): one pipelined step, a constant cost however large the window,
+ * and only two numbers cross the network. A finding covers one budget
  * window, keyed by the window-length slot of event time in which the budget
  * was exceeded; its evidence is every request made over the budget. */
 #include <inttypes.h>
@@ -25,16 +27,23 @@
 #define NAME "volume_anomaly"
 #define VERSION 1
 
+/* KEYS: the run's request set, the run's bytes per minute.
+ * ARGV: ts, member, window start, minute, bytes, oldest minute, ttl.
+ * A request counts once however often it is added (ZADD says whether it
+ * was new); bytes are summed per minute of event time, so the byte budget
+ * is measured over the window's whole minutes. */
 static const char *script =
-    "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) "
-    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[4]) "
-    "redis.call('EXPIRE', KEYS[1], ARGV[5]) "
-    "local m = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[3], ARGV[1]) "
-    "local bytes = 0 "
-    "for i = 1, #m do "
-    "  bytes = bytes + (tonumber(string.match(m[i], '\\031(%d+)$')) or 0) "
+    "if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 1 then "
+    "  redis.call('HINCRBY', KEYS[2], ARGV[4], ARGV[5]) "
     "end "
-    "return {#m, tostring(bytes)}";
+    "redis.call('EXPIRE', KEYS[1], ARGV[7]) "
+    "redis.call('EXPIRE', KEYS[2], ARGV[7]) "
+    "local n = redis.call('ZCOUNT', KEYS[1], ARGV[3], ARGV[1]) "
+    "local bytes = 0 "
+    "for m = tonumber(ARGV[6]), tonumber(ARGV[4]) do "
+    "  bytes = bytes + (tonumber(redis.call('HGET', KEYS[2], m)) or 0) "
+    "end "
+    "return {n, tostring(bytes)}";
 
 struct pending {
     struct va_state *st;
@@ -138,21 +147,25 @@ static void va_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
 
     st_json_int(ev->attrs, "bytes_out", &bytes);
     int64_t window_us = conf->vol_window_s * 1000000;
+    int64_t minute_us = window_us / 10 > 0 ? window_us / 10 : 1;
+    int64_t minute = ev->ts_us / minute_us;
     char *key = st_detect_key(conf, NAME, "w", ev->task_id, ev->run_id);
-    char ts[24], from[24], trim[24], ttl[24];
+    char *bkey = st_detect_key(conf, NAME, "b", ev->task_id, ev->run_id);
+    char ts[24], from[24], min[24], nbytes[24], oldest[24], ttl[24];
     struct st_buf member;
     st_buf_init(&member);
-    st_buf_printf(&member, "%s\x1f%s\x1f%" PRId64, ev->source_name, ev->event_id,
-                  bytes < 0 ? 0 : bytes);
+    st_buf_printf(&member, "%s\x1f%s", ev->source_name, ev->event_id);
     snprintf(ts, sizeof(ts), "%" PRId64, ev->ts_us);
-    snprintf(from, sizeof(from), "%" PRId64, ev->ts_us - window_us);
-    snprintf(trim, sizeof(trim), "(%" PRId64,
-             ev->ts_us - 2 * window_us - conf->lateness_s * 1000000);
+    snprintf(from, sizeof(from), "(%" PRId64, ev->ts_us - window_us);
+    snprintf(min, sizeof(min), "%" PRId64, minute);
+    snprintf(nbytes, sizeof(nbytes), "%" PRId64, bytes < 0 ? 0 : bytes);
+    snprintf(oldest, sizeof(oldest), "%" PRId64, minute - 9);
     snprintf(ttl, sizeof(ttl), "%" PRId64, conf->state_ttl_s);
-    const char *argv[] = {"EVAL", script, "1", key, ts, member.data, from, trim, ttl};
-    st_rpipe_cmd(ctx->redis, on_window, p, 9, argv);
+    const char *argv[] = {key, bkey, ts, member.data, from, min, nbytes, oldest, ttl};
+    st_rpipe_script(ctx->redis, on_window, p, script, 2, 9, argv);
     st_buf_fini(&member);
     free(key);
+    free(bkey);
 }
 
 static void va_end_batch(void *state, struct st_detect_ctx *ctx)

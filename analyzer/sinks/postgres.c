@@ -28,6 +28,7 @@ static const char *sql_stage =
     "kafka_partition, kafka_offset"
 
 static const char *sql_copy = "COPY events_stage (" EVENT_COLS ") FROM STDIN";
+static const char *sql_copy_direct = "COPY events (" EVENT_COLS ") FROM STDIN";
 
 static const char *sql_move =
     "INSERT INTO events (" EVENT_COLS ") SELECT " EVENT_COLS
@@ -190,11 +191,9 @@ void st_pgsink_stage(struct st_pgsink *s, const struct st_sink_event *evs, size_
         copy_row(&s->copy, &evs[i]);
 }
 
-static int write_events(struct st_pgsink *s, char *errstr, size_t errsz)
+static int copy_rows(struct st_pgsink *s, const char *sql, char *errstr, size_t errsz)
 {
-    if (s->copy.len == 0)
-        return 0;
-    PGresult *res = PQexec(s->pg, sql_copy);
+    PGresult *res = PQexec(s->pg, sql);
     if (PQresultStatus(res) != PGRES_COPY_IN)
         return result_ok(res, "could not start COPY of events", errstr, errsz);
     PQclear(res);
@@ -203,7 +202,42 @@ static int write_events(struct st_pgsink *s, char *errstr, size_t errsz)
         snprintf(errstr, errsz, "COPY of events failed: %s", PQerrorMessage(s->pg));
         return -1;
     }
-    if (result_ok(PQgetResult(s->pg), "COPY of events failed", errstr, errsz))
+    res = PQgetResult(s->pg);
+    if (PQresultStatus(res) == PGRES_FATAL_ERROR) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        int dup = state && strcmp(state, "23505") == 0;
+        result_ok(res, "COPY of events failed", errstr, errsz);
+        while ((res = PQgetResult(s->pg)))
+            PQclear(res);
+        return dup ? 1 : -1;
+    }
+    int rc = result_ok(res, "COPY of events failed", errstr, errsz);
+    while ((res = PQgetResult(s->pg)))
+        PQclear(res);
+    return rc;
+}
+
+/* Rows usually are new: COPY them straight into events. Only a replay
+ * brings rows already there; then the COPY fails on the primary key, and the
+ * batch goes through the staging table and INSERT ... ON CONFLICT DO
+ * NOTHING instead. The savepoint keeps the transaction usable. */
+static int write_events(struct st_pgsink *s, char *errstr, size_t errsz)
+{
+    char err[512];
+    if (s->copy.len == 0)
+        return 0;
+    if (st_pg_exec(s->pg, "SAVEPOINT copy_direct", err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not set a savepoint: %s", err);
+        return -1;
+    }
+    int rc = copy_rows(s, sql_copy_direct, errstr, errsz);
+    if (rc <= 0)
+        return rc;
+    if (st_pg_exec(s->pg, "ROLLBACK TO SAVEPOINT copy_direct", err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not roll back to the savepoint: %s", err);
+        return -1;
+    }
+    if (copy_rows(s, sql_copy, errstr, errsz))
         return -1;
     return result_ok(PQexec(s->pg, sql_move), "could not insert events", errstr, errsz);
 }

@@ -1,0 +1,718 @@
+/* test_redact.c: edge redaction. Every rule replaces a token-shaped value
+ * embedded in a sentence by a marker that names the rule and carries the
+ * keyed fingerprint, records where it was, and leaves near misses alone. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redact.h"
+
+static const unsigned char KEY[] = "test-key-0123456789abcdef";
+static const unsigned char OTHER_KEY[] = "another-key-0123456789abcdef";
+#define CANARY "CANARY-7f3e9a21-do-not-use"
+
+static const char *const canaries[] = {CANARY};
+
+static struct st_redactor *new_redactor(const unsigned char *key, int fp_len)
+{
+    char err[256] = "";
+    struct st_redact_conf conf = {.key = key,
+                                  .keylen = strlen((const char *)key),
+                                  .canaries = canaries,
+                                  .ncanaries = 1,
+                                  .fp_hex_len = fp_len};
+    struct st_redactor *r = st_redactor_new(&conf, err, sizeof(err));
+    ck_assert_msg(r != NULL, "st_redactor_new: %s", err);
+    return r;
+}
+
+static char *fp_of(struct st_redactor *r, const char *v)
+{
+    static char fp[ST_REDACT_FP_MAX + 1];
+    st_redact_fingerprint(r, v, strlen(v), fp, sizeof(fp));
+    return fp;
+}
+
+static char *marker(struct st_redactor *r, const char *rule, const char *v)
+{
+    static char m[128];
+    snprintf(m, sizeof(m), "[REDACTED:%s:%s]", rule, fp_of(r, v));
+    return m;
+}
+
+/* {"schema":...,"task_id":"T-1","attrs":{"note":<note>}} */
+static cJSON *event_with_note(const char *note)
+{
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "schema", "sandtrail.event.v1");
+    cJSON_AddStringToObject(doc, "event_id", "sbx-0001");
+    cJSON_AddStringToObject(doc, "task_id", "T-1");
+    cJSON_AddStringToObject(doc, "type", "exec");
+    cJSON *attrs = cJSON_AddObjectToObject(doc, "attrs");
+    cJSON_AddStringToObject(attrs, "note", note);
+    return doc;
+}
+
+static cJSON *parse(const char *json)
+{
+    cJSON *doc = cJSON_Parse(json);
+    ck_assert_msg(doc != NULL, "bad test JSON: %s", json);
+    return doc;
+}
+
+/* Asserts that redactions[i] is {path, rule, fingerprint}. */
+static void assert_entry(const cJSON *doc, int i, const char *path,
+                         const char *rule, const char *fp)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(doc, "redactions");
+    ck_assert_msg(cJSON_IsArray(arr), "no redactions array");
+    const cJSON *e = cJSON_GetArrayItem(arr, i);
+    ck_assert_msg(e != NULL, "no redactions[%d]", i);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(e, "path")->valuestring,
+                     path);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(e, "rule")->valuestring,
+                     rule);
+    ck_assert_str_eq(
+        cJSON_GetObjectItemCaseSensitive(e, "fingerprint")->valuestring, fp);
+}
+
+static int nredactions(const cJSON *doc)
+{
+    return cJSON_GetArraySize(
+        cJSON_GetObjectItemCaseSensitive(doc, "redactions"));
+}
+
+#define GITHUB_TOKEN "ghp_R4nd0mT0k3nV4lu3F0rT3st1ngAbCdEf1234"
+#define JWT                                                                    \
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZ" \
+    "SI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36P" \
+    "Ok6yJV_adQssw5c"
+#define PEM_LINE "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
+#define PEM_BODY                                                               \
+    PEM_LINE "\n"                                                              \
+             "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n" \
+             "NMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCdPEovGhLa0VzMaQ8s+CLOyS56YyCFGeJZ\n"
+
+/* One token-shaped value per rule, in a sentence: prefix, secret, suffix.
+ * probe is a part of the secret that must be gone too (the whole secret is
+ * always checked). */
+struct rule_case {
+    const char *rule, *prefix, *secret, *suffix, *probe;
+};
+
+static const struct rule_case rule_cases[] = {
+    {"aws_access_key", "deploy with key ", "AKIAIOSFODNN7EXAMPLE",
+     " in us-east-1", NULL},
+    {"aws_secret_key", "export aws_secret_access_key=",
+     "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", " && ./deploy.sh", NULL},
+    {"github_token", "the agent printed ", GITHUB_TOKEN, " to the log", NULL},
+    {"github_pat", "GH_TOKEN=",
+     "github_pat_11AJKLMNO0abcdefghijkl_"
+     "Qw3rTy7uIoP9aSdFgHjKlZxCvBnM1q2w3e4r5t6y7u8i9o0pAsDfGhJkLzX",
+     " was exported", NULL},
+    {"gitlab_token", "PRIVATE-TOKEN: ", "glpat-Xy7zQ2mN4pL8kR1sT6vW",
+     " sent to gitlab.com", NULL},
+    {"slack_token", "posting with ",
+     "xoxb-2048117652-4096236114-aBcDeFgHiJkLmNoPqRsTuVwX", " to #alerts",
+     NULL},
+    {"stripe_key", "charge with ", "sk_live_51HxYzAbCdEfGhIjKlMnOpQr", " now",
+     NULL},
+    {"anthropic_key", "ANTHROPIC_API_KEY=",
+     "sk-ant-api03-Xk9mP2qR7tV4wY8zB3cD6fG1hJ5kL0nM-Q_aS2dF4gH6jK8lZ9xC7vB5n"
+     "M3qW1eR4tY6uI8oP0aSdFgHjKlZxCvBnMqWeRtYuIoPAA",
+     " in ~/.bashrc", NULL},
+    {"openai_key", "OPENAI_API_KEY=",
+     "sk-proj-Ab3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG", " in .env", NULL},
+    {"google_api_key", "maps key ", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+     " loaded", NULL},
+    {"jwt", "Cookie: id_token=", JWT, "; path=/", NULL},
+    {"private_key", "key follows:\n",
+     "-----BEGIN RSA PRIVATE KEY-----\n" PEM_BODY
+     "-----END RSA PRIVATE KEY-----",
+     "\nend of file", PEM_LINE},
+    {"private_key", "cat id_ed25519 -> ",
+     "-----BEGIN OPENSSH PRIVATE KEY-----\\n"
+     "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\\n"
+     "QyNTUxOQAAACDk3Yq8wJx2Lh0qv1Y8XzKQ4G8mFv3H5r2J9yT6nB1cAwAAAJgxXyZxMV8m\\n"
+     "-----END OPENSSH PRIVATE KEY-----",
+     " (done)", "QyNTUxOQAAACDk3Yq8wJx2Lh0qv1Y8XzKQ4G8mFv3H5r2J9yT6nB1cAwAAAJgx"},
+    {"bearer", "GET /v1/repos Authorization: Bearer ", "8f2Kq9ZrT4wX1mLp7sVb3nYc",
+     " HTTP/1.1", NULL},
+    {"bearer", "Authorization: Basic ", "YWdlbnQ6aHVudGVyMg==", "", NULL},
+    {"url_userinfo", "connecting to postgres://app:", "S3cr3t-Passw0rd",
+     "@db.internal:5432/app", NULL},
+    {"canary", "found ", CANARY, " in the output", NULL},
+};
+
+#define NCASES (int)(sizeof(rule_cases) / sizeof(rule_cases[0]))
+
+START_TEST(redact_every_rule_replaces_its_secret)
+{
+    const struct rule_case *c = &rule_cases[_i];
+    struct st_redactor *r = new_redactor(KEY, 0);
+    char note[1024], want[1024];
+
+    snprintf(note, sizeof(note), "%s%s%s", c->prefix, c->secret, c->suffix);
+    snprintf(want, sizeof(want), "%s%s%s", c->prefix,
+             marker(r, c->rule, c->secret), c->suffix);
+    cJSON *doc = event_with_note(note);
+
+    ck_assert_int_eq(st_redact_event(r, doc), 1);
+    const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(doc, "attrs");
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(attrs, "note")->valuestring,
+                     want);
+    assert_entry(doc, 0, "attrs.note", c->rule, fp_of(r, c->secret));
+    ck_assert_int_eq(nredactions(doc), 1);
+    ck_assert_int_eq(strlen(fp_of(r, c->secret)), ST_REDACT_FP_DEFAULT);
+
+    char *out = cJSON_PrintUnformatted(doc);
+    ck_assert_msg(!strstr(out, c->secret), "%s: secret left in %s", c->rule,
+                  out);
+    if (c->probe)
+        ck_assert_msg(!strstr(out, c->probe), "%s: part of the secret left",
+                      c->rule);
+    ck_assert_ptr_nonnull(strstr(out, "\"rule\":\"")); /* recorded */
+
+    /* the same line as raw text gets the same marker */
+    int count = -1;
+    char *text = st_redact_text(r, note, strlen(note), &count);
+    ck_assert_int_eq(count, 1);
+    ck_assert_str_eq(text, want);
+
+    /* and a marker is never redacted again */
+    char *again = st_redact_text(r, out, strlen(out), &count);
+    ck_assert_int_eq(count, 0);
+    ck_assert_str_eq(again, out);
+
+    free(again);
+    free(text);
+    free(out);
+    cJSON_Delete(doc);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_fingerprint_is_truncated_hmac_sha256)
+{
+    /* RFC 4231, test case 1 */
+    unsigned char key[21];
+    memset(key, 0x0b, 20);
+    key[20] = '\0';
+    struct st_redactor *full = new_redactor(key, 64);
+    struct st_redactor *dflt = new_redactor(key, 0);
+    struct st_redactor *eight = new_redactor(key, 8);
+    ck_assert_str_eq(
+        fp_of(full, "Hi There"),
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    ck_assert_str_eq(fp_of(dflt, "Hi There"), "b0344c61d8db3853");
+    ck_assert_str_eq(fp_of(eight, "Hi There"), "b0344c61");
+    /* the context is re-keyed correctly call after call */
+    ck_assert_str_eq(fp_of(dflt, "Hi There"), "b0344c61d8db3853");
+    char small[5];
+    st_redact_fingerprint(dflt, "Hi There", 8, small, sizeof(small));
+    ck_assert_str_eq(small, "b034");
+    st_redactor_destroy(full);
+    st_redactor_destroy(dflt);
+    st_redactor_destroy(eight);
+}
+END_TEST
+
+START_TEST(redact_same_secret_same_fingerprint_across_events_and_instances)
+{
+    struct st_redactor *a = new_redactor(KEY, 0);
+    struct st_redactor *b = new_redactor(KEY, 0);
+    struct st_redactor *other = new_redactor(OTHER_KEY, 0);
+    cJSON *e1 = event_with_note("first use of " GITHUB_TOKEN);
+    cJSON *e2 = event_with_note(GITHUB_TOKEN " again, later");
+    cJSON *e3 = event_with_note("token " GITHUB_TOKEN);
+    cJSON *e4 = event_with_note("token " GITHUB_TOKEN);
+
+    ck_assert_int_eq(st_redact_event(a, e1), 1);
+    ck_assert_int_eq(st_redact_event(a, e2), 1);
+    ck_assert_int_eq(st_redact_event(b, e3), 1);
+    ck_assert_int_eq(st_redact_event(other, e4), 1);
+    const char *fps[4];
+    cJSON *docs[4] = {e1, e2, e3, e4};
+    for (int i = 0; i < 4; i++)
+        fps[i] = cJSON_GetObjectItemCaseSensitive(
+                     cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
+                                            docs[i], "redactions"),
+                                        0),
+                     "fingerprint")
+                     ->valuestring;
+    ck_assert_str_eq(fps[0], fps[1]);
+    ck_assert_str_eq(fps[0], fps[2]);
+    ck_assert_str_ne(fps[0], fps[3]);
+    ck_assert_str_eq(fps[0], fp_of(a, GITHUB_TOKEN));
+    ck_assert_str_eq(fps[3], fp_of(other, GITHUB_TOKEN));
+    /* a different secret, a different fingerprint */
+    char gh[ST_REDACT_FP_MAX + 1];
+    strcpy(gh, fp_of(a, GITHUB_TOKEN));
+    ck_assert_str_ne(gh, fp_of(a, "AKIAIOSFODNN7EXAMPLE"));
+
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(docs[i]);
+    st_redactor_destroy(a);
+    st_redactor_destroy(b);
+    st_redactor_destroy(other);
+}
+END_TEST
+
+START_TEST(redact_paths_name_nested_members_and_array_elements)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    cJSON *doc = parse(
+        "{\"schema\":\"sandtrail.event.v1\",\"attrs\":{\"headers\":["
+        "\"Accept: */*\",\"Host: api.github.com\","
+        "\"Authorization: Bearer 8f2Kq9ZrT4wX1mLp7sVb3nYc\"],"
+        "\"steps\":[{\"env\":{\"TOKEN\":\"" GITHUB_TOKEN "\"}},"
+        "[\"x\",\"AKIAIOSFODNN7EXAMPLE\"]],"
+        "\"x.y\":\"glpat-Xy7zQ2mN4pL8kR1sT6vW\"},"
+        "\"content\":\"" GITHUB_TOKEN " and AKIAIOSFODNN7EXAMPLE\"}");
+
+    ck_assert_int_eq(st_redact_event(r, doc), 6);
+    assert_entry(doc, 0, "attrs.headers[2]", "bearer",
+                 fp_of(r, "8f2Kq9ZrT4wX1mLp7sVb3nYc"));
+    assert_entry(doc, 1, "attrs.steps[0].env.TOKEN", "github_token",
+                 fp_of(r, GITHUB_TOKEN));
+    assert_entry(doc, 2, "attrs.steps[1][1]", "aws_access_key",
+                 fp_of(r, "AKIAIOSFODNN7EXAMPLE"));
+    assert_entry(doc, 3, "attrs[\"x.y\"]", "gitlab_token",
+                 fp_of(r, "glpat-Xy7zQ2mN4pL8kR1sT6vW"));
+    /* two secrets in one string: two records, same path, in order */
+    assert_entry(doc, 4, "content", "github_token", fp_of(r, GITHUB_TOKEN));
+    assert_entry(doc, 5, "content", "aws_access_key",
+                 fp_of(r, "AKIAIOSFODNN7EXAMPLE"));
+    ck_assert_int_eq(nredactions(doc), 6);
+    /* untouched siblings stay as they were */
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(doc, "attrs"), "headers");
+    ck_assert_str_eq(cJSON_GetArrayItem(h, 1)->valuestring,
+                     "Host: api.github.com");
+    cJSON_Delete(doc);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_object_key_holding_a_secret)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    cJSON *doc = parse("{\"attrs\":{\"tokens\":{\"" GITHUB_TOKEN
+                       "\":{\"scope\":\"repo\",\"pw\":\"AKIAIOSFODNN7EXAMPLE\"}}}}");
+    char *m = marker(r, "github_token", GITHUB_TOKEN);
+    char path[256];
+
+    ck_assert_int_eq(st_redact_event(r, doc), 2);
+    char *out = cJSON_PrintUnformatted(doc);
+    ck_assert_ptr_null(strstr(out, GITHUB_TOKEN));
+    const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(doc, "attrs"), "tokens");
+    ck_assert_str_eq(tokens->child->string, m);
+    /* the paths use the redacted name, never the secret */
+    snprintf(path, sizeof(path), "attrs.tokens[\"%s\"]", m);
+    assert_entry(doc, 0, path, "github_token", fp_of(r, GITHUB_TOKEN));
+    snprintf(path, sizeof(path), "attrs.tokens[\"%s\"].pw", m);
+    assert_entry(doc, 1, path, "aws_access_key",
+                 fp_of(r, "AKIAIOSFODNN7EXAMPLE"));
+    free(out);
+    cJSON_Delete(doc);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_aws_secret_found_by_member_name)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    const char *secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    cJSON *doc = parse("{\"attrs\":{\"env\":{\"AWS_SECRET_ACCESS_KEY\":"
+                       "\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\","
+                       "\"HOME\":\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"}}}");
+
+    /* under its name it is a secret; the same 40 chars elsewhere are not
+     * recognisable (and stay, which is the price of no false positives) */
+    ck_assert_int_eq(st_redact_event(r, doc), 1);
+    const cJSON *env = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(doc, "attrs"), "env");
+    ck_assert_str_eq(
+        cJSON_GetObjectItemCaseSensitive(env, "AWS_SECRET_ACCESS_KEY")
+            ->valuestring,
+        marker(r, "aws_secret_key", secret));
+    assert_entry(doc, 0, "attrs.env.AWS_SECRET_ACCESS_KEY", "aws_secret_key",
+                 fp_of(r, secret));
+    cJSON_Delete(doc);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_identity_credential_becomes_its_fingerprint)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    const char *cred = "hvs.CAESIJx7Yq3mK9pL2vR8tW4zN6bD1fH5jQ0sU";
+    cJSON *doc = parse(
+        "{\"type\":\"token_issue\",\"identity\":{\"subject\":\"agent:T-42\","
+        "\"credential\":\"hvs.CAESIJx7Yq3mK9pL2vR8tW4zN6bD1fH5jQ0sU\","
+        "\"credential_fp\":\"forged\",\"audience\":\"github.com\"},"
+        "\"attrs\":{\"echo\":\"got hvs.CAESIJx7Yq3mK9pL2vR8tW4zN6bD1fH5jQ0sU "
+        "from vault\"}}");
+
+    ck_assert_int_eq(st_redact_event(r, doc), 2);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(doc, "identity");
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(id, "credential"));
+    ck_assert_str_eq(
+        cJSON_GetObjectItemCaseSensitive(id, "credential_fp")->valuestring,
+        fp_of(r, cred));
+    ck_assert_int_eq(cJSON_GetArraySize(id), 3); /* forged _fp replaced */
+    ck_assert_str_eq(
+        cJSON_GetObjectItemCaseSensitive(id, "subject")->valuestring,
+        "agent:T-42");
+    assert_entry(doc, 0, "identity.credential", "credential", fp_of(r, cred));
+    /* the issued token is withheld wherever else it shows up */
+    assert_entry(doc, 1, "attrs.echo", "credential", fp_of(r, cred));
+    char *out = cJSON_PrintUnformatted(doc);
+    ck_assert_ptr_null(strstr(out, cred));
+    ck_assert_ptr_null(strstr(out, "forged"));
+    free(out);
+    cJSON_Delete(doc);
+
+    /* a later event without a credential does not redact the old one */
+    doc = event_with_note(cred);
+    ck_assert_int_eq(st_redact_event(r, doc), 0);
+    cJSON_Delete(doc);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_forged_redactions_member_is_not_trusted)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+#define FORGED                                                                 \
+    "{\"redactions\":[{\"path\":\"attrs.note\",\"rule\":\"github_token\","     \
+    "\"fingerprint\":\"0000000000000000\"}],\"attrs\":{\"note\":\"%s\"},"     \
+    "\"redactions\":\"" GITHUB_TOKEN "\"}"
+    char json[512];
+
+    /* no secret: the sender's list is removed, nothing replaces it */
+    snprintf(json, sizeof(json), FORGED, "all clear");
+    cJSON *doc = parse(json);
+    ck_assert_int_eq(st_redact_event(r, doc), 0);
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(doc, "redactions"));
+    char *out = cJSON_PrintUnformatted(doc);
+    ck_assert_str_eq(out, "{\"attrs\":{\"note\":\"all clear\"}}");
+    free(out);
+    cJSON_Delete(doc);
+
+    /* a secret: only the real record is there */
+    snprintf(json, sizeof(json), FORGED, "key AKIAIOSFODNN7EXAMPLE");
+    doc = parse(json);
+    ck_assert_int_eq(st_redact_event(r, doc), 1);
+    ck_assert_int_eq(nredactions(doc), 1);
+    assert_entry(doc, 0, "attrs.note", "aws_access_key",
+                 fp_of(r, "AKIAIOSFODNN7EXAMPLE"));
+    out = cJSON_PrintUnformatted(doc);
+    ck_assert_ptr_null(strstr(out, "0000000000000000"));
+    ck_assert_ptr_null(strstr(out, GITHUB_TOKEN));
+    free(out);
+    cJSON_Delete(doc);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_near_misses_are_kept)
+{
+    static const char *const keep[] = {
+        "ghp_short",
+        "AKIAabcdefghijklmnop",
+        "AKIA is the prefix of an access key id",
+        "AKIAIOSFODNN7EXAMPLEX", /* 17 after the prefix */
+        "The basic idea: bear with the bearer of bad news, see "
+        "https://example.com/docs?page=2#top",
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "123e4567-e89b-12d3-a456-426614174000",
+        "pip install sk-learn-compatible-estimator",
+        "risk-assessment-for-production-2024-Q3",
+        "Basic Authentication is disabled",
+        "WWW-Authenticate: Bearer realm=\"api\"",
+        "Authorization: Bearer <token>",
+        "ssh://git@github.com/org/repo.git",
+        "http://[::1]:8080/health",
+        "https://example.com:8443/path",
+        "xoxb-short",
+        "eyJhbGciOiJIUzI1NiJ9 alone",
+        "sk_live_short",
+        "AIzaShort",
+        "glpat-short",
+        "github_pat_tooShort_abc",
+        "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA\n"
+        "-----END PUBLIC KEY-----",
+        "aws_secret_access_key=e3b0c44298fc1c149afbf4c8996fb92427ae41e4",
+        "CANARY-7f3e9a21-do-not", /* a canary matches whole */
+        "commit 4bf92f3577b34da6a3ce929d0e0e4736 by agent",
+    };
+    struct st_redactor *r = new_redactor(KEY, 0);
+
+    for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
+        cJSON *doc = event_with_note(keep[i]);
+        char *before = cJSON_PrintUnformatted(doc);
+        ck_assert_msg(st_redact_event(r, doc) == 0, "redacted: %s", keep[i]);
+        char *after = cJSON_PrintUnformatted(doc);
+        ck_assert_str_eq(after, before);
+        free(before);
+        free(after);
+        cJSON_Delete(doc);
+    }
+    for (size_t i = 0; i < st_redact_nrules(r); i++)
+        ck_assert_msg(st_redact_rule_hits(r, i) == 0, "rule %s counted",
+                      st_redact_rule_name(r, i));
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_text_of_an_invalid_json_line)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    const char line[] = "{\"event_id\":\"x\",\"attrs\":{\"headers\":"
+                        "{\"Authorization\":\"token " GITHUB_TOKEN "\"},"
+                        "\"key\":\"-----BEGIN EC PRIVATE KEY-----\\nMHcCAQEEI"
+                        "Lz8NkpX2vQ9f1yT\\nAoGCCqGSM49AwEHoUQDQgAE";
+    int count = -1;
+    char want[1024];
+
+    /* cut mid-key, no END line: the body still goes */
+    char *out = st_redact_text(r, line, strlen(line), &count);
+    ck_assert_int_eq(count, 2);
+    snprintf(want, sizeof(want),
+             "{\"event_id\":\"x\",\"attrs\":{\"headers\":{\"Authorization\":"
+             "\"token %s\"},\"key\":\"",
+             marker(r, "github_token", GITHUB_TOKEN));
+    ck_assert_msg(strncmp(out, want, strlen(want)) == 0, "got %s", out);
+    ck_assert_ptr_null(strstr(out, GITHUB_TOKEN));
+    ck_assert_ptr_null(strstr(out, "MHcCAQEEI"));
+    ck_assert_ptr_null(strstr(out, "AoGCCqGSM49"));
+    ck_assert_ptr_nonnull(strstr(out, "[REDACTED:private_key:"));
+    free(out);
+
+    /* bytes that are not UTF-8 and a NUL do not stop it */
+    const char raw[] = "\xff\xfe token=" GITHUB_TOKEN "\0 AKIAIOSFODNN7EXAMPLE";
+    out = st_redact_text(r, raw, sizeof(raw) - 1, &count);
+    ck_assert_int_eq(count, 2);
+    snprintf(want, sizeof(want), "\xff\xfe token=%s",
+             marker(r, "github_token", GITHUB_TOKEN));
+    ck_assert_str_eq(out, want);
+    ck_assert_ptr_nonnull(
+        strstr(out + strlen(out) + 1, "[REDACTED:aws_access_key:"));
+
+    /* nothing to redact: an exact copy */
+    free(out);
+    out = st_redact_text(r, "plain line", 10, &count);
+    ck_assert_int_eq(count, 0);
+    ck_assert_str_eq(out, "plain line");
+    free(out);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_canary_literal_anywhere)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    cJSON *doc = parse("{\"attrs\":{\"" CANARY "\":[\"x" CANARY CANARY
+                       "y\"]},\"content\":\"diff --git a/.env\\n+SECRET=" CANARY
+                       "\\n\"}");
+    const char *m = marker(r, "canary", CANARY);
+    char want[300], path[160];
+
+    ck_assert_int_eq(st_redact_event(r, doc), 4);
+    const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(doc, "attrs");
+    ck_assert_str_eq(attrs->child->string, m);
+    snprintf(want, sizeof(want), "x%s%sy", m, m);
+    ck_assert_str_eq(attrs->child->child->valuestring, want);
+    snprintf(path, sizeof(path), "attrs[\"%s\"][0]", m);
+    assert_entry(doc, 1, path, "canary", fp_of(r, CANARY));
+    assert_entry(doc, 2, path, "canary", fp_of(r, CANARY));
+    assert_entry(doc, 3, "content", "canary", fp_of(r, CANARY));
+    char *out = cJSON_PrintUnformatted(doc);
+    ck_assert_ptr_null(strstr(out, CANARY));
+    free(out);
+    cJSON_Delete(doc);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_overlaps_apply_left_to_right_with_the_specific_rule)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    struct {
+        const char *in, *rule, *secret, *prefix, *suffix;
+    } cases[] = {
+        /* same span: the specific rule names it, not the generic one */
+        {"Authorization: Bearer " GITHUB_TOKEN, "github_token", GITHUB_TOKEN,
+         "Authorization: Bearer ", ""},
+        {"https://x-access-token:" GITHUB_TOKEN "@github.com/o/r.git",
+         "github_token", GITHUB_TOKEN, "https://x-access-token:",
+         "@github.com/o/r.git"},
+        {"Authorization: Bearer " JWT, "jwt", JWT, "Authorization: Bearer ",
+         ""},
+        /* an Anthropic key is also sk-..., the longer name wins the tie */
+        {"k=sk-ant-api03-Xk9mP2qR7tV4wY8zB3cD6fG1hJ5kL0nM", "anthropic_key",
+         "sk-ant-api03-Xk9mP2qR7tV4wY8zB3cD6fG1hJ5kL0nM", "k=", ""},
+        /* at one start the longest match wins */
+        {"Authorization: Bearer " GITHUB_TOKEN "~v2", "bearer",
+         GITHUB_TOKEN "~v2", "Authorization: Bearer ", ""},
+        /* a canary planted inside a longer token goes with the token */
+        {"Bearer ab1" CANARY, "bearer", "ab1" CANARY, "Bearer ", ""},
+    };
+    char want[512];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int count;
+        char *out = st_redact_text(r, cases[i].in, strlen(cases[i].in), &count);
+        snprintf(want, sizeof(want), "%s%s%s", cases[i].prefix,
+                 marker(r, cases[i].rule, cases[i].secret), cases[i].suffix);
+        ck_assert_msg(count == 1, "%s: %d redactions", cases[i].in, count);
+        ck_assert_str_eq(out, want);
+        free(out);
+    }
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_canary_that_a_marker_holds_is_not_matched_in_it)
+{
+    /* a canary may be a word that markers are made of */
+    const char *const words[] = {"github_token", "REDACTED"};
+    struct st_redact_conf conf = {.key = KEY,
+                                  .keylen = sizeof(KEY) - 1,
+                                  .canaries = words,
+                                  .ncanaries = 2};
+    char err[256];
+    struct st_redactor *r = st_redactor_new(&conf, err, sizeof(err));
+    int count;
+
+    ck_assert_ptr_nonnull(r);
+    char *once = st_redact_text(r, "push " GITHUB_TOKEN, 45, &count);
+    ck_assert_int_eq(count, 1);
+    char *twice = st_redact_text(r, once, strlen(once), &count);
+    ck_assert_int_eq(count, 0);
+    ck_assert_str_eq(twice, once);
+    free(twice);
+    /* outside a marker the canary is still found */
+    twice = st_redact_text(r, "my github_token is REDACTED", 27, &count);
+    ck_assert_int_eq(count, 2);
+    free(twice);
+    free(once);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_markers_never_match_at_any_fingerprint_length)
+{
+    /* 40 hex chars after "aws_secret_key:" is the one length a careless
+     * pattern would take for an AWS secret */
+    const int lens[] = {1, 16, 39, 40, 41, 64};
+    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+        struct st_redactor *r = new_redactor(KEY, lens[l]);
+        struct text {
+            char s[16384];
+            size_t n;
+        } *all = calloc(1, sizeof(*all));
+        for (int i = 0; i < NCASES; i++)
+            all->n += (size_t)snprintf(all->s + all->n, sizeof(all->s) - all->n,
+                                       "%s%s%s | ", rule_cases[i].prefix,
+                                       rule_cases[i].secret,
+                                       rule_cases[i].suffix);
+        int count;
+        char *once = st_redact_text(r, all->s, all->n, &count);
+        ck_assert_int_eq(count, NCASES);
+        char *twice = st_redact_text(r, once, strlen(once), &count);
+        ck_assert_msg(count == 0, "fp length %d: a marker matched", lens[l]);
+        ck_assert_str_eq(twice, once);
+        free(once);
+        free(twice);
+        free(all);
+        st_redactor_destroy(r);
+    }
+}
+END_TEST
+
+START_TEST(redact_counts_hits_per_rule)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    size_t gh = (size_t)-1, aws = (size_t)-1;
+    int count;
+
+    for (size_t i = 0; i < st_redact_nrules(r); i++) {
+        if (strcmp(st_redact_rule_name(r, i), "github_token") == 0)
+            gh = i;
+        if (strcmp(st_redact_rule_name(r, i), "aws_access_key") == 0)
+            aws = i;
+    }
+    ck_assert_uint_ne(gh, (size_t)-1);
+    ck_assert_uint_ne(aws, (size_t)-1);
+    ck_assert_ptr_null(st_redact_rule_name(r, st_redact_nrules(r)));
+    cJSON *doc = event_with_note(GITHUB_TOKEN " " GITHUB_TOKEN);
+    ck_assert_int_eq(st_redact_event(r, doc), 2);
+    free(st_redact_text(r, "AKIAIOSFODNN7EXAMPLE", 20, &count));
+    ck_assert_uint_eq(st_redact_rule_hits(r, gh), 2);
+    ck_assert_uint_eq(st_redact_rule_hits(r, aws), 1);
+    cJSON_Delete(doc);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+START_TEST(redact_refuses_a_weak_configuration)
+{
+    char err[256];
+    const char *shortc[] = {"abc"};
+    const char *nullc[] = {NULL};
+    struct st_redact_conf conf = {.key = KEY, .keylen = 8};
+
+    ck_assert_ptr_null(st_redactor_new(&conf, err, sizeof(err)));
+    ck_assert_str_eq(err, "redaction key is 8 bytes, at least 16 are needed");
+    conf.keylen = sizeof(KEY) - 1;
+    conf.fp_hex_len = 65;
+    ck_assert_ptr_null(st_redactor_new(&conf, err, sizeof(err)));
+    ck_assert_ptr_nonnull(strstr(err, "fingerprint length 65"));
+    conf.fp_hex_len = 0;
+    conf.canaries = shortc;
+    conf.ncanaries = 1;
+    ck_assert_ptr_null(st_redactor_new(&conf, err, sizeof(err)));
+    ck_assert_str_eq(err, "canary 1 is 3 bytes, at least 8 are needed");
+    conf.canaries = nullc;
+    ck_assert_ptr_null(st_redactor_new(&conf, err, sizeof(err)));
+    conf.ncanaries = 0;
+    struct st_redactor *r = st_redactor_new(&conf, err, sizeof(err));
+    ck_assert_ptr_nonnull(r);
+    st_redactor_destroy(r);
+    st_redactor_destroy(NULL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("redact");
+    TCase *tc = tcase_create("core");
+    tcase_add_loop_test(tc, redact_every_rule_replaces_its_secret, 0, NCASES);
+    tcase_add_test(tc, redact_fingerprint_is_truncated_hmac_sha256);
+    tcase_add_test(tc,
+                   redact_same_secret_same_fingerprint_across_events_and_instances);
+    tcase_add_test(tc, redact_paths_name_nested_members_and_array_elements);
+    tcase_add_test(tc, redact_object_key_holding_a_secret);
+    tcase_add_test(tc, redact_aws_secret_found_by_member_name);
+    tcase_add_test(tc, redact_identity_credential_becomes_its_fingerprint);
+    tcase_add_test(tc, redact_forged_redactions_member_is_not_trusted);
+    tcase_add_test(tc, redact_near_misses_are_kept);
+    tcase_add_test(tc, redact_text_of_an_invalid_json_line);
+    tcase_add_test(tc, redact_canary_literal_anywhere);
+    tcase_add_test(tc, redact_overlaps_apply_left_to_right_with_the_specific_rule);
+    tcase_add_test(tc, redact_canary_that_a_marker_holds_is_not_matched_in_it);
+    tcase_add_test(tc, redact_markers_never_match_at_any_fingerprint_length);
+    tcase_add_test(tc, redact_counts_hits_per_rule);
+    tcase_add_test(tc, redact_refuses_a_weak_configuration);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
