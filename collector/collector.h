@@ -14,6 +14,12 @@ struct st_collector_conf {
     int64_t linger_ms;
     int64_t max_line_bytes;
     int64_t dlq_raw_bytes;
+    char *format;          /* input.format: a decoder's name */
+    char *source_name;     /* input.source_name */
+    char *platform;        /* input.platform */
+    char *key_file;        /* redact.key_file */
+    char *canaries_file;   /* redact.canaries_file */
+    int64_t fp_chars;      /* redact.fingerprint_chars */
 };
 
 #endif

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accept.h"
 #include "buf.h"
 #include "collector.h"
 #include "conf.h"
@@ -23,6 +24,7 @@
 #include "linereader.h"
 #include "log.h"
 #include "produce.h"
+#include "redact.h"
 
 #define C(field) offsetof(struct st_collector_conf, field)
 
@@ -45,6 +47,19 @@ static const struct st_conf_prop collector_props[] = {
      "how long the producer waits to fill a batch"},
     {"input.max_line_bytes", NULL, ST_CONF_INT, C(max_line_bytes), 1024,
      64 * 1024 * 1024, "1048576", "longest accepted line; longer ones are rejected"},
+    {"input.format", "SANDTRAIL_INPUT_FORMAT", ST_CONF_STR, C(format), 0, 0, "native",
+     "decoder of the input: native (event v1), squid, smokescreen, srt or vault"},
+    {"input.source_name", "SANDTRAIL_SOURCE_NAME", ST_CONF_STR, C(source_name), 0, 0,
+     "", "source.name given to decoded events (formats other than native)"},
+    {"input.platform", "SANDTRAIL_SOURCE_PLATFORM", ST_CONF_STR, C(platform), 0, 0, "",
+     "source.platform given to decoded events"},
+    {"redact.key_file", "SANDTRAIL_REDACT_KEY_FILE", ST_CONF_STR, C(key_file), 0, 0,
+     NULL, "file holding the HMAC key of secret fingerprints (hex or raw, at least "
+     "16 bytes); required"},
+    {"redact.canaries_file", "SANDTRAIL_CANARIES_FILE", ST_CONF_STR, C(canaries_file), 0,
+     0, NULL, "file of canary values, one a line, redacted wherever they appear"},
+    {"redact.fingerprint_chars", NULL, ST_CONF_INT, C(fp_chars), 1, 64, "16",
+     "hex characters of HMAC-SHA256 kept in a fingerprint"},
     {"dlq.raw_bytes", NULL, ST_CONF_INT, C(dlq_raw_bytes), 0, 1024 * 1024, "4096",
      "how much of a rejected line its dead-letter record quotes"},
     {NULL},
@@ -63,28 +78,29 @@ static void usage(FILE *out)
             "usage: sandtrail-collector --input FILE|- [-c CONFIG] [-X name=value]...\n"
             "       sandtrail-collector --config-doc\n"
             "\n"
-            "Reads NDJSON events (schema sandtrail.event.v1), validates each line and\n"
-            "produces accepted events to Kafka; rejected lines are reported on stderr\n"
-            "and sent to the dead-letter topic with their reason.\n");
+            "Reads one event a line (schema sandtrail.event.v1, or a source's own\n"
+            "format with -X input.format=squid|smokescreen|srt|vault), removes every\n"
+            "token-shaped value and canary, validates the event and produces it to\n"
+            "Kafka; rejected lines are reported on stderr and sent, redacted, to the\n"
+            "dead-letter topic with their reason.\n");
 }
 
 struct run_stats {
-    long lines, accepted, rejected;
+    long lines, accepted, rejected, skipped;
 };
 
 static int collect(FILE *in, const char *input_name,
-                   const struct st_collector_conf *conf, struct st_producer *prod,
-                   struct run_stats *rs)
+                   const struct st_collector_conf *conf, struct st_accept *acc,
+                   struct st_producer *prod, struct run_stats *rs)
 {
     struct st_linereader *lr = st_linereader_new(in, (size_t)conf->max_line_bytes);
     struct st_buf dlq;
-    const char *line;
-    size_t len;
+    const char *line, *out, *key;
+    size_t len, outlen;
     int too_long, r, rc = 0;
 
     st_buf_init(&dlq);
     while (!stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0) {
-        struct st_event ev;
         struct st_reject rej;
 
         rs->lines++;
@@ -94,19 +110,29 @@ static int collect(FILE *in, const char *input_name,
                      conf->max_line_bytes);
         } else if (len == 0 || strspn(line, " \t") == len) {
             continue; /* blank lines separate nothing in NDJSON: skip */
-        } else if (st_event_parse(&ev, line, len, &rej) == 0) {
-            rc = st_producer_event(prod, ev.task_id, line, len);
-            st_event_fini(&ev);
-            if (rc)
-                break;
-            rs->accepted++;
-            continue;
+        } else {
+            int a = st_accept_line(acc, line, len, &out, &outlen, &key, &rej);
+            if (a == 1) {
+                rs->skipped++;
+                continue;
+            }
+            if (a == 0) {
+                if ((rc = st_producer_event(prod, key, out, outlen)))
+                    break;
+                rs->accepted++;
+                continue;
+            }
         }
         rs->rejected++;
-        fprintf(stderr, "%s:%ld: rejected: %s: %s\n", input_name, rs->lines,
-                rej.code, rej.msg);
-        st_dlq_record(&dlq, &rej, input_name, rs->lines, line, len,
+        /* the reason is redacted by accept.c; the line is redacted here,
+         * before it is cut to dlq.raw_bytes */
+        fprintf(stderr, "%s:%ld: rejected: %s: %s\n", input_name, rs->lines, rej.code,
+                rej.msg);
+        size_t rlen;
+        char *raw = st_accept_redact_raw(acc, line, len, &rlen);
+        st_dlq_record(&dlq, &rej, input_name, rs->lines, raw, rlen,
                       (size_t)conf->dlq_raw_bytes);
+        free(raw);
         if ((rc = st_producer_dlq(prod, rej.code, dlq.data, dlq.len)))
             break;
     }
@@ -117,6 +143,21 @@ static int collect(FILE *in, const char *input_name,
     st_buf_fini(&dlq);
     st_linereader_destroy(lr);
     return rc;
+}
+
+static void log_redactions(struct st_accept *acc)
+{
+    struct st_redactor *r = st_accept_redactor(acc);
+    char line[512];
+    size_t n = 0;
+    line[0] = '\0';
+    for (size_t i = 0; i < st_redact_nrules(r) && n < sizeof(line); i++) {
+        uint64_t hits = st_redact_rule_hits(r, i);
+        if (hits)
+            n += (size_t)snprintf(line + n, sizeof(line) - n, " %s=%llu",
+                                  st_redact_rule_name(r, i), (unsigned long long)hits);
+    }
+    st_info("redactions:%s", n ? line : " none");
 }
 
 int main(int argc, char **argv)
@@ -173,21 +214,31 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
+    struct st_accept *acc = st_accept_new(&conf, errstr, sizeof(errstr));
+    if (!acc) {
+        st_error("%s", errstr);
+        status = 78;
+        goto out;
+    }
     struct st_producer *prod = st_producer_new(&conf, errstr, sizeof(errstr));
     if (!prod) {
         st_error("%s", errstr);
+        st_accept_destroy(acc);
         status = 2;
         goto out;
     }
 
     struct run_stats rs = {0};
-    int rc = collect(in, in == stdin ? "stdin" : input, &conf, prod, &rs);
+    int rc = collect(in, in == stdin ? "stdin" : input, &conf, acc, prod, &rs);
     int64_t undelivered = st_producer_flush(prod, (int)conf.delivery_timeout_ms + 5000);
     struct st_producer_stats ps;
     st_producer_stats(prod, &ps);
-    st_info("lines=%ld accepted=%ld rejected=%ld delivered=%" PRId64
+    st_info("lines=%ld accepted=%ld rejected=%ld skipped=%ld delivered=%" PRId64
             " failed=%" PRId64 " undelivered=%" PRId64,
-            rs.lines, rs.accepted, rs.rejected, ps.delivered, ps.failed, undelivered);
+            rs.lines, rs.accepted, rs.rejected, rs.skipped, ps.delivered, ps.failed,
+            undelivered);
+    log_redactions(acc);
+    st_accept_destroy(acc);
     if (rc || undelivered || ps.failed)
         status = 2;
     else if (rs.rejected)

@@ -297,9 +297,16 @@ int st_event_parse(struct st_event *ev, const char *buf, size_t len,
                    struct st_reject *rej)
 {
     memset(ev, 0, sizeof(*ev));
-    ev->doc = st_json_parse(buf, len, rej);
-    if (!ev->doc)
+    cJSON *doc = st_json_parse(buf, len, rej);
+    if (!doc)
         return -1;
+    return st_event_from_doc(ev, doc, rej);
+}
+
+int st_event_from_doc(struct st_event *ev, cJSON *doc, struct st_reject *rej)
+{
+    memset(ev, 0, sizeof(*ev));
+    ev->doc = doc;
     if (event_validate(ev, rej)) {
         st_event_fini(ev);
         return -1;

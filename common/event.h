@@ -59,6 +59,10 @@ struct st_event {
 int st_event_parse(struct st_event *ev, const char *buf, size_t len,
                    struct st_reject *rej);
 
+/* Validates a document already parsed (by st_json_parse, or built by a
+ * decoder). Takes ownership of doc: on failure it is freed and rej says why. */
+int st_event_from_doc(struct st_event *ev, cJSON *doc, struct st_reject *rej);
+
 /* Frees the document. Accepts an event that failed to parse. */
 void st_event_fini(struct st_event *ev);
 

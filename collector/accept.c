@@ -1,0 +1,193 @@
+/* accept.c: decode -> redact -> validate (see accept.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accept.h"
+#include "buf.h"
+#include "collector.h"
+#include "decoder.h"
+#include "event.h"
+#include "log.h"
+#include "redact.h"
+
+struct st_accept {
+    const struct st_decoder_ops *decoder;
+    struct st_decode_ctx ctx;
+    struct st_redactor *redactor;
+    struct st_event ev; /* the last accepted event */
+    char *text;         /* its serialization, when it was not the line itself */
+};
+
+static int read_all(const char *path, struct st_buf *out, char *errstr, size_t errsz,
+                    const char *what)
+{
+    char chunk[4096];
+    size_t n;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(errstr, errsz, "could not open %s \"%s\": %s", what, path,
+                 strerror(errno));
+        return -1;
+    }
+    st_buf_adds(out, "");
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        st_buf_add(out, chunk, n);
+    fclose(f);
+    return 0;
+}
+
+/* The key file holds the key as hex (64 chars for 32 bytes) or raw bytes. */
+static int load_key(const char *path, struct st_buf *key, char *errstr, size_t errsz)
+{
+    struct st_buf raw;
+    st_buf_init(&raw);
+    if (read_all(path, &raw, errstr, errsz, "redaction key file")) {
+        st_buf_fini(&raw);
+        return -1;
+    }
+    size_t n = raw.len;
+    while (n && (raw.data[n - 1] == '\n' || raw.data[n - 1] == '\r'))
+        n--;
+    int hex = n >= 2 && n % 2 == 0 && strspn(raw.data, "0123456789abcdefABCDEF") == n;
+    if (hex) {
+        for (size_t i = 0; i < n; i += 2) {
+            char b[3] = {raw.data[i], raw.data[i + 1], 0};
+            st_buf_addc(key, (char)strtol(b, NULL, 16));
+        }
+    } else {
+        st_buf_add(key, raw.data, n);
+    }
+    st_buf_fini(&raw);
+    return 0;
+}
+
+struct st_accept *st_accept_new(const struct st_collector_conf *conf, char *errstr,
+                                size_t errsz)
+{
+    struct st_accept *a = st_calloc(1, sizeof(*a));
+    struct st_buf key, canaries;
+    char **list = NULL;
+    size_t nlist = 0;
+
+    st_buf_init(&key);
+    st_buf_init(&canaries);
+    a->decoder = st_decoder_find(conf->format);
+    if (!a->decoder) {
+        snprintf(errstr, errsz,
+                 "invalid value for \"input.format\": \"%s\" (native, squid, smokescreen, "
+                 "srt or vault)",
+                 conf->format);
+        goto fail;
+    }
+    a->ctx.source_name = conf->source_name;
+    a->ctx.platform = conf->platform && *conf->platform ? conf->platform : NULL;
+    if (!conf->key_file || !*conf->key_file) {
+        snprintf(errstr, errsz,
+                 "\"redact.key_file\" is not set: the collector needs a key to fingerprint "
+                 "the secrets it removes (scripts/services env prints one)");
+        goto fail;
+    }
+    if (load_key(conf->key_file, &key, errstr, errsz))
+        goto fail;
+    if (conf->canaries_file && *conf->canaries_file) {
+        if (read_all(conf->canaries_file, &canaries, errstr, errsz, "canaries file"))
+            goto fail;
+        for (char *s = strtok(canaries.data, "\r\n"); s; s = strtok(NULL, "\r\n")) {
+            if (*s == '#' || *s == '\0')
+                continue;
+            list = st_realloc(list, (nlist + 1) * sizeof(*list));
+            list[nlist++] = s;
+        }
+    }
+    struct st_redact_conf rc = {(const unsigned char *)key.data, key.len,
+                                (const char *const *)list, nlist, (int)conf->fp_chars};
+    a->redactor = st_redactor_new(&rc, errstr, errsz);
+    if (!a->redactor)
+        goto fail;
+    st_buf_fini(&key);
+    st_buf_fini(&canaries);
+    free(list);
+    return a;
+fail:
+    if (key.data)
+        memset(key.data, 0, key.len);
+    st_buf_fini(&key);
+    st_buf_fini(&canaries);
+    free(list);
+    st_accept_destroy(a);
+    return NULL;
+}
+
+void st_accept_destroy(struct st_accept *a)
+{
+    if (!a)
+        return;
+    st_event_fini(&a->ev);
+    free(a->text);
+    st_redactor_destroy(a->redactor);
+    free(a);
+}
+
+static void redact_message(struct st_accept *a, struct st_reject *rej)
+{
+    int n = 0;
+    char *clean = st_redact_text(a->redactor, rej->msg, strlen(rej->msg), &n);
+    if (n)
+        snprintf(rej->msg, sizeof(rej->msg), "%s", clean);
+    free(clean);
+}
+
+int st_accept_line(struct st_accept *a, const char *line, size_t len, const char **out,
+                   size_t *outlen, const char **key, struct st_reject *rej)
+{
+    cJSON *doc = NULL;
+
+    st_event_fini(&a->ev);
+    free(a->text);
+    a->text = NULL;
+    int rc = a->decoder->decode(line, len, &a->ctx, &doc, rej);
+    if (rc == 1)
+        return 1;
+    if (rc != 0) {
+        redact_message(a, rej);
+        return -1;
+    }
+    /* a sender's own "redactions" member is dropped by the redactor: then
+     * the line as sent is not what may leave */
+    int forged = cJSON_GetObjectItemCaseSensitive(doc, "redactions") != NULL;
+    int changed = st_redact_event(a->redactor, doc) > 0 || forged ||
+                  a->decoder != &st_native_decoder;
+    if (st_event_from_doc(&a->ev, doc, rej)) {
+        redact_message(a, rej);
+        return -1;
+    }
+    if (changed) {
+        a->text = cJSON_PrintUnformatted(a->ev.doc);
+        if (!a->text)
+            st_fatal("out of memory printing an event");
+        *out = a->text;
+        *outlen = strlen(a->text);
+    } else {
+        /* nothing redacted in a native line: its bytes are the event */
+        *out = line;
+        *outlen = len;
+    }
+    *key = a->ev.task_id;
+    return 0;
+}
+
+char *st_accept_redact_raw(struct st_accept *a, const char *line, size_t len,
+                           size_t *outlen)
+{
+    int n = 0;
+    char *s = st_redact_text(a->redactor, line, len, &n);
+    *outlen = n ? strlen(s) : len;
+    return s;
+}
+
+struct st_redactor *st_accept_redactor(struct st_accept *a)
+{
+    return a->redactor;
+}

@@ -1,0 +1,38 @@
+/* accept.h: one input line through decode -> redact -> validate.
+ *
+ * The stage every input (file, stdin, later HTTP and tail) shares. The
+ * decoder chosen by input.format maps the line onto event v1; the redactor
+ * replaces every token-shaped value and canary by its marker; the result is
+ * validated against the schema. Nothing leaves this stage unredacted: not
+ * the event, not the text of a rejection. */
+#ifndef ST_ACCEPT_H
+#define ST_ACCEPT_H
+
+#include <stddef.h>
+
+#include "json.h"
+
+struct st_collector_conf;
+struct st_accept;
+
+/* Loads the decoder, the HMAC key and the canaries. NULL with errstr set
+ * (naming the file or the property) when one is missing or refused. */
+struct st_accept *st_accept_new(const struct st_collector_conf *conf, char *errstr,
+                                size_t errsz);
+void st_accept_destroy(struct st_accept *a); /* accepts NULL */
+
+/* Returns 0 with *out (the event to produce, *outlen bytes) and *key (its
+ * task_id) valid until the next call; 1 when the line carries no event in
+ * this format (skip it); -1 with rej filled, its message redacted. */
+int st_accept_line(struct st_accept *a, const char *line, size_t len, const char **out,
+                   size_t *outlen, const char **key, struct st_reject *rej);
+
+/* A redacted copy of a rejected line, for its dead-letter record. Caller
+ * frees. */
+char *st_accept_redact_raw(struct st_accept *a, const char *line, size_t len,
+                           size_t *outlen);
+
+/* Redactions made so far, per rule (for the summary line and metrics). */
+struct st_redactor *st_accept_redactor(struct st_accept *a);
+
+#endif
