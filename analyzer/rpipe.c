@@ -124,10 +124,10 @@ void st_rpipe_destroy(struct st_rpipe *p)
 void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
                   const char **argv)
 {
-    size_t lens[16];
+    size_t lens[32];
     char *cmd;
 
-    if (argc > 16)
+    if (argc > 32)
         st_fatal("redis command with %d arguments", argc);
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
@@ -170,9 +170,9 @@ void st_rpipe_script(struct st_rpipe *p, st_rpipe_cb cb, void *arg, const char *
                 freeReplyObject(r);
         }
     }
-    const char *full[16];
+    const char *full[32];
     char nk[8];
-    if (argc + 3 > 16)
+    if (argc + 3 > 32)
         st_fatal("redis script with %d arguments", argc);
     snprintf(nk, sizeof(nk), "%d", numkeys);
     full[0] = "EVALSHA";

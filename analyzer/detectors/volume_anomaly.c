@@ -28,7 +28,8 @@
 #define VERSION 1
 
 /* KEYS: the run's request set, the run's bytes per minute.
- * ARGV: ts, member, window start, minute, bytes, oldest minute, ttl.
+ * ARGV: ts, member, window start, minute, bytes, ttl, the window's ten
+ * minutes.
  * A request counts once however often it is added (ZADD says whether it
  * was new); bytes are summed per minute of event time, so the byte budget
  * is measured over the window's whole minutes. */
@@ -36,13 +37,12 @@ static const char *script =
     "if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 1 then "
     "  redis.call('HINCRBY', KEYS[2], ARGV[4], ARGV[5]) "
     "end "
-    "redis.call('EXPIRE', KEYS[1], ARGV[7]) "
-    "redis.call('EXPIRE', KEYS[2], ARGV[7]) "
+    "redis.call('EXPIRE', KEYS[1], ARGV[6]) "
+    "redis.call('EXPIRE', KEYS[2], ARGV[6]) "
     "local n = redis.call('ZCOUNT', KEYS[1], ARGV[3], ARGV[1]) "
+    "local b = redis.call('HMGET', KEYS[2], unpack(ARGV, 7, 16)) "
     "local bytes = 0 "
-    "for m = tonumber(ARGV[6]), tonumber(ARGV[4]) do "
-    "  bytes = bytes + (tonumber(redis.call('HGET', KEYS[2], m)) or 0) "
-    "end "
+    "for i = 1, #b do bytes = bytes + (tonumber(b[i]) or 0) end "
     "return {n, tostring(bytes)}";
 
 struct pending {
@@ -151,7 +151,7 @@ static void va_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     int64_t minute = ev->ts_us / minute_us;
     char *key = st_detect_key(conf, NAME, "w", ev->task_id, ev->run_id);
     char *bkey = st_detect_key(conf, NAME, "b", ev->task_id, ev->run_id);
-    char ts[24], from[24], min[24], nbytes[24], oldest[24], ttl[24];
+    char ts[24], from[24], min[24], nbytes[24], ttl[24], mins[10][24];
     struct st_buf member;
     st_buf_init(&member);
     st_buf_printf(&member, "%s\x1f%s", ev->source_name, ev->event_id);
@@ -159,10 +159,13 @@ static void va_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     snprintf(from, sizeof(from), "(%" PRId64, ev->ts_us - window_us);
     snprintf(min, sizeof(min), "%" PRId64, minute);
     snprintf(nbytes, sizeof(nbytes), "%" PRId64, bytes < 0 ? 0 : bytes);
-    snprintf(oldest, sizeof(oldest), "%" PRId64, minute - 9);
     snprintf(ttl, sizeof(ttl), "%" PRId64, conf->state_ttl_s);
-    const char *argv[] = {key, bkey, ts, member.data, from, min, nbytes, oldest, ttl};
-    st_rpipe_script(ctx->redis, on_window, p, script, 2, 9, argv);
+    const char *argv[18] = {key, bkey, ts, member.data, from, min, nbytes, ttl};
+    for (int i = 0; i < 10; i++) {
+        snprintf(mins[i], sizeof(mins[i]), "%" PRId64, minute - i);
+        argv[8 + i] = mins[i];
+    }
+    st_rpipe_script(ctx->redis, on_window, p, script, 2, 18, argv);
     st_buf_fini(&member);
     free(key);
     free(bkey);

@@ -252,6 +252,84 @@ START_TEST(pipeline_two_analyzers_one_killed_equal_one_clean)
 }
 END_TEST
 
+/* Redis goes away in the middle of a drain and comes back: the analyzer
+ * retries the batch instead of skipping detection or committing, and ends
+ * with the tables of a run that saw no outage. The Redis here is a second,
+ * real one that the test starts and stops, so the shared one is left alone. */
+START_TEST(pipeline_redis_outage_loses_and_duplicates_nothing)
+{
+    struct world clean, outage;
+    char input[256], dir[128], log[160];
+    snprintf(input, sizeof(input), "/tmp/st_outage_%d.ndjson", (int)getpid());
+    snprintf(dir, sizeof(dir), "/tmp/st_outage_redis_%d", (int)getpid());
+    snprintf(log, sizeof(log), "/tmp/st_outage_%d.log", (int)getpid());
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "cat " SANDTRAIL_SOURCE_DIR "/tests/data/scenarios/[!a]*.ndjson > %s", input);
+    ck_assert_int_eq(system(cmd), 0);
+#define START_REDIS                                                            \
+    "mkdir -p %s && redis-server --bind 127.0.0.1 --port 16391 --dir %s"        \
+    " --daemonize yes --appendonly yes --appendfsync always --save ''"         \
+    " --logfile %s/log --pidfile %s/pid >/dev/null"
+    snprintf(cmd, sizeof(cmd), START_REDIS, dir, dir, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    usleep(300000);
+
+    world_init(&clean, "calm");
+    world_init(&outage, "outage");
+    snprintf(outage.topic, sizeof(outage.topic), "%s", clean.topic);
+    snprintf(outage.dlq, sizeof(outage.dlq), "%s", clean.dlq);
+    run(&clean, clean.name, clean.name,
+        BIN "/collector/sandtrail-collector --input %s 2>/dev/null", input);
+    ck_assert_int_eq(run(&clean, clean.name, clean.name,
+                         BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
+                             " -X batch.max_events=8"),
+                     0);
+    /* the drain in the background; Redis stops after a second, for three */
+    run(&outage, outage.name, outage.name,
+        BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=8"
+            " -X redis.url=redis://127.0.0.1:16391/0 2>%s & echo \\$! > %s.pid",
+        log, log);
+    usleep(1000000);
+    ck_assert_int_eq(system("redis-cli -p 16391 shutdown >/dev/null 2>&1; sleep 3"), 0);
+    snprintf(cmd, sizeof(cmd), START_REDIS, dir, dir, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd),
+             "pid=$(cat %s.pid); for i in $(seq 1 120); do kill -0 $pid 2>/dev/null ||"
+             " exit 0; sleep 0.5; done; exit 1",
+             log);
+    ck_assert_msg(system(cmd) == 0, "the analyzer did not finish after Redis returned");
+
+    char *text = NULL;
+    FILE *f = fopen(log, "r");
+    ck_assert_ptr_nonnull(f);
+    struct st_buf b;
+    char chunk[4096];
+    size_t n;
+    st_buf_init(&b);
+    st_buf_adds(&b, "");
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        st_buf_add(&b, chunk, n);
+    fclose(f);
+    text = b.data;
+    ck_assert_msg(strstr(text, "retrying") != NULL, "the outage was not seen:\n%s", text);
+
+    const char *qs[] = {q_events, q_findings, q_finding_events};
+    for (int i = 0; i < 3; i++) {
+        char *x = rows(clean.dsn, qs[i]), *y = rows(outage.dsn, qs[i]);
+        ck_assert_str_eq(x, y);
+        free(x);
+        free(y);
+    }
+    free(text);
+    ck_assert_int_eq(system("redis-cli -p 16391 shutdown nosave >/dev/null 2>&1"), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s %s %s %s.pid", dir, input, log, log);
+    ck_assert_int_eq(system(cmd), 0);
+    world_drop(&clean);
+    world_drop(&outage);
+}
+END_TEST
+
 /* A live analyzer serves Prometheus metrics: events, findings by detector
  * and severity, consumer lag per partition; and no event content. */
 START_TEST(pipeline_live_analyzer_serves_metrics)
@@ -310,6 +388,7 @@ int main(void)
     tcase_add_test(tc, pipeline_replay_from_zero_changes_nothing);
     tcase_add_test(tc, pipeline_two_analyzers_one_killed_equal_one_clean);
     tcase_add_test(tc, pipeline_live_analyzer_serves_metrics);
+    tcase_add_test(tc, pipeline_redis_outage_loses_and_duplicates_nothing);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
