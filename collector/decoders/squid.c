@@ -29,7 +29,7 @@
  *               is host:port), status ("-" or 0: absent), bytes_out
  *               (req_bytes), bytes_in (resp_bytes), dst_ip (server_ip unless
  *               "-"), and duration_ms (tr_ms), squid_status, err_code,
- *               err_detail, client
+ *               err_detail, client, user_agent (ua)
  * Identifiers with control bytes keep their other characters (the control
  * bytes become U+FFFD) rather than lose the line. */
 #include <math.h>
@@ -249,7 +249,7 @@ static int squid_map(const char *line, size_t len, const cJSON *doc,
                      struct st_reject *rej)
 {
     const char *method, *url, *host_f, *squid_status, *err_code, *err_detail,
-        *note_dec, *note_reason, *user, *task, *run, *tp, *server_ip, *client;
+        *note_dec, *note_reason, *user, *task, *run, *tp, *server_ip, *client, *ua;
     int64_t port = -1, status = 0, req_bytes, resp_bytes, tr_ms;
     int has_status, has_req, has_resp, has_tr;
     char ts[40], id[64], host[1024];
@@ -264,7 +264,8 @@ static int squid_map(const char *line, size_t len, const cJSON *doc,
         opt_str(doc, "reason", &note_reason, rej) || opt_str(doc, "user", &user, rej) ||
         opt_str(doc, "task_id", &task, rej) || opt_str(doc, "run_id", &run, rej) ||
         opt_str(doc, "traceparent", &tp, rej) ||
-        opt_str(doc, "server_ip", &server_ip, rej) || opt_str(doc, "client", &client, rej))
+        opt_str(doc, "server_ip", &server_ip, rej) || opt_str(doc, "client", &client, rej) ||
+        opt_str(doc, "ua", &ua, rej))
         return -1;
     if ((has_status = opt_num(doc, "status", 999, &status, rej)) < 0 ||
         (has_req = opt_num(doc, "req_bytes", INT64_C(1) << 53, &req_bytes, rej)) < 0 ||
@@ -357,6 +358,8 @@ static int squid_map(const char *line, size_t len, const cJSON *doc,
     st_decode_add_opt(attrs, "err_code", err_code);
     st_decode_add_opt(attrs, "err_detail", err_detail);
     st_decode_add_opt(attrs, "client", client);
+    /* what the agent sent is kept: the redactor sees it before it leaves */
+    st_decode_add_opt(attrs, "user_agent", ua);
     *out = ev;
     return 0;
 }
