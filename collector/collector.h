@@ -20,6 +20,9 @@ struct st_collector_conf {
     char *key_file;        /* redact.key_file */
     char *canaries_file;   /* redact.canaries_file */
     int64_t fp_chars;      /* redact.fingerprint_chars */
+    char *checkpoint;      /* input.checkpoint (--follow) */
+    int64_t checkpoint_lines;
+    int64_t poll_ms;
 };
 
 #endif

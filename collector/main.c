@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accept.h"
 #include "buf.h"
@@ -25,6 +26,7 @@
 #include "log.h"
 #include "produce.h"
 #include "redact.h"
+#include "tail.h"
 
 #define C(field) offsetof(struct st_collector_conf, field)
 
@@ -60,6 +62,12 @@ static const struct st_conf_prop collector_props[] = {
      0, NULL, "file of canary values, one a line, redacted wherever they appear"},
     {"redact.fingerprint_chars", NULL, ST_CONF_INT, C(fp_chars), 1, 64, "16",
      "hex characters of HMAC-SHA256 kept in a fingerprint"},
+    {"input.checkpoint", NULL, ST_CONF_STR, C(checkpoint), 0, 0, NULL,
+     "--follow: file keeping the delivered position (default: FILE.sandtrail.pos)"},
+    {"input.checkpoint_lines", NULL, ST_CONF_INT, C(checkpoint_lines), 1, 10000000, "1000",
+     "--follow: lines between waits for delivery and checkpoints"},
+    {"input.poll_ms", NULL, ST_CONF_INT, C(poll_ms), 10, 60000, "200",
+     "--follow: how often to look for new lines and rotation at the end of the file"},
     {"dlq.raw_bytes", NULL, ST_CONF_INT, C(dlq_raw_bytes), 0, 1024 * 1024, "4096",
      "how much of a rejected line its dead-letter record quotes"},
     {NULL},
@@ -76,6 +84,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: sandtrail-collector --input FILE|- [-c CONFIG] [-X name=value]...\n"
+            "       sandtrail-collector --follow FILE [-c CONFIG] [-X name=value]...\n"
             "       sandtrail-collector --config-doc\n"
             "\n"
             "Reads one event a line (schema sandtrail.event.v1, or a source's own\n"
@@ -89,59 +98,133 @@ struct run_stats {
     long lines, accepted, rejected, skipped;
 };
 
-static int collect(FILE *in, const char *input_name,
-                   const struct st_collector_conf *conf, struct st_accept *acc,
-                   struct st_producer *prod, struct run_stats *rs)
-{
-    struct st_linereader *lr = st_linereader_new(in, (size_t)conf->max_line_bytes);
+struct line_ctx {
+    const struct st_collector_conf *conf;
+    struct st_accept *acc;
+    struct st_producer *prod;
+    struct run_stats *rs;
+    const char *input_name;
     struct st_buf dlq;
-    const char *line, *out, *key;
-    size_t len, outlen;
+};
+
+/* One input line: accepted events to the events topic, rejected lines (with
+ * a redacted reason and quote) to stderr and the dead-letter topic. Returns
+ * 0, or -1 when the producer failed for good. */
+static int handle_line(struct line_ctx *lc, const char *line, size_t len, int too_long)
+{
+    const struct st_collector_conf *conf = lc->conf;
+    struct run_stats *rs = lc->rs;
+    struct st_reject rej;
+    const char *out, *key;
+    size_t outlen;
+
+    rs->lines++;
+    if (too_long) {
+        rej.code = ST_REASON_TOO_LONG;
+        snprintf(rej.msg, sizeof(rej.msg), "line longer than %" PRId64 " bytes",
+                 conf->max_line_bytes);
+    } else if (len == 0 || strspn(line, " \t") == len) {
+        return 0; /* blank lines separate nothing in NDJSON: skip */
+    } else {
+        int a = st_accept_line(lc->acc, line, len, &out, &outlen, &key, &rej);
+        if (a == 1) {
+            rs->skipped++;
+            return 0;
+        }
+        if (a == 0) {
+            if (st_producer_event(lc->prod, key, out, outlen))
+                return -1;
+            rs->accepted++;
+            return 0;
+        }
+    }
+    rs->rejected++;
+    /* the reason is redacted by accept.c; the line is redacted here, before
+     * it is cut to dlq.raw_bytes */
+    fprintf(stderr, "%s:%ld: rejected: %s: %s\n", lc->input_name, rs->lines, rej.code,
+            rej.msg);
+    size_t rlen;
+    char *raw = st_accept_redact_raw(lc->acc, line, len, &rlen);
+    st_dlq_record(&lc->dlq, &rej, lc->input_name, rs->lines, raw, rlen,
+                  (size_t)conf->dlq_raw_bytes);
+    free(raw);
+    return st_producer_dlq(lc->prod, rej.code, lc->dlq.data, lc->dlq.len);
+}
+
+static int collect(FILE *in, struct line_ctx *lc)
+{
+    struct st_linereader *lr = st_linereader_new(in, (size_t)lc->conf->max_line_bytes);
+    const char *line;
+    size_t len;
     int too_long, r, rc = 0;
 
-    st_buf_init(&dlq);
-    while (!stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0) {
-        struct st_reject rej;
-
-        rs->lines++;
-        if (too_long) {
-            rej.code = ST_REASON_TOO_LONG;
-            snprintf(rej.msg, sizeof(rej.msg), "line longer than %" PRId64 " bytes",
-                     conf->max_line_bytes);
-        } else if (len == 0 || strspn(line, " \t") == len) {
-            continue; /* blank lines separate nothing in NDJSON: skip */
-        } else {
-            int a = st_accept_line(acc, line, len, &out, &outlen, &key, &rej);
-            if (a == 1) {
-                rs->skipped++;
-                continue;
-            }
-            if (a == 0) {
-                if ((rc = st_producer_event(prod, key, out, outlen)))
-                    break;
-                rs->accepted++;
-                continue;
-            }
-        }
-        rs->rejected++;
-        /* the reason is redacted by accept.c; the line is redacted here,
-         * before it is cut to dlq.raw_bytes */
-        fprintf(stderr, "%s:%ld: rejected: %s: %s\n", input_name, rs->lines, rej.code,
-                rej.msg);
-        size_t rlen;
-        char *raw = st_accept_redact_raw(acc, line, len, &rlen);
-        st_dlq_record(&dlq, &rej, input_name, rs->lines, raw, rlen,
-                      (size_t)conf->dlq_raw_bytes);
-        free(raw);
-        if ((rc = st_producer_dlq(prod, rej.code, dlq.data, dlq.len)))
+    while (!stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0)
+        if ((rc = handle_line(lc, line, len, too_long)))
             break;
-    }
     if (r < 0) {
-        st_error("could not read \"%s\": %s", input_name, strerror(errno));
+        st_error("could not read \"%s\": %s", lc->input_name, strerror(errno));
         rc = -1;
     }
-    st_buf_fini(&dlq);
     st_linereader_destroy(lr);
+    return rc;
+}
+
+/* --follow: lines as they are appended, across rotation; after every
+ * input.checkpoint_lines lines, and whenever the file is idle, wait for
+ * delivery and save the position. Runs until SIGINT or SIGTERM. */
+static int follow(const char *path, struct line_ctx *lc)
+{
+    const struct st_collector_conf *conf = lc->conf;
+    char errstr[512], ckpt[4096];
+    const char *line;
+    size_t len;
+    int too_long, rc = 0;
+    int64_t pending = 0;
+
+    if (conf->checkpoint && *conf->checkpoint)
+        snprintf(ckpt, sizeof(ckpt), "%s", conf->checkpoint);
+    else
+        snprintf(ckpt, sizeof(ckpt), "%s.sandtrail.pos", path);
+    struct st_tail *t = st_tail_open(path, ckpt, (size_t)conf->max_line_bytes, errstr,
+                                     sizeof(errstr));
+    if (!t) {
+        st_error("%s", errstr);
+        return -1;
+    }
+    st_info("following \"%s\" (checkpoint \"%s\")", path, ckpt);
+    while (!stop) {
+        int r = st_tail_next(t, &line, &len, &too_long);
+        if (r < 0) {
+            st_error("could not read \"%s\": %s", path, strerror(errno));
+            rc = -1;
+            break;
+        }
+        if (r == 1) {
+            if ((rc = handle_line(lc, line, len, too_long)))
+                break;
+            pending++;
+        }
+        if (pending && (r == 0 || pending >= conf->checkpoint_lines)) {
+            /* the position is saved only once everything before it is in
+             * Kafka: a restart re-reads at most this batch */
+            if (st_producer_flush(lc->prod, (int)conf->delivery_timeout_ms)) {
+                st_error("could not deliver to Kafka: not advancing the checkpoint");
+                rc = -1;
+                break;
+            }
+            if (st_tail_checkpoint(t, errstr, sizeof(errstr))) {
+                st_error("%s", errstr);
+                rc = -1;
+                break;
+            }
+            pending = 0;
+        }
+        if (r == 0)
+            usleep((useconds_t)conf->poll_ms * 1000);
+    }
+    if (rc == 0 && pending && st_producer_flush(lc->prod, (int)conf->delivery_timeout_ms) == 0)
+        rc = st_tail_checkpoint(t, errstr, sizeof(errstr));
+    st_tail_close(t);
     return rc;
 }
 
@@ -164,6 +247,7 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"input", required_argument, NULL, 'i'},
+        {"follow", required_argument, NULL, 'f'},
         {"config", required_argument, NULL, 'c'},
         {"set", required_argument, NULL, 'X'},
         {"config-doc", no_argument, NULL, 'D'},
@@ -172,7 +256,7 @@ int main(int argc, char **argv)
     };
     struct st_collector_conf conf;
     char errstr[512];
-    const char *input = NULL, *config_file = NULL;
+    const char *input = NULL, *followed = NULL, *config_file = NULL;
     char **sets = st_calloc((size_t)argc, sizeof(*sets));
     int nsets = 0, c, status;
 
@@ -180,6 +264,7 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "i:c:X:h", opts, NULL)) != -1) {
         switch (c) {
         case 'i': input = optarg; break;
+        case 'f': followed = optarg; break;
         case 'c': config_file = optarg; break;
         case 'X': sets[nsets++] = optarg; break;
         case 'D': st_conf_print_doc(collector_props, stdout); free(sets); return 0;
@@ -187,7 +272,7 @@ int main(int argc, char **argv)
         default: usage(stderr); free(sets); return 64;
         }
     }
-    if (!input || optind != argc) {
+    if (!!input == !!followed || optind != argc) {
         usage(stderr);
         free(sets);
         return 64;
@@ -205,8 +290,8 @@ int main(int argc, char **argv)
     free(sets);
     sets = NULL;
 
-    FILE *in = strcmp(input, "-") == 0 ? stdin : fopen(input, "rb");
-    if (!in) {
+    FILE *in = followed ? NULL : strcmp(input, "-") == 0 ? stdin : fopen(input, "rb");
+    if (!followed && !in) {
         st_error("could not open input \"%s\": %s", input, strerror(errno));
         st_conf_fini(collector_props, &conf);
         return 66;
@@ -229,7 +314,11 @@ int main(int argc, char **argv)
     }
 
     struct run_stats rs = {0};
-    int rc = collect(in, in == stdin ? "stdin" : input, &conf, acc, prod, &rs);
+    struct line_ctx lc = {&conf, acc, prod, &rs,
+                          followed ? followed : in == stdin ? "stdin" : input, {0}};
+    st_buf_init(&lc.dlq);
+    int rc = followed ? follow(followed, &lc) : collect(in, &lc);
+    st_buf_fini(&lc.dlq);
     int64_t undelivered = st_producer_flush(prod, (int)conf.delivery_timeout_ms + 5000);
     struct st_producer_stats ps;
     st_producer_stats(prod, &ps);
@@ -247,7 +336,7 @@ int main(int argc, char **argv)
         status = 0;
     st_producer_destroy(prod);
 out:
-    if (in != stdin)
+    if (in && in != stdin)
         fclose(in);
     st_conf_fini(collector_props, &conf);
     return status;
