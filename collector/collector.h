@@ -23,6 +23,7 @@ struct st_collector_conf {
     char *checkpoint;      /* input.checkpoint (--follow) */
     int64_t checkpoint_lines;
     int64_t poll_ms;
+    char *metrics_listen;
 };
 
 #endif

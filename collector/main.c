@@ -24,6 +24,7 @@
 #include "event.h"
 #include "linereader.h"
 #include "log.h"
+#include "metrics.h"
 #include "produce.h"
 #include "redact.h"
 #include "tail.h"
@@ -68,6 +69,8 @@ static const struct st_conf_prop collector_props[] = {
      "--follow: lines between waits for delivery and checkpoints"},
     {"input.poll_ms", NULL, ST_CONF_INT, C(poll_ms), 10, 60000, "200",
      "--follow: how often to look for new lines and rotation at the end of the file"},
+    {"metrics.listen", "SANDTRAIL_COLLECTOR_METRICS", ST_CONF_STR, C(metrics_listen), 0,
+     0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"dlq.raw_bytes", NULL, ST_CONF_INT, C(dlq_raw_bytes), 0, 1024 * 1024, "4096",
      "how much of a rejected line its dead-letter record quotes"},
     {NULL},
@@ -105,7 +108,37 @@ struct line_ctx {
     struct run_stats *rs;
     const char *input_name;
     struct st_buf dlq;
+    struct st_metrics *metrics;
+    struct st_metric *m_lines, *m_accepted, *m_skipped;
 };
+
+static void metrics_rejected(struct line_ctx *lc, const char *reason)
+{
+    char labels[96];
+    snprintf(labels, sizeof(labels), "reason=\"%s\"", reason);
+    st_metric_add(st_metric_get(lc->metrics, ST_METRIC_COUNTER,
+                                "sandtrail_collector_rejected_total",
+                                "lines rejected, by reason (each in the dead-letter topic)",
+                                labels),
+                  1);
+}
+
+/* The redactor counts per rule; the series follow it. */
+static void metrics_redactions(struct line_ctx *lc)
+{
+    struct st_redactor *r = st_accept_redactor(lc->acc);
+    char labels[96];
+    for (size_t i = 0; i < st_redact_nrules(r); i++) {
+        uint64_t hits = st_redact_rule_hits(r, i);
+        if (!hits)
+            continue;
+        snprintf(labels, sizeof(labels), "rule=\"%s\"", st_redact_rule_name(r, i));
+        st_metric_set(st_metric_get(lc->metrics, ST_METRIC_COUNTER,
+                                    "sandtrail_collector_redactions_total",
+                                    "values redacted, by rule", labels),
+                      (int64_t)hits);
+    }
+}
 
 /* One input line: accepted events to the events topic, rejected lines (with
  * a redacted reason and quote) to stderr and the dead-letter topic. Returns
@@ -119,6 +152,7 @@ static int handle_line(struct line_ctx *lc, const char *line, size_t len, int to
     size_t outlen;
 
     rs->lines++;
+    st_metric_add(lc->m_lines, 1);
     if (too_long) {
         rej.code = ST_REASON_TOO_LONG;
         snprintf(rej.msg, sizeof(rej.msg), "line longer than %" PRId64 " bytes",
@@ -129,16 +163,19 @@ static int handle_line(struct line_ctx *lc, const char *line, size_t len, int to
         int a = st_accept_line(lc->acc, line, len, &out, &outlen, &key, &rej);
         if (a == 1) {
             rs->skipped++;
+            st_metric_add(lc->m_skipped, 1);
             return 0;
         }
         if (a == 0) {
             if (st_producer_event(lc->prod, key, out, outlen))
                 return -1;
             rs->accepted++;
+            st_metric_add(lc->m_accepted, 1);
             return 0;
         }
     }
     rs->rejected++;
+    metrics_rejected(lc, rej.code);
     /* the reason is redacted by accept.c; the line is redacted here, before
      * it is cut to dlq.raw_bytes */
     fprintf(stderr, "%s:%ld: rejected: %s: %s\n", lc->input_name, rs->lines, rej.code,
@@ -218,6 +255,7 @@ static int follow(const char *path, struct line_ctx *lc)
                 break;
             }
             pending = 0;
+            metrics_redactions(lc);
         }
         if (r == 0)
             usleep((useconds_t)conf->poll_ms * 1000);
@@ -305,18 +343,36 @@ int main(int argc, char **argv)
         status = 78;
         goto out;
     }
-    struct st_producer *prod = st_producer_new(&conf, errstr, sizeof(errstr));
+    struct st_metrics *metrics = st_metrics_new();
+    if (st_metrics_serve(metrics, conf.metrics_listen, errstr, sizeof(errstr))) {
+        st_error("%s", errstr);
+        st_accept_destroy(acc);
+        st_metrics_destroy(metrics);
+        status = 78;
+        goto out;
+    }
+    struct st_producer *prod = st_producer_new(&conf, metrics, errstr, sizeof(errstr));
     if (!prod) {
         st_error("%s", errstr);
         st_accept_destroy(acc);
+        st_metrics_destroy(metrics);
         status = 2;
         goto out;
     }
 
     struct run_stats rs = {0};
     struct line_ctx lc = {&conf, acc, prod, &rs,
-                          followed ? followed : in == stdin ? "stdin" : input, {0}};
+                          followed ? followed : in == stdin ? "stdin" : input, {0}, metrics,
+                          NULL, NULL, NULL};
     st_buf_init(&lc.dlq);
+    lc.m_lines = st_metric_get(metrics, ST_METRIC_COUNTER, "sandtrail_collector_lines_total",
+                               "input lines read", "");
+    lc.m_accepted = st_metric_get(metrics, ST_METRIC_COUNTER,
+                                  "sandtrail_collector_accepted_total",
+                                  "events accepted and produced", "");
+    lc.m_skipped = st_metric_get(metrics, ST_METRIC_COUNTER,
+                                 "sandtrail_collector_skipped_total",
+                                 "lines that carry no event in their format", "");
     int rc = followed ? follow(followed, &lc) : collect(in, &lc);
     st_buf_fini(&lc.dlq);
     int64_t undelivered = st_producer_flush(prod, (int)conf.delivery_timeout_ms + 5000);
@@ -327,14 +383,16 @@ int main(int argc, char **argv)
             rs.lines, rs.accepted, rs.rejected, rs.skipped, ps.delivered, ps.failed,
             undelivered);
     log_redactions(acc);
+    st_producer_destroy(prod);
+    prod = NULL;
     st_accept_destroy(acc);
+    st_metrics_destroy(metrics);
     if (rc || undelivered || ps.failed)
         status = 2;
     else if (rs.rejected)
         status = 1;
     else
         status = 0;
-    st_producer_destroy(prod);
 out:
     if (in && in != stdin)
         fclose(in);

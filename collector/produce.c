@@ -7,6 +7,7 @@
 #include "collector.h"
 #include "kafka.h"
 #include "log.h"
+#include "metrics.h"
 #include "produce.h"
 #include "timeutil.h"
 
@@ -16,12 +17,19 @@ struct st_producer {
     const char *topic_dlq;
     int64_t queued, delivered, failed;
     int64_t timeout_ms;
+    struct st_metric *m_latency, *m_errors, *m_delivered;
 };
 
 /* Delivery reports run on the thread that polls, so plain counters do. */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct st_producer *p = opaque;
+    if (p->m_latency) {
+        int64_t us = rd_kafka_message_latency(m);
+        if (us >= 0)
+            st_metric_observe(p->m_latency, (double)us / 1e6);
+        st_metric_add(m->err ? p->m_errors : p->m_delivered, 1);
+    }
     if (m->err) {
         p->failed++;
         st_error("could not deliver to \"%s\": %s", rd_kafka_topic_name(m->rkt),
@@ -38,9 +46,21 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 }
 
 struct st_producer *st_producer_new(const struct st_collector_conf *conf,
-                                    char *errstr, size_t errsz)
+                                    struct st_metrics *metrics, char *errstr,
+                                    size_t errsz)
 {
     struct st_producer *p = st_calloc(1, sizeof(*p));
+    if (metrics) {
+        p->m_latency = st_metric_get(metrics, ST_METRIC_HISTOGRAM,
+                                     "sandtrail_collector_delivery_seconds",
+                                     "time from produce to Kafka's acknowledgement", "");
+        p->m_errors = st_metric_get(metrics, ST_METRIC_COUNTER,
+                                    "sandtrail_collector_produce_errors_total",
+                                    "messages Kafka did not acknowledge", "");
+        p->m_delivered = st_metric_get(metrics, ST_METRIC_COUNTER,
+                                       "sandtrail_collector_delivered_total",
+                                       "messages Kafka acknowledged", "");
+    }
     char num[32], err[512];
     rd_kafka_conf_t *kc = st_kafka_conf_new(conf->brokers, errstr, errsz);
     if (!kc)

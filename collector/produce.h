@@ -11,12 +11,14 @@
 #include <stdint.h>
 
 struct st_collector_conf;
+struct st_metrics;
 struct st_producer;
 
-/* Creates the producer and the topics if missing. Returns NULL with errstr
- * set. */
+/* Creates the producer and the topics if missing; delivery latency and
+ * errors go to metrics (may be NULL). Returns NULL with errstr set. */
 struct st_producer *st_producer_new(const struct st_collector_conf *conf,
-                                    char *errstr, size_t errsz);
+                                    struct st_metrics *metrics, char *errstr,
+                                    size_t errsz);
 
 /* Flushes what is queued (bounded by the delivery timeout) and frees. Accepts
  * NULL. */

@@ -35,6 +35,7 @@ static int start(struct world *w)
     snprintf(pidf, sizeof(pidf), "%s/pid", dir);
     run(w, w->name, w->name,
         BIN "/collector/sandtrail-collector --follow %s -X input.poll_ms=50"
+            " -X metrics.listen=127.0.0.1:19465"
             " -X input.checkpoint_lines=25 2>>%s & echo \\$! > %s",
         path, collector_log, pidf);
     FILE *f = fopen(pidf, "r");
@@ -95,6 +96,16 @@ START_TEST(tail_follows_rotation_and_restarts_without_loss)
     append(path, 0, 100);
     int pid = start(&w);
     ck_assert_int_eq(wait_for(&w, 100, &dump), 100);
+    /* a long-running collector serves its metrics */
+    usleep(300000);
+    FILE *p = popen("curl -s http://127.0.0.1:19465/metrics", "r");
+    char metrics[16384];
+    size_t mn = fread(metrics, 1, sizeof(metrics) - 1, p);
+    metrics[mn] = '\0';
+    pclose(p);
+    ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_collector_accepted_total 100\n"));
+    ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_collector_delivery_seconds_count 100\n"));
+    ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_collector_produce_errors_total 0\n"));
 
     /* rotation by rename: the old file's last lines, then the new file */
     append(path, 100, 120);
