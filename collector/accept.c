@@ -191,3 +191,8 @@ struct st_redactor *st_accept_redactor(struct st_accept *a)
 {
     return a->redactor;
 }
+
+const struct st_event *st_accept_event(const struct st_accept *a)
+{
+    return &a->ev;
+}

@@ -12,6 +12,8 @@
 
 #include "json.h"
 
+struct st_event;
+
 struct st_collector_conf;
 struct st_accept;
 
@@ -26,6 +28,10 @@ void st_accept_destroy(struct st_accept *a); /* accepts NULL */
  * this format (skip it); -1 with rej filled, its message redacted. */
 int st_accept_line(struct st_accept *a, const char *line, size_t len, const char **out,
                    size_t *outlen, const char **key, struct st_reject *rej);
+
+/* The event the last successful st_accept_line made (valid until the next
+ * call). */
+const struct st_event *st_accept_event(const struct st_accept *a);
 
 /* A redacted copy of a rejected line, for its dead-letter record. Caller
  * frees. */

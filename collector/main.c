@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "accept.h"
+#include "ingest.h"
+#include "input.h"
 #include "buf.h"
 #include "collector.h"
 #include "conf.h"
@@ -71,6 +73,12 @@ static const struct st_conf_prop collector_props[] = {
      "--follow: how often to look for new lines and rotation at the end of the file"},
     {"metrics.listen", "SANDTRAIL_COLLECTOR_METRICS", ST_CONF_STR, C(metrics_listen), 0,
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
+    {"http.listen", "SANDTRAIL_HTTP_LISTEN", ST_CONF_STR, C(http_listen), 0, 0, "",
+     "--listen: host:port of POST /v1/events"},
+    {"http.tokens_file", "SANDTRAIL_HTTP_TOKENS_FILE", ST_CONF_STR, C(http_tokens_file), 0,
+     0, NULL, "--listen: lines \"<token> <source kind> <source name>\", one per source"},
+    {"http.max_body_bytes", NULL, ST_CONF_INT, C(http_max_body), 1024,
+     INT64_C(1073741824), "8388608", "--listen: largest request body, inflated (413 above)"},
     {"dlq.raw_bytes", NULL, ST_CONF_INT, C(dlq_raw_bytes), 0, 1024 * 1024, "4096",
      "how much of a rejected line its dead-letter record quotes"},
     {NULL},
@@ -88,6 +96,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: sandtrail-collector --input FILE|- [-c CONFIG] [-X name=value]...\n"
             "       sandtrail-collector --follow FILE [-c CONFIG] [-X name=value]...\n"
+            "       sandtrail-collector --listen HOST:PORT [-c CONFIG] [-X name=value]...\n"
             "       sandtrail-collector --config-doc\n"
             "\n"
             "Reads one event a line (schema sandtrail.event.v1, or a source's own\n"
@@ -95,175 +104,6 @@ static void usage(FILE *out)
             "token-shaped value and canary, validates the event and produces it to\n"
             "Kafka; rejected lines are reported on stderr and sent, redacted, to the\n"
             "dead-letter topic with their reason.\n");
-}
-
-struct run_stats {
-    long lines, accepted, rejected, skipped;
-};
-
-struct line_ctx {
-    const struct st_collector_conf *conf;
-    struct st_accept *acc;
-    struct st_producer *prod;
-    struct run_stats *rs;
-    const char *input_name;
-    struct st_buf dlq;
-    struct st_metrics *metrics;
-    struct st_metric *m_lines, *m_accepted, *m_skipped;
-};
-
-static void metrics_rejected(struct line_ctx *lc, const char *reason)
-{
-    char labels[96];
-    snprintf(labels, sizeof(labels), "reason=\"%s\"", reason);
-    st_metric_add(st_metric_get(lc->metrics, ST_METRIC_COUNTER,
-                                "sandtrail_collector_rejected_total",
-                                "lines rejected, by reason (each in the dead-letter topic)",
-                                labels),
-                  1);
-}
-
-/* The redactor counts per rule; the series follow it. */
-static void metrics_redactions(struct line_ctx *lc)
-{
-    struct st_redactor *r = st_accept_redactor(lc->acc);
-    char labels[96];
-    for (size_t i = 0; i < st_redact_nrules(r); i++) {
-        uint64_t hits = st_redact_rule_hits(r, i);
-        if (!hits)
-            continue;
-        snprintf(labels, sizeof(labels), "rule=\"%s\"", st_redact_rule_name(r, i));
-        st_metric_set(st_metric_get(lc->metrics, ST_METRIC_COUNTER,
-                                    "sandtrail_collector_redactions_total",
-                                    "values redacted, by rule", labels),
-                      (int64_t)hits);
-    }
-}
-
-/* One input line: accepted events to the events topic, rejected lines (with
- * a redacted reason and quote) to stderr and the dead-letter topic. Returns
- * 0, or -1 when the producer failed for good. */
-static int handle_line(struct line_ctx *lc, const char *line, size_t len, int too_long)
-{
-    const struct st_collector_conf *conf = lc->conf;
-    struct run_stats *rs = lc->rs;
-    struct st_reject rej;
-    const char *out, *key;
-    size_t outlen;
-
-    rs->lines++;
-    st_metric_add(lc->m_lines, 1);
-    if (too_long) {
-        rej.code = ST_REASON_TOO_LONG;
-        snprintf(rej.msg, sizeof(rej.msg), "line longer than %" PRId64 " bytes",
-                 conf->max_line_bytes);
-    } else if (len == 0 || strspn(line, " \t") == len) {
-        return 0; /* blank lines separate nothing in NDJSON: skip */
-    } else {
-        int a = st_accept_line(lc->acc, line, len, &out, &outlen, &key, &rej);
-        if (a == 1) {
-            rs->skipped++;
-            st_metric_add(lc->m_skipped, 1);
-            return 0;
-        }
-        if (a == 0) {
-            if (st_producer_event(lc->prod, key, out, outlen))
-                return -1;
-            rs->accepted++;
-            st_metric_add(lc->m_accepted, 1);
-            return 0;
-        }
-    }
-    rs->rejected++;
-    metrics_rejected(lc, rej.code);
-    /* the reason is redacted by accept.c; the line is redacted here, before
-     * it is cut to dlq.raw_bytes */
-    fprintf(stderr, "%s:%ld: rejected: %s: %s\n", lc->input_name, rs->lines, rej.code,
-            rej.msg);
-    size_t rlen;
-    char *raw = st_accept_redact_raw(lc->acc, line, len, &rlen);
-    st_dlq_record(&lc->dlq, &rej, lc->input_name, rs->lines, raw, rlen,
-                  (size_t)conf->dlq_raw_bytes);
-    free(raw);
-    return st_producer_dlq(lc->prod, rej.code, lc->dlq.data, lc->dlq.len);
-}
-
-static int collect(FILE *in, struct line_ctx *lc)
-{
-    struct st_linereader *lr = st_linereader_new(in, (size_t)lc->conf->max_line_bytes);
-    const char *line;
-    size_t len;
-    int too_long, r, rc = 0;
-
-    while (!stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0)
-        if ((rc = handle_line(lc, line, len, too_long)))
-            break;
-    if (r < 0) {
-        st_error("could not read \"%s\": %s", lc->input_name, strerror(errno));
-        rc = -1;
-    }
-    st_linereader_destroy(lr);
-    return rc;
-}
-
-/* --follow: lines as they are appended, across rotation; after every
- * input.checkpoint_lines lines, and whenever the file is idle, wait for
- * delivery and save the position. Runs until SIGINT or SIGTERM. */
-static int follow(const char *path, struct line_ctx *lc)
-{
-    const struct st_collector_conf *conf = lc->conf;
-    char errstr[512], ckpt[4096];
-    const char *line;
-    size_t len;
-    int too_long, rc = 0;
-    int64_t pending = 0;
-
-    if (conf->checkpoint && *conf->checkpoint)
-        snprintf(ckpt, sizeof(ckpt), "%s", conf->checkpoint);
-    else
-        snprintf(ckpt, sizeof(ckpt), "%s.sandtrail.pos", path);
-    struct st_tail *t = st_tail_open(path, ckpt, (size_t)conf->max_line_bytes, errstr,
-                                     sizeof(errstr));
-    if (!t) {
-        st_error("%s", errstr);
-        return -1;
-    }
-    st_info("following \"%s\" (checkpoint \"%s\")", path, ckpt);
-    while (!stop) {
-        int r = st_tail_next(t, &line, &len, &too_long);
-        if (r < 0) {
-            st_error("could not read \"%s\": %s", path, strerror(errno));
-            rc = -1;
-            break;
-        }
-        if (r == 1) {
-            if ((rc = handle_line(lc, line, len, too_long)))
-                break;
-            pending++;
-        }
-        if (pending && (r == 0 || pending >= conf->checkpoint_lines)) {
-            /* the position is saved only once everything before it is in
-             * Kafka: a restart re-reads at most this batch */
-            if (st_producer_flush(lc->prod, (int)conf->delivery_timeout_ms)) {
-                st_error("could not deliver to Kafka: not advancing the checkpoint");
-                rc = -1;
-                break;
-            }
-            if (st_tail_checkpoint(t, errstr, sizeof(errstr))) {
-                st_error("%s", errstr);
-                rc = -1;
-                break;
-            }
-            pending = 0;
-            metrics_redactions(lc);
-        }
-        if (r == 0)
-            usleep((useconds_t)conf->poll_ms * 1000);
-    }
-    if (rc == 0 && pending && st_producer_flush(lc->prod, (int)conf->delivery_timeout_ms) == 0)
-        rc = st_tail_checkpoint(t, errstr, sizeof(errstr));
-    st_tail_close(t);
-    return rc;
 }
 
 static void log_redactions(struct st_accept *acc)
@@ -286,6 +126,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"input", required_argument, NULL, 'i'},
         {"follow", required_argument, NULL, 'f'},
+        {"listen", required_argument, NULL, 'l'},
         {"config", required_argument, NULL, 'c'},
         {"set", required_argument, NULL, 'X'},
         {"config-doc", no_argument, NULL, 'D'},
@@ -294,7 +135,7 @@ int main(int argc, char **argv)
     };
     struct st_collector_conf conf;
     char errstr[512];
-    const char *input = NULL, *followed = NULL, *config_file = NULL;
+    const char *input = NULL, *followed = NULL, *listen_at = NULL, *config_file = NULL;
     char **sets = st_calloc((size_t)argc, sizeof(*sets));
     int nsets = 0, c, status;
 
@@ -303,6 +144,7 @@ int main(int argc, char **argv)
         switch (c) {
         case 'i': input = optarg; break;
         case 'f': followed = optarg; break;
+        case 'l': listen_at = optarg; break;
         case 'c': config_file = optarg; break;
         case 'X': sets[nsets++] = optarg; break;
         case 'D': st_conf_print_doc(collector_props, stdout); free(sets); return 0;
@@ -310,7 +152,7 @@ int main(int argc, char **argv)
         default: usage(stderr); free(sets); return 64;
         }
     }
-    if (!!input == !!followed || optind != argc) {
+    if (!!input + !!followed + !!listen_at != 1 || optind != argc) {
         usage(stderr);
         free(sets);
         return 64;
@@ -327,9 +169,12 @@ int main(int argc, char **argv)
             goto conf_error;
     free(sets);
     sets = NULL;
+    if (listen_at && st_conf_set(collector_props, &conf, "http.listen", listen_at, errstr,
+                                 sizeof(errstr)))
+        goto conf_error;
 
-    FILE *in = followed ? NULL : strcmp(input, "-") == 0 ? stdin : fopen(input, "rb");
-    if (!followed && !in) {
+    FILE *in = !input ? NULL : strcmp(input, "-") == 0 ? stdin : fopen(input, "rb");
+    if (input && !in) {
         st_error("could not open input \"%s\": %s", input, strerror(errno));
         st_conf_fini(collector_props, &conf);
         return 66;
@@ -360,21 +205,14 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    struct run_stats rs = {0};
-    struct line_ctx lc = {&conf, acc, prod, &rs,
-                          followed ? followed : in == stdin ? "stdin" : input, {0}, metrics,
-                          NULL, NULL, NULL};
-    st_buf_init(&lc.dlq);
-    lc.m_lines = st_metric_get(metrics, ST_METRIC_COUNTER, "sandtrail_collector_lines_total",
-                               "input lines read", "");
-    lc.m_accepted = st_metric_get(metrics, ST_METRIC_COUNTER,
-                                  "sandtrail_collector_accepted_total",
-                                  "events accepted and produced", "");
-    lc.m_skipped = st_metric_get(metrics, ST_METRIC_COUNTER,
-                                 "sandtrail_collector_skipped_total",
-                                 "lines that carry no event in their format", "");
-    int rc = followed ? follow(followed, &lc) : collect(in, &lc);
-    st_buf_fini(&lc.dlq);
+    struct st_ingest ing;
+    st_ingest_init(&ing, &conf, acc, prod, metrics,
+                   followed ? followed : listen_at ? "http" : in == stdin ? "stdin" : input);
+    int rc = listen_at  ? st_input_http(&ing, &stop)
+             : followed ? st_input_follow(followed, &ing, &stop)
+                        : st_input_file(in, &ing, &stop);
+    struct st_ingest_stats rs = ing.stats;
+    st_ingest_fini(&ing);
     int64_t undelivered = st_producer_flush(prod, (int)conf.delivery_timeout_ms + 5000);
     struct st_producer_stats ps;
     st_producer_stats(prod, &ps);
