@@ -27,6 +27,8 @@ struct st_collector_conf {
     char *http_listen;      /* http.listen (--listen) */
     char *http_tokens_file;
     int64_t http_max_body;
+    char *spool_dir;        /* spool.dir */
+    int64_t spool_max_bytes;
 };
 
 #endif

@@ -71,7 +71,7 @@ int st_input_follow(const char *path, struct st_ingest *in, volatile sig_atomic_
             pending++;
         }
         if (pending && (r == 0 || pending >= conf->checkpoint_lines)) {
-            if (st_producer_flush(in->prod, (int)conf->delivery_timeout_ms)) {
+            if (st_producer_durable(in->prod, (int)conf->delivery_timeout_ms)) {
                 st_error("could not deliver to Kafka: not advancing the checkpoint");
                 rc = -1;
                 break;
@@ -84,10 +84,17 @@ int st_input_follow(const char *path, struct st_ingest *in, volatile sig_atomic_
             pending = 0;
             st_ingest_sync_metrics(in);
         }
-        if (r == 0)
+        if (r == 0) {
+            st_producer_poll(in->prod);
             usleep((useconds_t)conf->poll_ms * 1000);
+        }
+        /* a full spool: stop reading until Kafka takes some of it */
+        while (!*stop && st_producer_full(in->prod)) {
+            st_producer_poll(in->prod);
+            usleep((useconds_t)conf->poll_ms * 1000);
+        }
     }
-    if (rc == 0 && pending && st_producer_flush(in->prod, (int)conf->delivery_timeout_ms) == 0)
+    if (rc == 0 && pending && st_producer_durable(in->prod, (int)conf->delivery_timeout_ms) == 0)
         rc = st_tail_checkpoint(t, errstr, sizeof(errstr));
     st_tail_close(t);
     return rc;

@@ -8,8 +8,11 @@
  * Kafka (and the rejected lines in the dead-letter topic):
  *   200 {"accepted":N,"rejected":M,"errors":[{"line":i,"reason":..,"error":..}]}
  *   401 no or unknown token     413 body over http.max_body_bytes
- *   503 (Retry-After) Kafka did not acknowledge in time: send again; event
- *       ids make a resent event a duplicate that PostgreSQL drops
+ *   503 (Retry-After) the spool is full, or, without a spool, Kafka did not
+ *       acknowledge in time: send again; event ids make a resent event a
+ *       duplicate that PostgreSQL drops
+ * With a spool (spool.dir) the answer waits for the spool's fsync, not for
+ * Kafka.
  * libmicrohttpd runs one thread; requests are handled one at a time, which
  * keeps the redactor and producer single-threaded. */
 #include <inttypes.h>
@@ -179,8 +182,8 @@ static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
     st_buf_fini(&plain);
 
     /* durable before we answer: everything of this request acknowledged */
-    int64_t undelivered = fatal ? 1 : st_producer_flush(in->prod,
-                                                        (int)in->conf->delivery_timeout_ms);
+    int64_t undelivered = fatal ? 1 : st_producer_durable(in->prod,
+                                                          (int)in->conf->delivery_timeout_ms);
     st_ingest_sync_metrics(in);
     enum MHD_Result ret;
     if (undelivered) {
@@ -219,6 +222,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             h, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"));
         if (!tok)
             return reply(c, 401, "{\"error\":\"missing or unknown bearer token\"}", 0);
+        if (st_producer_full(h->in->prod))
+            return reply(c, 503, "{\"error\":\"the spool is full: Kafka is behind\"}", 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > max)
             return reply(c, 413, "{\"error\":\"body larger than http.max_body_bytes\"}", 0);
@@ -286,8 +291,10 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
     }
     st_info("listening on http://%s/v1/events (%zu source token(s))", conf->http_listen,
             h.ntokens);
-    while (!*stop)
+    while (!*stop) {
+        st_producer_poll(in->prod);
         usleep(100000);
+    }
     MHD_stop_daemon(d);
     rc = 0;
 out:

@@ -79,6 +79,12 @@ static const struct st_conf_prop collector_props[] = {
      0, NULL, "--listen: lines \"<token> <source kind> <source name>\", one per source"},
     {"http.max_body_bytes", NULL, ST_CONF_INT, C(http_max_body), 1024,
      INT64_C(1073741824), "8388608", "--listen: largest request body, inflated (413 above)"},
+    {"spool.dir", "SANDTRAIL_SPOOL_DIR", ST_CONF_STR, C(spool_dir), 0, 0, NULL,
+     "folder of the on-disk spool in front of Kafka (unset: no spool, inputs wait "
+     "for Kafka)"},
+    {"spool.max_bytes", NULL, ST_CONF_INT, C(spool_max_bytes), 1024 * 1024,
+     INT64_C(1099511627776), "1073741824",
+     "spool size at which inputs push back (HTTP 503, the tail waits)"},
     {"dlq.raw_bytes", NULL, ST_CONF_INT, C(dlq_raw_bytes), 0, 1024 * 1024, "4096",
      "how much of a rejected line its dead-letter record quotes"},
     {NULL},
@@ -213,7 +219,11 @@ int main(int argc, char **argv)
                         : st_input_file(in, &ing, &stop);
     struct st_ingest_stats rs = ing.stats;
     st_ingest_fini(&ing);
-    int64_t undelivered = st_producer_flush(prod, (int)conf.delivery_timeout_ms + 5000);
+    /* a long-running input with a spool leaves what Kafka has not taken on
+     * disk for the next start; otherwise wait for every delivery report */
+    int spooled = conf.spool_dir && *conf.spool_dir && !input;
+    int64_t undelivered =
+        st_producer_flush(prod, spooled ? 2000 : (int)conf.delivery_timeout_ms + 5000);
     struct st_producer_stats ps;
     st_producer_stats(prod, &ps);
     st_info("lines=%ld accepted=%ld rejected=%ld skipped=%ld delivered=%" PRId64
@@ -225,7 +235,7 @@ int main(int argc, char **argv)
     prod = NULL;
     st_accept_destroy(acc);
     st_metrics_destroy(metrics);
-    if (rc || undelivered || ps.failed)
+    if (rc || (!spooled && (undelivered || ps.failed)))
         status = 2;
     else if (rs.rejected)
         status = 1;

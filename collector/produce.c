@@ -1,5 +1,7 @@
 /* produce.c: the collector's Kafka producer (see produce.h). */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "produce.h"
+#include "spool.h"
 #include "timeutil.h"
 
 struct st_producer {
@@ -18,12 +21,22 @@ struct st_producer {
     int64_t queued, delivered, failed;
     int64_t timeout_ms;
     struct st_metric *m_latency, *m_errors, *m_delivered;
+    struct st_spool *spool; /* NULL: no spool, produce blocks when Kafka lags */
+    rd_kafka_resp_err_t last_err;
+    int64_t last_err_ms;
+    struct st_metric *m_spool_bytes, *m_spool_segments;
+    /* the HTTP input's thread and the main thread both use the producer:
+     * every public function holds this lock (delivery reports run inside
+     * them, on the calling thread) */
+    pthread_mutex_t lock;
 };
 
 /* Delivery reports run on the thread that polls, so plain counters do. */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct st_producer *p = opaque;
+    if (p->spool)
+        st_spool_delivered(p->spool, (int64_t)(intptr_t)m->_private, !m->err);
     if (p->m_latency) {
         int64_t us = rd_kafka_message_latency(m);
         if (us >= 0)
@@ -31,9 +44,16 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         st_metric_add(m->err ? p->m_errors : p->m_delivered, 1);
     }
     if (m->err) {
+        /* one line per error and ten seconds, not one per message */
+        int64_t now = st_time_mono_ms();
         p->failed++;
-        st_error("could not deliver to \"%s\": %s", rd_kafka_topic_name(m->rkt),
-                 rd_kafka_err2str(m->err));
+        if (m->err != p->last_err || now - p->last_err_ms > 10000) {
+            st_error("could not deliver to \"%s\": %s (%" PRId64 " failed so far)%s",
+                     rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err), p->failed,
+                     p->spool ? "; kept in the spool" : "");
+            p->last_err = m->err;
+            p->last_err_ms = now;
+        }
     } else {
         p->delivered++;
     }
@@ -50,7 +70,22 @@ struct st_producer *st_producer_new(const struct st_collector_conf *conf,
                                     size_t errsz)
 {
     struct st_producer *p = st_calloc(1, sizeof(*p));
+    pthread_mutex_init(&p->lock, NULL);
+    if (conf->spool_dir && *conf->spool_dir) {
+        p->spool = st_spool_open(conf->spool_dir, conf->spool_max_bytes, errstr, errsz);
+        if (!p->spool) {
+            pthread_mutex_destroy(&p->lock);
+            free(p);
+            return NULL;
+        }
+    }
     if (metrics) {
+        p->m_spool_bytes = st_metric_get(metrics, ST_METRIC_GAUGE,
+                                         "sandtrail_collector_spool_bytes",
+                                         "bytes in the spool, not yet acknowledged by Kafka", "");
+        p->m_spool_segments = st_metric_get(metrics, ST_METRIC_GAUGE,
+                                            "sandtrail_collector_spool_segments",
+                                            "segments in the spool", "");
         p->m_latency = st_metric_get(metrics, ST_METRIC_HISTOGRAM,
                                      "sandtrail_collector_delivery_seconds",
                                      "time from produce to Kafka's acknowledgement", "");
@@ -90,15 +125,22 @@ struct st_producer *st_producer_new(const struct st_collector_conf *conf,
 
     const char *topics[2] = {conf->topic_events, conf->topic_dlq};
     if (st_kafka_ensure_topics(p->rk, topics, 2, (int)conf->topic_partitions,
-                               (int)conf->topic_replication, 30000, errstr, errsz)) {
-        st_producer_destroy(p);
-        return NULL;
+                               (int)conf->topic_replication, p->spool ? 5000 : 30000,
+                               errstr, errsz)) {
+        if (!p->spool) {
+            st_producer_destroy(p);
+            return NULL;
+        }
+        /* Kafka may be down: the spool takes the events meanwhile */
+        st_warn("%s; starting anyway, spooling to \"%s\"", errstr, conf->spool_dir);
     }
     return p;
 
 fail_conf:
     rd_kafka_conf_destroy(kc);
 fail:
+    st_spool_close(p->spool);
+    pthread_mutex_destroy(&p->lock);
     free(p);
     return NULL;
 }
@@ -108,29 +150,38 @@ void st_producer_destroy(struct st_producer *p)
     if (!p)
         return;
     if (p->rk) {
-        rd_kafka_flush(p->rk, 5000);
+        /* with a spool, what is still queued is on disk already */
+        rd_kafka_flush(p->rk, p->spool ? 500 : 5000);
+        if (p->spool)
+            rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
         rd_kafka_destroy(p->rk);
     }
+    /* what Kafka has not acknowledged stays in the spool for the next run */
+    if (p->spool) {
+        st_spool_sync(p->spool);
+        st_spool_maintain(p->spool, NULL, NULL); /* deletes what was acknowledged */
+        st_spool_close(p->spool);
+    }
+    pthread_mutex_destroy(&p->lock);
     free(p);
 }
 
-static int produce(struct st_producer *p, const char *topic, const char *key,
-                   const char *reason, const char *value, size_t len)
+/* Hands one message to librdkafka. With a spool, the message is already on
+ * disk: a full local queue leaves it there for later instead of waiting.
+ * Returns 0, 1 when it was left in the spool, -1 on a fatal error. */
+static int hand_over(struct st_producer *p, int64_t seg, const char *topic,
+                     const char *key, size_t keylen, const char *value, size_t len)
 {
     for (;;) {
-        rd_kafka_resp_err_t err;
-        if (reason)
-            err = rd_kafka_producev(
-                p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_VALUE((void *)value, len),
-                RD_KAFKA_V_HEADER("reason", reason, -1), RD_KAFKA_V_END);
-        else
-            err = rd_kafka_producev(
-                p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_KEY((void *)key, strlen(key)),
-                RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_END);
+        rd_kafka_resp_err_t err = rd_kafka_producev(
+            p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_KEY(keylen ? (void *)key : NULL, keylen),
+            RD_KAFKA_V_VALUE((void *)value, len),
+            RD_KAFKA_V_OPAQUE((void *)(intptr_t)seg), RD_KAFKA_V_END);
         if (!err) {
             p->queued++;
+            if (p->spool)
+                st_spool_queued(p->spool, seg, 1);
             rd_kafka_poll(p->rk, 0);
             return 0;
         }
@@ -138,26 +189,94 @@ static int produce(struct st_producer *p, const char *topic, const char *key,
             st_error("could not produce to \"%s\": %s", topic, rd_kafka_err2str(err));
             return -1;
         }
+        if (p->spool) {
+            st_spool_queued(p->spool, seg, 0);
+            return 1;
+        }
         /* back-pressure: wait for deliveries to make room, never drop */
         rd_kafka_poll(p->rk, 100);
     }
 }
 
+static int produce(struct st_producer *p, int dlq, const char *key, const char *value,
+                   size_t len)
+{
+    size_t keylen = key ? strlen(key) : 0;
+    const char *topic = dlq ? p->topic_dlq : p->topic_events;
+    int64_t seg = 0;
+    int rc;
+
+    pthread_mutex_lock(&p->lock);
+    if (p->spool &&
+        (seg = st_spool_append(p->spool, dlq, topic, key, keylen, value, len)) < 0)
+        rc = -1;
+    else
+        rc = hand_over(p, seg, topic, key, keylen, value, len) < 0 ? -1 : 0;
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
 int st_producer_event(struct st_producer *p, const char *key, const char *value,
                       size_t len)
 {
-    return produce(p, p->topic_events, key, NULL, value, len);
+    return produce(p, 0, key, value, len);
 }
 
 int st_producer_dlq(struct st_producer *p, const char *reason,
                     const char *value, size_t len)
 {
-    return produce(p, p->topic_dlq, NULL, reason, value, len);
+    (void)reason; /* the record itself names its reason */
+    return produce(p, 1, NULL, value, len);
+}
+
+static int replay_one(void *arg, int64_t seg, int dlq, const char *topic, const char *key,
+                      size_t keylen, const char *value, size_t len)
+{
+    return hand_over(arg, seg, topic, key, keylen, value, len) != 0;
+}
+
+static void spool_maintain(struct st_producer *p)
+{
+    rd_kafka_poll(p->rk, 0);
+    if (!p->spool)
+        return;
+    st_spool_maintain(p->spool, replay_one, p);
+    if (p->m_spool_bytes) {
+        st_metric_set(p->m_spool_bytes, st_spool_bytes(p->spool));
+        st_metric_set(p->m_spool_segments, st_spool_segments(p->spool));
+    }
+}
+
+void st_producer_poll(struct st_producer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    spool_maintain(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
+int st_producer_full(struct st_producer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int full = p->spool && st_spool_full(p->spool);
+    pthread_mutex_unlock(&p->lock);
+    return full;
+}
+
+int64_t st_producer_durable(struct st_producer *p, int timeout_ms)
+{
+    if (!p->spool)
+        return st_producer_flush(p, timeout_ms);
+    pthread_mutex_lock(&p->lock);
+    int rc = st_spool_sync(p->spool);
+    spool_maintain(p);
+    pthread_mutex_unlock(&p->lock);
+    return rc ? 1 : 0;
 }
 
 int64_t st_producer_flush(struct st_producer *p, int timeout_ms)
 {
     int64_t deadline = st_time_mono_ms() + timeout_ms;
+    pthread_mutex_lock(&p->lock);
     while (rd_kafka_outq_len(p->rk) > 0 && st_time_mono_ms() < deadline) {
         char err[256];
         if (rd_kafka_fatal_error(p->rk, err, sizeof(err))) {
@@ -166,8 +285,10 @@ int64_t st_producer_flush(struct st_producer *p, int timeout_ms)
         }
         rd_kafka_flush(p->rk, 500);
     }
-    rd_kafka_poll(p->rk, 0);
-    return p->queued - p->delivered;
+    spool_maintain(p);
+    int64_t left = p->queued - p->delivered;
+    pthread_mutex_unlock(&p->lock);
+    return left;
 }
 
 void st_producer_stats(const struct st_producer *p, struct st_producer_stats *s)

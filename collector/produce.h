@@ -34,6 +34,18 @@ int st_producer_event(struct st_producer *p, const char *key, const char *value,
 int st_producer_dlq(struct st_producer *p, const char *reason,
                     const char *value, size_t len);
 
+/* Makes everything produced so far safe: with a spool, fsyncs it (Kafka may
+ * acknowledge later; the spool produces again what it does not); without,
+ * waits as st_producer_flush. Returns 0 when safe. */
+int64_t st_producer_durable(struct st_producer *p, int timeout_ms);
+
+/* Serves delivery reports, deletes finished spool segments and produces
+ * again what must be. Call it when idle. */
+void st_producer_poll(struct st_producer *p);
+
+/* 1 when the spool is at spool.max_bytes: inputs must push back. */
+int st_producer_full(struct st_producer *p);
+
 /* Waits until every queued message has a delivery report, or timeout_ms.
  * Returns the number of messages that failed or are still undelivered: 0
  * means everything queued so far is durably in Kafka. */

@@ -1,0 +1,338 @@
+/* spool.c: the on-disk spool in front of Kafka (see spool.h).
+ *
+ * A segment is DIR/<id>.seg, a sequence of records:
+ *   u32 magic "STS1" | u32 payload length | u32 crc32(payload) | payload
+ *   payload = u8 dlq | u16 topic length | topic | u32 key length | key | value
+ * The topic travels with the record, so that a spool outlives a change of
+ * configuration without sending anything to the wrong topic.
+ * Replay stops at the first record that does not check out: only a record
+ * written after the last fsync can be torn, and its input has not been told
+ * it is safe. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zlib.h>
+
+#include "buf.h"
+#include "log.h"
+#include "spool.h"
+
+#define MAGIC 0x31535453u /* "STS1" */
+
+struct segment {
+    int64_t id;
+    int64_t bytes;
+    int64_t records;
+    int64_t outstanding; /* queued in the producer, not yet reported */
+    int failed;          /* a record must be produced again */
+    int closed;          /* no more appends */
+    struct segment *next;
+};
+
+struct st_spool {
+    char *dir;
+    int64_t max_bytes, total;
+    int64_t next_id;
+    struct segment *segs; /* oldest first */
+    struct segment *cur;  /* the open one, or NULL */
+    int fd;               /* of cur */
+    int lock_fd;          /* DIR/LOCK, held while open: one collector per spool */
+    struct st_buf rec;
+};
+
+static void seg_path(const struct st_spool *s, int64_t id, char *out, size_t n)
+{
+    snprintf(out, n, "%s/%016" PRId64 ".seg", s->dir, id);
+}
+
+static struct segment *seg_find(struct st_spool *s, int64_t id)
+{
+    for (struct segment *g = s->segs; g; g = g->next)
+        if (g->id == id)
+            return g;
+    return NULL;
+}
+
+static struct segment *seg_add(struct st_spool *s, int64_t id)
+{
+    struct segment *g = st_calloc(1, sizeof(*g)), **p = &s->segs;
+    g->id = id;
+    while (*p)
+        p = &(*p)->next;
+    *p = g;
+    if (id >= s->next_id)
+        s->next_id = id + 1;
+    return g;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, char *errstr,
+                               size_t errsz)
+{
+    struct st_spool *s = st_calloc(1, sizeof(*s));
+    s->dir = st_strdup(dir);
+    s->max_bytes = max_bytes;
+    s->next_id = 1;
+    s->fd = -1;
+    s->lock_fd = -1;
+    st_buf_init(&s->rec);
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        snprintf(errstr, errsz, "could not create spool folder \"%s\": %s", dir,
+                 strerror(errno));
+        st_spool_close(s);
+        return NULL;
+    }
+    char lock[4096];
+    snprintf(lock, sizeof(lock), "%s/LOCK", dir);
+    s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+        snprintf(errstr, errsz,
+                 "spool folder \"%s\" is in use by another collector (each needs its own)",
+                 dir);
+        st_spool_close(s);
+        return NULL;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(errstr, errsz, "could not open spool folder \"%s\": %s", dir,
+                 strerror(errno));
+        st_spool_close(s);
+        return NULL;
+    }
+    int64_t *ids = NULL;
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 5 || strcmp(de->d_name + len - 4, ".seg"))
+            continue;
+        ids = st_realloc(ids, (n + 1) * sizeof(*ids));
+        ids[n++] = strtoll(de->d_name, NULL, 10);
+    }
+    closedir(d);
+    qsort(ids, n, sizeof(*ids), cmp_i64);
+    for (size_t i = 0; i < n; i++) {
+        /* left by an earlier run: produced again, whatever became of it */
+        char path[4096];
+        struct stat st;
+        struct segment *g = seg_add(s, ids[i]);
+        seg_path(s, ids[i], path, sizeof(path));
+        g->bytes = stat(path, &st) == 0 ? st.st_size : 0;
+        g->closed = 1;
+        g->failed = 1;
+        s->total += g->bytes;
+    }
+    free(ids);
+    if (n)
+        st_info("spool \"%s\": %zu segment(s), %" PRId64 " bytes to produce again", dir, n,
+                s->total);
+    return s;
+}
+
+void st_spool_close(struct st_spool *s)
+{
+    if (!s)
+        return;
+    if (s->fd >= 0) {
+        fsync(s->fd);
+        close(s->fd);
+    }
+    for (struct segment *g = s->segs, *n; g; g = n) {
+        n = g->next;
+        free(g);
+    }
+    if (s->lock_fd >= 0)
+        close(s->lock_fd); /* releases the lock */
+    st_buf_fini(&s->rec);
+    free(s->dir);
+    free(s);
+}
+
+static void put32(struct st_buf *b, uint32_t v)
+{
+    unsigned char x[4] = {(unsigned char)v, (unsigned char)(v >> 8),
+                          (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+    st_buf_add(b, x, 4);
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const char *key,
+                        size_t keylen, const char *value, size_t len)
+{
+    char path[4096];
+    if (!s->cur) {
+        s->cur = seg_add(s, s->next_id);
+        seg_path(s, s->cur->id, path, sizeof(path));
+        s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (s->fd < 0) {
+            st_error("could not create spool segment \"%s\": %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    st_buf_reset(&s->rec);
+    put32(&s->rec, MAGIC);
+    size_t tlen = strlen(topic);
+    put32(&s->rec, (uint32_t)(1 + 2 + tlen + 4 + keylen + len));
+    put32(&s->rec, 0); /* crc, filled in below */
+    st_buf_addc(&s->rec, (char)(dlq ? 1 : 0));
+    st_buf_addc(&s->rec, (char)(tlen & 0xff));
+    st_buf_addc(&s->rec, (char)(tlen >> 8));
+    st_buf_add(&s->rec, topic, tlen);
+    put32(&s->rec, (uint32_t)keylen);
+    st_buf_add(&s->rec, key, keylen);
+    st_buf_add(&s->rec, value, len);
+    uint32_t crc = (uint32_t)crc32(0L, (const Bytef *)s->rec.data + 12,
+                                   (uInt)(s->rec.len - 12));
+    unsigned char *c = (unsigned char *)s->rec.data + 8;
+    c[0] = (unsigned char)crc, c[1] = (unsigned char)(crc >> 8),
+    c[2] = (unsigned char)(crc >> 16), c[3] = (unsigned char)(crc >> 24);
+    size_t off = 0;
+    while (off < s->rec.len) {
+        ssize_t w = write(s->fd, s->rec.data + off, s->rec.len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            st_error("could not write to the spool: %s", strerror(errno));
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    s->cur->bytes += (int64_t)s->rec.len;
+    s->cur->records++;
+    s->total += (int64_t)s->rec.len;
+    return s->cur->id;
+}
+
+int st_spool_sync(struct st_spool *s)
+{
+    if (!s->cur)
+        return 0;
+    if (fsync(s->fd) < 0) {
+        st_error("could not fsync the spool: %s", strerror(errno));
+        return -1;
+    }
+    close(s->fd);
+    s->fd = -1;
+    s->cur->closed = 1;
+    s->cur = NULL;
+    return 0;
+}
+
+void st_spool_queued(struct st_spool *s, int64_t seg, int queued)
+{
+    struct segment *g = seg_find(s, seg);
+    if (!g)
+        return;
+    if (queued)
+        g->outstanding++;
+    else
+        g->failed = 1;
+}
+
+void st_spool_delivered(struct st_spool *s, int64_t seg, int ok)
+{
+    struct segment *g = seg_find(s, seg);
+    if (!g)
+        return;
+    g->outstanding--;
+    if (!ok)
+        g->failed = 1;
+}
+
+static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *arg)
+{
+    char path[4096];
+    struct st_buf data;
+    int rc = 0;
+
+    seg_path(s, g->id, path, sizeof(path));
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    st_buf_init(&data);
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        st_buf_add(&data, chunk, n);
+    fclose(f);
+    const unsigned char *p = (const unsigned char *)data.data, *end = p + data.len;
+    g->failed = 0;
+    while (p && end - p >= 12 && rc == 0) {
+        uint32_t magic = get32(p), plen = get32(p + 4), crc = get32(p + 8);
+        if (magic != MAGIC || (size_t)(end - p - 12) < plen || plen < 7 ||
+            (uint32_t)crc32(0L, p + 12, plen) != crc) {
+            st_warn("spool segment \"%s\": a torn record at its end is dropped", path);
+            break;
+        }
+        uint32_t tlen = (uint32_t)p[13] | (uint32_t)p[14] << 8;
+        if (plen < 7 + tlen || get32(p + 15 + tlen) > plen - 7 - tlen)
+            break;
+        uint32_t klen = get32(p + 15 + tlen);
+        char topic[256];
+        snprintf(topic, sizeof(topic), "%.*s", (int)(tlen < 255 ? tlen : 255),
+                 (const char *)p + 15);
+        const char *key = (const char *)p + 19 + tlen;
+        rc = fn(arg, g->id, p[12], topic, key, klen, key + klen, plen - 7 - tlen - klen);
+        p += 12 + plen;
+    }
+    st_buf_fini(&data);
+    if (rc)
+        g->failed = 1;
+    return rc;
+}
+
+void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg)
+{
+    struct segment **pp = &s->segs;
+    while (*pp) {
+        struct segment *g = *pp;
+        if (g->closed && g->outstanding == 0 && !g->failed) {
+            char path[4096];
+            seg_path(s, g->id, path, sizeof(path));
+            unlink(path);
+            s->total -= g->bytes;
+            *pp = g->next;
+            free(g);
+            continue;
+        }
+        if (g->closed && g->outstanding == 0 && g->failed && fn)
+            replay(s, g, fn, arg);
+        pp = &g->next;
+    }
+}
+
+int st_spool_full(const struct st_spool *s)
+{
+    return s->total >= s->max_bytes;
+}
+
+int64_t st_spool_bytes(const struct st_spool *s)
+{
+    return s->total;
+}
+
+int64_t st_spool_segments(const struct st_spool *s)
+{
+    int64_t n = 0;
+    for (const struct segment *g = s->segs; g; g = g->next)
+        n++;
+    return n;
+}
