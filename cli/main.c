@@ -107,10 +107,10 @@ static int cmd_findings(int argc, char **argv)
         for (int i = 0; i < rows; i++)
             printf("%s\n", PQgetvalue(res, i, 0));
     } else {
-        printf("%-16s %-8s %-12s %-12s %-20s %6s  %s\n", "DETECTOR", "SEVERITY", "TASK",
+        printf("%-19s %-8s %-12s %-12s %-20s %6s  %s\n", "DETECTOR", "SEVERITY", "TASK",
                "RUN", "FIRST SEEN", "EVENTS", "SUMMARY");
         for (int i = 0; i < rows; i++)
-            printf("%-16s %-8s %-12s %-12s %-20s %6s  %s\n", PQgetvalue(res, i, 0),
+            printf("%-19s %-8s %-12s %-12s %-20s %6s  %s\n", PQgetvalue(res, i, 0),
                    PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
                    PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), PQgetvalue(res, i, 6));
         printf("(%d finding%s)\n", rows, rows == 1 ? "" : "s");

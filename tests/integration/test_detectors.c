@@ -30,20 +30,6 @@ static const char *q_full =
     " run_id, first_seen, last_seen, event_count, late_event_count, evidence::text,"
     " summary FROM findings ORDER BY finding_id";
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    struct st_buf b;
-    char chunk[4096];
-    size_t n;
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    st_buf_init(&b);
-    st_buf_adds(&b, "");
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        st_buf_add(&b, chunk, n);
-    fclose(f);
-    return b.data;
-}
 
 struct line {
     char *text;
@@ -61,7 +47,7 @@ static int cmp_key(const void *a, const void *b)
  * passed it. */
 static void shuffle_within_lateness(const char *src, const char *path, unsigned seed)
 {
-    char *data = slurp(src);
+    char *data = world_slurp(src);
     struct line *l = NULL;
     size_t n = 0;
     srand(seed);
@@ -126,7 +112,7 @@ START_TEST(detector_scenario_gives_expected_findings_in_any_order)
     world_init(&inorder, "sc");
     char *full_inorder = feed_and_drain(&inorder, input);
     char *got = rows(inorder.dsn, q_expected);
-    char *want = slurp(expected_path);
+    char *want = world_slurp(expected_path);
     ck_assert_msg(strcmp(got, want) == 0, "scenario %s\n--- want\n%s--- got\n%s", name,
                   want, got);
 
@@ -171,9 +157,5 @@ int main(void)
     tcase_add_loop_test(tc, detector_scenario_gives_expected_findings_in_any_order, 0,
                         scenario_count);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return world_run(s);
 }

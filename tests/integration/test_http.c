@@ -15,19 +15,6 @@
 #define TOKENS SANDTRAIL_SOURCE_DIR "/tests/data/http/tokens.txt"
 #define BODY SANDTRAIL_SOURCE_DIR "/tests/data/http/batch.ndjson"
 
-static char *sh(const char *cmd)
-{
-    FILE *p = popen(cmd, "r");
-    struct st_buf b;
-    char chunk[4096];
-    size_t n;
-    st_buf_init(&b);
-    st_buf_adds(&b, "");
-    while ((n = fread(chunk, 1, sizeof(chunk), p)) > 0)
-        st_buf_add(&b, chunk, n);
-    pclose(p);
-    return b.data;
-}
 
 START_TEST(http_ingest_authenticates_answers_per_line_and_is_durable)
 {
@@ -43,7 +30,7 @@ START_TEST(http_ingest_authenticates_answers_per_line_and_is_durable)
     char *ready = NULL;
     for (int i = 0; i < 50; i++) {
         free(ready);
-        ready = sh("curl -s -o /dev/null -w '%{http_code}' -X POST " URL);
+        ready = world_sh("curl -s -o /dev/null -w '%{http_code}' -X POST " URL);
         if (!strcmp(ready, "401"))
             break;
         usleep(200000);
@@ -51,14 +38,14 @@ START_TEST(http_ingest_authenticates_answers_per_line_and_is_durable)
     ck_assert_str_eq(ready, "401"); /* no token */
     free(ready);
 
-    char *r = sh("curl -s -w ' %{http_code}' -H 'Authorization: Bearer wrong-token' "
+    char *r = world_sh("curl -s -w ' %{http_code}' -H 'Authorization: Bearer wrong-token' "
                  "--data-binary @" BODY " " URL);
     ck_assert_ptr_nonnull(strstr(r, " 401"));
     free(r);
 
     /* the sandbox's token: its two events go in; a line claiming to be the
      * proxy and a malformed line are refused, each with its line number */
-    r = sh("curl -s -w ' %{http_code}' -H 'Authorization: Bearer sbx-a-token-0123456789' "
+    r = world_sh("curl -s -w ' %{http_code}' -H 'Authorization: Bearer sbx-a-token-0123456789' "
            "--data-binary @" BODY " " URL);
     ck_assert_msg(strstr(r, " 200") != NULL, "%s", r);
     ck_assert_ptr_nonnull(strstr(r, "\"accepted\":2"));
@@ -79,7 +66,7 @@ START_TEST(http_ingest_authenticates_answers_per_line_and_is_durable)
 
     /* the same body, gzip-compressed, by the proxy's token: now line 2 is
      * the proxy's and the sandbox lines are refused */
-    r = sh("gzip -c " BODY " | curl -s -w ' %{http_code}' -H 'Content-Encoding: gzip' "
+    r = world_sh("gzip -c " BODY " | curl -s -w ' %{http_code}' -H 'Content-Encoding: gzip' "
            "-H 'Authorization: Bearer squid-token-abcdefghij' --data-binary @- " URL);
     ck_assert_msg(strstr(r, " 200") != NULL, "%s", r);
     ck_assert_ptr_nonnull(strstr(r, "\"accepted\":1"));
@@ -87,11 +74,11 @@ START_TEST(http_ingest_authenticates_answers_per_line_and_is_durable)
     free(r);
 
     /* over http.max_body_bytes */
-    r = sh("head -c 5000 /dev/zero | tr '\\0' 'x' | curl -s -w ' %{http_code}' "
+    r = world_sh("head -c 5000 /dev/zero | tr '\\0' 'x' | curl -s -w ' %{http_code}' "
            "-H 'Authorization: Bearer sbx-a-token-0123456789' --data-binary @- " URL);
     ck_assert_ptr_nonnull(strstr(r, " 413"));
     free(r);
-    r = sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18088/elsewhere");
+    r = world_sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18088/elsewhere");
     ck_assert_str_eq(r, "404");
     free(r);
 
@@ -110,9 +97,5 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, http_ingest_authenticates_answers_per_line_and_is_durable);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return world_run(s);
 }

@@ -393,9 +393,5 @@ int main(void)
     tcase_add_test(tc, pipeline_live_analyzer_serves_metrics);
     tcase_add_test(tc, pipeline_redis_outage_loses_and_duplicates_nothing);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return world_run(s);
 }

@@ -18,21 +18,6 @@
 
 #define DATA SANDTRAIL_SOURCE_DIR "/tests/data/canary"
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    struct st_buf b;
-    char chunk[4096];
-    size_t n;
-    st_buf_init(&b);
-    st_buf_adds(&b, "");
-    if (!f)
-        return b.data;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        st_buf_add(&b, chunk, n);
-    fclose(f);
-    return b.data;
-}
 
 START_TEST(redaction_no_secret_survives_the_collector)
 {
@@ -65,8 +50,8 @@ START_TEST(redaction_no_secret_survives_the_collector)
     sinks[2] = rows(w.dsn, "SELECT body::text, target, reason FROM events");
     sinks[3] = rows(w.dsn, "SELECT * FROM findings");
     sinks[4] = rows(w.dsn, "SELECT * FROM finding_context");
-    sinks[5] = slurp(clog);
-    sinks[6] = slurp(alog);
+    sinks[5] = world_slurp(clog);
+    sinks[6] = world_slurp(alog);
     sinks[7] = rows(w.dsn, "SELECT * FROM finding_events");
     const char *names[] = {"events topic", "dead-letter topic", "events table",
                            "findings table", "finding_context", "collector log",
@@ -74,7 +59,7 @@ START_TEST(redaction_no_secret_survives_the_collector)
     ck_assert_int_eq(nev, 45);
     ck_assert_int_eq(ndlq, 2);
 
-    char *secrets = slurp(DATA "/secrets.txt");
+    char *secrets = world_slurp(DATA "/secrets.txt");
     int nsecrets = 0;
     for (char *line = strtok(secrets, "\n"); line; line = strtok(NULL, "\n")) {
         char *tab = strchr(line, '\t');
@@ -125,9 +110,5 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, redaction_no_secret_survives_the_collector);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return world_run(s);
 }

@@ -18,19 +18,6 @@
 
 static char dir[128], pidf[160];
 
-static char *sh(const char *cmd)
-{
-    FILE *p = popen(cmd, "r");
-    struct st_buf b;
-    char chunk[4096];
-    size_t n;
-    st_buf_init(&b);
-    st_buf_adds(&b, "");
-    while ((n = fread(chunk, 1, sizeof(chunk), p)) > 0)
-        st_buf_add(&b, chunk, n);
-    pclose(p);
-    return b.data;
-}
 
 static void start(struct world *w, const char *brokers)
 {
@@ -40,7 +27,7 @@ static void start(struct world *w, const char *brokers)
             " -X kafka.delivery.timeout.ms=4000 2>>%s/collector.log & echo \\$! > %s",
         dir, dir, brokers, dir, pidf);
     for (int i = 0; i < 50; i++) {
-        char *r = sh("curl -s -o /dev/null -w '%{http_code}' -X POST " URL);
+        char *r = world_sh("curl -s -o /dev/null -w '%{http_code}' -X POST " URL);
         int up = !strcmp(r, "401");
         free(r);
         if (up)
@@ -80,7 +67,7 @@ static int post(int first, int last, double *ms)
              path);
     struct timeval a, b;
     gettimeofday(&a, NULL);
-    char *r = sh(cmd);
+    char *r = world_sh(cmd);
     gettimeofday(&b, NULL);
     *ms = (double)(b.tv_sec - a.tv_sec) * 1000 + (double)(b.tv_usec - a.tv_usec) / 1000;
     int status = atoi(r);
@@ -169,9 +156,5 @@ int main(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, spool_keeps_every_event_through_a_kafka_outage);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return world_run(s);
 }

@@ -67,9 +67,5 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, squid_requests_become_events_with_decisions);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return world_run(s);
 }

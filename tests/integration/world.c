@@ -159,3 +159,44 @@ int world_setup(void)
     snprintf(brokers, sizeof(brokers), "%s", b);
     return 0;
 }
+
+char *world_sh(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    struct st_buf b;
+    char chunk[4096];
+    size_t n;
+    st_buf_init(&b);
+    st_buf_adds(&b, "");
+    if (!p)
+        return b.data;
+    while ((n = fread(chunk, 1, sizeof(chunk), p)) > 0)
+        st_buf_add(&b, chunk, n);
+    pclose(p);
+    return b.data;
+}
+
+char *world_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    struct st_buf b;
+    char chunk[4096];
+    size_t n;
+    st_buf_init(&b);
+    st_buf_adds(&b, "");
+    if (!f)
+        return b.data;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        st_buf_add(&b, chunk, n);
+    fclose(f);
+    return b.data;
+}
+
+int world_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

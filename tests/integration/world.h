@@ -6,6 +6,8 @@
 #ifndef ST_TEST_WORLD_H
 #define ST_TEST_WORLD_H
 
+#include <check.h>
+
 #define BIN SANDTRAIL_BINARY_DIR
 
 struct world {
@@ -34,5 +36,14 @@ char *rows(const char *dsn, const char *sql);
 /* Every message of a topic from the beginning, '\n' after each; *count
  * gets their number. Caller frees. */
 char *topic_dump(const char *topic, int *count);
+
+/* What a shell command prints on stdout. Caller frees. */
+char *world_sh(const char *cmd);
+
+/* A whole file ("" when it cannot be read). Caller frees. */
+char *world_slurp(const char *path);
+
+/* Runs the suite; the process's exit status. */
+int world_run(Suite *s);
 
 #endif
