@@ -402,16 +402,9 @@ int main(int argc, char **argv)
         return 64;
     }
     a.conf.overrides.props = analyzer_props;
-    if (st_conf_defaults(analyzer_props, &a.conf, errstr, sizeof(errstr)) ||
-        st_conf_load_env(analyzer_props, &a.conf, errstr, sizeof(errstr)) ||
-        (config_file &&
-         st_conf_load_file_extra(analyzer_props, &a.conf, config_file, st_override_parse,
-                                 &a.conf.overrides, errstr, sizeof(errstr))))
+    if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, st_override_parse,
+                     &a.conf.overrides, errstr, sizeof(errstr)))
         goto conf_error;
-    for (int i = 0; i < nsets; i++)
-        if (st_conf_set_arg_extra(analyzer_props, &a.conf, sets[i], st_override_parse,
-                                  &a.conf.overrides, errstr, sizeof(errstr)))
-            goto conf_error;
     free(sets);
     sets = NULL;
     st_conf_hash(analyzer_props, &a.conf, "detect.", a.conf.config_hash);

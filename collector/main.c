@@ -165,14 +165,9 @@ int main(int argc, char **argv)
     }
 
     memset(&conf, 0, sizeof(conf));
-    if (st_conf_defaults(collector_props, &conf, errstr, sizeof(errstr)) ||
-        st_conf_load_env(collector_props, &conf, errstr, sizeof(errstr)) ||
-        (config_file &&
-         st_conf_load_file(collector_props, &conf, config_file, errstr, sizeof(errstr))))
+    if (st_conf_load(collector_props, &conf, config_file, sets, nsets, NULL, NULL, errstr,
+                     sizeof(errstr)))
         goto conf_error;
-    for (int i = 0; i < nsets; i++)
-        if (st_conf_set_arg(collector_props, &conf, sets[i], errstr, sizeof(errstr)))
-            goto conf_error;
     free(sets);
     sets = NULL;
     if (listen_at && st_conf_set(collector_props, &conf, "http.listen", listen_at, errstr,

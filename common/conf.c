@@ -246,3 +246,18 @@ void st_conf_hash(const struct st_conf_prop *props, const void *conf,
     }
     snprintf(out, 17, "%016" PRIx64, h);
 }
+
+int st_conf_load(const struct st_conf_prop *props, void *conf, const char *config_file,
+                 char *const *args, int n, st_conf_extra_fn extra, void *arg,
+                 char *errstr, size_t errsz)
+{
+    if (st_conf_defaults(props, conf, errstr, errsz) ||
+        st_conf_load_env(props, conf, errstr, errsz) ||
+        (config_file &&
+         st_conf_load_file_extra(props, conf, config_file, extra, arg, errstr, errsz)))
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (st_conf_set_arg_extra(props, conf, args[i], extra, arg, errstr, errsz))
+            return -1;
+    return 0;
+}

@@ -61,6 +61,14 @@ int st_conf_set_arg_extra(const struct st_conf_prop *props, void *conf,
                           const char *arg, st_conf_extra_fn extra, void *xarg,
                           char *errstr, size_t errsz);
 
+/* Everything a daemon's start-up does, in precedence order: defaults, the
+ * environment, config_file (when not NULL), then the n "name=value"
+ * arguments given with -X. extra (may be NULL) takes names the table does
+ * not know. Returns 0, or -1 with errstr naming what was refused. */
+int st_conf_load(const struct st_conf_prop *props, void *conf, const char *config_file,
+                 char *const *args, int n, st_conf_extra_fn extra, void *arg,
+                 char *errstr, size_t errsz);
+
 /* Parses a "name=value" argument (as given to -X). */
 int st_conf_set_arg(const struct st_conf_prop *props, void *conf,
                     const char *arg, char *errstr, size_t errsz);
