@@ -30,7 +30,6 @@ struct st_rpipe {
     size_t *cmdlens;
     struct pending *pend;
     size_t n, cap;
-    long round_trips;
 };
 
 static int parse_url(struct st_rpipe *p, const char *url, char *errstr, size_t errsz)
@@ -202,7 +201,6 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
     for (i = 0; i < p->n; i++)
         if (redisAppendFormattedCommand(p->rc, p->cmds[i], p->cmdlens[i]) != REDIS_OK)
             goto conn_error;
-    p->round_trips++;
     for (i = 0; i < p->n; i++) {
         redisReply *r = NULL;
         if (redisGetReply(p->rc, (void **)&r) != REDIS_OK || !r)
@@ -235,9 +233,4 @@ conn_error:
 out:
     st_rpipe_discard(p);
     return rc;
-}
-
-long st_rpipe_round_trips(const struct st_rpipe *p)
-{
-    return p->round_trips;
 }

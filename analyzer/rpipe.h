@@ -41,7 +41,4 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz);
 /* Drops queued commands without sending them. */
 void st_rpipe_discard(struct st_rpipe *p);
 
-/* Round trips made so far (for metrics and benchmarks). */
-long st_rpipe_round_trips(const struct st_rpipe *p);
-
 #endif

@@ -48,6 +48,7 @@ struct st_runwin {
     size_t index_cap;
     struct pending *pend;
     size_t npend, cappend;
+    struct st_buf member; /* reused for every event: no allocation per feed */
 };
 
 struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf,
@@ -83,6 +84,7 @@ void st_runwin_destroy(struct st_runwin *w)
     free(w->runs);
     free(w->index);
     free(w->pend);
+    st_buf_fini(&w->member);
     free(w->name);
     free(w);
 }
@@ -226,22 +228,22 @@ void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
                     st_runwin_cb cb, void *arg)
 {
     char ts[24], from[24], to[24];
-    struct st_buf member;
+    struct st_buf *member = &w->member;
     struct run_state *run = run_get(w, ctx, ev);
 
     snprintf(ts, sizeof(ts), "%" PRId64, ev->ts_us);
-    st_buf_init(&member);
-    st_buf_adds(&member, ev->source_name);
-    st_buf_addc(&member, SEP);
-    st_buf_adds(&member, ev->event_id);
-    st_buf_addc(&member, SEP);
-    st_buf_adds(&member, payload);
+    st_buf_reset(member);
+    st_buf_adds(member, ev->source_name);
+    st_buf_addc(member, SEP);
+    st_buf_adds(member, ev->event_id);
+    st_buf_addc(member, SEP);
+    st_buf_adds(member, payload);
     /* trimming and expiry happen once per run, at end_batch; an old late
      * event must not trim what newer windows still need */
     if (!ctx->late && ev->ts_us > run->max_ts)
         run->max_ts = ev->ts_us;
 
-    const char *zadd[] = {"ZADD", run->w_key, ts, member.data};
+    const char *zadd[] = {"ZADD", run->w_key, ts, member->data};
     st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zadd);
     if (!add_only) {
         if (w->npend == w->cappend)
@@ -259,7 +261,6 @@ void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
         const char *zrange[] = {"ZRANGEBYSCORE", run->w_key, from, to, "WITHSCORES"};
         st_rpipe_cmd(ctx->redis, on_window, p, 5, zrange);
     }
-    st_buf_fini(&member);
 }
 
 void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
