@@ -456,6 +456,10 @@ int main(int argc, char **argv)
     st_info("events=%ld invalid=%ld late=%ld batches=%ld findings_updated=%ld",
             a.events, a.invalid, a.late, a.batches, a.findings_written);
 
+    /* closing the consumer revokes its partitions, and the rebalance
+     * callback drops them from the reorder buffer: close it first */
+    st_consumer_destroy(a.consumer);
+    a.consumer = NULL;
     for (int i = 0; st_detectors[i]; i++)
         st_detectors[i]->destroy(a.det_state[i]);
     st_findings_fini(&a.findings);
