@@ -13,6 +13,7 @@ struct st_collector_conf {
     int64_t delivery_timeout_ms;
     int64_t linger_ms;
     int64_t max_line_bytes;
+    int64_t workers;       /* input.workers: 0 one per CPU */
     int64_t dlq_raw_bytes;
     char *format;          /* input.format: a decoder's name */
     char *source_name;     /* input.source_name */

@@ -1,10 +1,19 @@
-/* ingest.c: one input line to Kafka (see ingest.h). */
+/* ingest.c: input lines to Kafka (see ingest.h).
+ *
+ * Two batches take turns: the caller fills one while the executors accept
+ * the other. A batch is cut into as many ranges as there are executors; a
+ * range's outcomes go into its own buffer, so executors share nothing but
+ * the batch's range counter. Ownership: the pool owns the batches, their
+ * buffers and the st_accept of each executor; the caller's line is copied. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accept.h"
+#include "buf.h"
 #include "collector.h"
 #include "dlq.h"
 #include "event.h"
@@ -14,30 +23,201 @@
 #include "produce.h"
 #include "redact.h"
 
-void st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
-                    struct st_accept *acc, struct st_producer *prod,
-                    struct st_metrics *metrics, const char *input_name)
+#define BATCH_LINES 1024
+#define BATCH_BYTES (512 * 1024)
+#define MAX_WORKERS 16
+
+enum outcome_kind { OUT_BLANK, OUT_SKIP, OUT_EVENT, OUT_REJECT };
+
+struct line {
+    size_t off, len; /* in the batch's text */
+    long lineno;
+    int too_long;
+};
+
+/* What became of one line. off/len: the event (OUT_EVENT) or the
+ * dead-letter record (OUT_REJECT) in its range's buffer; key (the task_id)
+ * and msg (the redacted reason) are NUL-terminated there too. */
+struct outcome {
+    enum outcome_kind kind;
+    const char *code;
+    size_t off, len, key_off, msg_off;
+};
+
+enum batch_state { B_FREE, B_SUBMITTED };
+
+struct batch {
+    enum batch_state state;
+    uint64_t seq;          /* submission order */
+    struct st_buf text;    /* the lines, back to back */
+    struct line *lines;    /* BATCH_LINES */
+    struct outcome *out;   /* BATCH_LINES */
+    size_t n;
+    int nranges, next_range, ranges_done;
+    struct st_buf range_out[MAX_WORKERS];
+};
+
+struct st_ingest_pool {
+    struct st_ingest *in;
+    int nexec;                  /* executors: threads + the caller */
+    struct st_accept **acc;     /* one per executor; the caller's is last */
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    int quit;
+    struct batch b[2];
+    int cur;                    /* the batch being filled */
+    uint64_t seq;
+    struct st_buf scratch[MAX_WORKERS]; /* per executor: a dead-letter record */
+};
+
+/* --- accepting: any executor ------------------------------------------- */
+
+/* An HTTP caller may send only as the source its token names: a
+ * compromised sandbox cannot forge proxy or broker events. */
+static int source_allowed(const struct st_ingest *in, struct st_accept *acc,
+                          struct st_reject *rej)
 {
-    memset(in, 0, sizeof(*in));
-    in->conf = conf;
-    in->acc = acc;
-    in->prod = prod;
-    in->metrics = metrics;
-    in->input_name = input_name;
-    st_buf_init(&in->dlq);
-    in->m_lines = st_metric_get(metrics, ST_METRIC_COUNTER, "sandtrail_collector_lines_total",
-                                "input lines read", "");
-    in->m_accepted = st_metric_get(metrics, ST_METRIC_COUNTER,
-                                   "sandtrail_collector_accepted_total",
-                                   "events accepted and produced", "");
-    in->m_skipped = st_metric_get(metrics, ST_METRIC_COUNTER,
-                                  "sandtrail_collector_skipped_total",
-                                  "lines that carry no event in their format", "");
+    const struct st_event *ev = st_accept_event(acc);
+    if (!in->allow_kind ||
+        (!strcmp(st_source_kind_name(ev->source_kind), in->allow_kind) &&
+         !strcmp(ev->source_name, in->allow_name)))
+        return 1;
+    rej->code = ST_REASON_SOURCE;
+    snprintf(rej->msg, sizeof(rej->msg),
+             "this token may send only as source %.16s/%.64s", in->allow_kind,
+             in->allow_name);
+    return 0;
 }
 
-void st_ingest_fini(struct st_ingest *in)
+static void accept_one(struct st_ingest_pool *pool, int exec, struct batch *b, size_t i,
+                       struct st_buf *out)
 {
-    st_buf_fini(&in->dlq);
+    const struct st_ingest *in = pool->in;
+    struct st_accept *acc = pool->acc[exec];
+    const struct line *l = &b->lines[i];
+    const char *line = b->text.data + l->off;
+    struct outcome *o = &b->out[i];
+    struct st_reject rej;
+    const char *ev, *key;
+    size_t evlen;
+
+    if (l->too_long) {
+        rej.code = ST_REASON_TOO_LONG;
+        snprintf(rej.msg, sizeof(rej.msg), "line longer than %" PRId64 " bytes",
+                 in->conf->max_line_bytes);
+    } else if (l->len == 0 || strspn(line, " \t") == l->len) {
+        o->kind = OUT_BLANK; /* blank lines separate nothing in NDJSON */
+        return;
+    } else {
+        int a = st_accept_line(acc, line, l->len, &ev, &evlen, &key, &rej);
+        if (a == 1) {
+            o->kind = OUT_SKIP;
+            return;
+        }
+        if (a == 0 && source_allowed(in, acc, &rej)) {
+            o->kind = OUT_EVENT;
+            o->key_off = out->len;
+            st_buf_add(out, key, strlen(key) + 1);
+            o->off = out->len;
+            o->len = evlen;
+            st_buf_add(out, ev, evlen);
+            return;
+        }
+    }
+    /* the reason is redacted by accept.c; the line is redacted here, before
+     * it is cut to dlq.raw_bytes */
+    o->kind = OUT_REJECT;
+    o->code = rej.code;
+    o->msg_off = out->len;
+    st_buf_add(out, rej.msg, strlen(rej.msg) + 1);
+    size_t rlen;
+    char *raw = st_accept_redact_raw(acc, line, l->len, &rlen);
+    struct st_buf *rec = &pool->scratch[exec];
+    st_dlq_record(rec, &rej, in->input_name, l->lineno, raw, rlen,
+                  (size_t)in->conf->dlq_raw_bytes);
+    free(raw);
+    o->off = out->len;
+    o->len = rec->len;
+    st_buf_add(out, rec->data, rec->len);
+}
+
+static void accept_range(struct st_ingest_pool *pool, int exec, struct batch *b, int r)
+{
+    size_t per = (b->n + (size_t)b->nranges - 1) / (size_t)b->nranges;
+    size_t from = (size_t)r * per, to = from + per < b->n ? from + per : b->n;
+    struct st_buf *out = &b->range_out[r];
+    st_buf_reset(out);
+    for (size_t i = from; i < to; i++)
+        accept_one(pool, exec, b, i, out);
+}
+
+/* The oldest submitted batch with a range nobody took; NULL when none. */
+static struct batch *claimable(struct st_ingest_pool *pool)
+{
+    struct batch *best = NULL;
+    for (int k = 0; k < 2; k++) {
+        struct batch *b = &pool->b[k];
+        if (b->state == B_SUBMITTED && b->next_range < b->nranges &&
+            (!best || b->seq < best->seq))
+            best = b;
+    }
+    return best;
+}
+
+static void *worker(void *arg)
+{
+    struct st_ingest_pool *pool = arg;
+    pthread_mutex_lock(&pool->mu);
+    int exec = -1;
+    for (int k = 0; k < pool->nexec - 1; k++)
+        if (pthread_equal(pool->threads[k], pthread_self()))
+            exec = k;
+    for (;;) {
+        struct batch *b;
+        while (!pool->quit && !(b = claimable(pool)))
+            pthread_cond_wait(&pool->work, &pool->mu);
+        if (pool->quit)
+            break;
+        int r = b->next_range++;
+        pthread_mutex_unlock(&pool->mu);
+        accept_range(pool, exec, b, r);
+        pthread_mutex_lock(&pool->mu);
+        if (++b->ranges_done == b->nranges)
+            pthread_cond_broadcast(&pool->done);
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return NULL;
+}
+
+/* --- the caller's side -------------------------------------------------- */
+
+static void submit(struct st_ingest_pool *pool, struct batch *b)
+{
+    pthread_mutex_lock(&pool->mu);
+    b->nranges = b->n < (size_t)pool->nexec ? (int)b->n : pool->nexec;
+    b->next_range = b->ranges_done = 0;
+    b->seq = pool->seq++;
+    b->state = B_SUBMITTED;
+    pthread_cond_broadcast(&pool->work);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+/* Waits until b is accepted, taking its ranges nobody has taken yet. */
+static void complete(struct st_ingest_pool *pool, struct batch *b)
+{
+    int exec = pool->nexec - 1;
+    pthread_mutex_lock(&pool->mu);
+    while (b->next_range < b->nranges) {
+        int r = b->next_range++;
+        pthread_mutex_unlock(&pool->mu);
+        accept_range(pool, exec, b, r);
+        pthread_mutex_lock(&pool->mu);
+        b->ranges_done++;
+    }
+    while (b->ranges_done < b->nranges)
+        pthread_cond_wait(&pool->done, &pool->mu);
+    pthread_mutex_unlock(&pool->mu);
 }
 
 static void metric_rejected(struct st_ingest *in, const char *reason)
@@ -51,79 +231,232 @@ static void metric_rejected(struct st_ingest *in, const char *reason)
                   1);
 }
 
+/* Produces b's outcomes in input order and frees b for filling. */
+static int emit(struct st_ingest *in, struct batch *b)
+{
+    int rc = 0;
+    size_t per = b->nranges ? (b->n + (size_t)b->nranges - 1) / (size_t)b->nranges : 1;
+    for (size_t i = 0; i < b->n && rc == 0; i++) {
+        const struct outcome *o = &b->out[i];
+        const char *base = b->range_out[i / per].data;
+        in->stats.lines++;
+        st_metric_add(in->m_lines, 1);
+        switch (o->kind) {
+        case OUT_BLANK:
+            break;
+        case OUT_SKIP:
+            in->stats.skipped++;
+            st_metric_add(in->m_skipped, 1);
+            break;
+        case OUT_EVENT:
+            if (st_producer_event(in->prod, base + o->key_off, base + o->off, o->len)) {
+                rc = -1;
+                break;
+            }
+            in->stats.accepted++;
+            st_metric_add(in->m_accepted, 1);
+            break;
+        case OUT_REJECT: {
+            struct st_reject rej;
+            rej.code = o->code;
+            snprintf(rej.msg, sizeof(rej.msg), "%s", base + o->msg_off);
+            in->stats.rejected++;
+            metric_rejected(in, o->code);
+            fprintf(stderr, "%s:%ld: rejected: %s: %s\n", in->input_name,
+                    b->lines[i].lineno, o->code, rej.msg);
+            if (st_producer_dlq(in->prod, o->code, base + o->off, o->len)) {
+                rc = -1;
+                break;
+            }
+            if (in->on_reject)
+                in->on_reject(in->on_reject_arg, b->lines[i].lineno, &rej);
+            break;
+        }
+        }
+    }
+    b->n = 0;
+    st_buf_reset(&b->text);
+    b->state = B_FREE;
+    return rc;
+}
+
+/* Submits the batch being filled; completes and produces the older one,
+ * which becomes the batch to fill. */
+static int dispatch(struct st_ingest *in)
+{
+    struct st_ingest_pool *pool = in->pool;
+    struct batch *cur = &pool->b[pool->cur], *older = &pool->b[pool->cur ^ 1];
+    submit(pool, cur);
+    int rc = 0;
+    if (older->state == B_SUBMITTED) {
+        complete(pool, older);
+        rc = emit(in, older);
+    }
+    pool->cur ^= 1;
+    return rc;
+}
+
+int st_ingest_add(struct st_ingest *in, const char *line, size_t len, int too_long)
+{
+    struct batch *b = &in->pool->b[in->pool->cur];
+    struct line *l = &b->lines[b->n++];
+    l->off = b->text.len;
+    l->len = len;
+    l->lineno = ++in->lineno;
+    l->too_long = too_long;
+    st_buf_add(&b->text, line, len);
+    st_buf_addc(&b->text, '\0');
+    if (b->n == BATCH_LINES || b->text.len >= BATCH_BYTES)
+        return dispatch(in);
+    return 0;
+}
+
+int st_ingest_drain(struct st_ingest *in)
+{
+    struct st_ingest_pool *pool = in->pool;
+    struct batch *cur = &pool->b[pool->cur], *older = &pool->b[pool->cur ^ 1];
+    int rc = 0;
+    if (cur->n)
+        submit(pool, cur);
+    if (older->state == B_SUBMITTED) {
+        complete(pool, older);
+        rc = emit(in, older);
+    }
+    if (cur->state == B_SUBMITTED) {
+        complete(pool, cur);
+        if (emit(in, cur))
+            rc = -1;
+    }
+    return rc;
+}
+
+/* --- set-up ------------------------------------------------------------- */
+
+int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
+                   struct st_producer *prod, struct st_metrics *metrics,
+                   const char *input_name, char *errstr, size_t errsz)
+{
+    memset(in, 0, sizeof(*in));
+    in->conf = conf;
+    in->prod = prod;
+    in->metrics = metrics;
+    in->input_name = input_name;
+    in->m_lines = st_metric_get(metrics, ST_METRIC_COUNTER, "sandtrail_collector_lines_total",
+                                "input lines read", "");
+    in->m_accepted = st_metric_get(metrics, ST_METRIC_COUNTER,
+                                   "sandtrail_collector_accepted_total",
+                                   "events accepted and produced", "");
+    in->m_skipped = st_metric_get(metrics, ST_METRIC_COUNTER,
+                                  "sandtrail_collector_skipped_total",
+                                  "lines that carry no event in their format", "");
+
+    long n = conf->workers;
+    if (n <= 0)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    if (n > MAX_WORKERS)
+        n = MAX_WORKERS;
+    struct st_ingest_pool *pool = st_calloc(1, sizeof(*pool));
+    pool->in = in;
+    pool->nexec = (int)n;
+    pool->acc = st_calloc((size_t)n, sizeof(*pool->acc));
+    for (int k = 0; k < pool->nexec; k++)
+        if (!(pool->acc[k] = st_accept_new(conf, errstr, errsz))) {
+            for (int j = 0; j < k; j++)
+                st_accept_destroy(pool->acc[j]);
+            free(pool->acc);
+            free(pool);
+            return -1;
+        }
+    for (int k = 0; k < 2; k++) {
+        struct batch *b = &pool->b[k];
+        st_buf_init(&b->text);
+        b->lines = st_calloc(BATCH_LINES, sizeof(*b->lines));
+        b->out = st_calloc(BATCH_LINES, sizeof(*b->out));
+        for (int r = 0; r < MAX_WORKERS; r++)
+            st_buf_init(&b->range_out[r]);
+    }
+    for (int r = 0; r < MAX_WORKERS; r++)
+        st_buf_init(&pool->scratch[r]);
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->work, NULL);
+    pthread_cond_init(&pool->done, NULL);
+    in->pool = pool;
+    pool->threads = st_calloc((size_t)n, sizeof(*pool->threads));
+    /* the workers look themselves up in threads[]: hold them until it is
+     * complete */
+    pthread_mutex_lock(&pool->mu);
+    for (int k = 0; k < pool->nexec - 1; k++)
+        if (pthread_create(&pool->threads[k], NULL, worker, pool))
+            st_fatal("could not start an accept worker");
+    pthread_mutex_unlock(&pool->mu);
+    return 0;
+}
+
+void st_ingest_fini(struct st_ingest *in)
+{
+    struct st_ingest_pool *pool = in->pool;
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->mu);
+    pool->quit = 1;
+    pthread_cond_broadcast(&pool->work);
+    pthread_mutex_unlock(&pool->mu);
+    for (int k = 0; k < pool->nexec - 1; k++)
+        pthread_join(pool->threads[k], NULL);
+    for (int k = 0; k < pool->nexec; k++)
+        st_accept_destroy(pool->acc[k]);
+    for (int k = 0; k < 2; k++) {
+        struct batch *b = &pool->b[k];
+        st_buf_fini(&b->text);
+        free(b->lines);
+        free(b->out);
+        for (int r = 0; r < MAX_WORKERS; r++)
+            st_buf_fini(&b->range_out[r]);
+    }
+    for (int r = 0; r < MAX_WORKERS; r++)
+        st_buf_fini(&pool->scratch[r]);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->work);
+    pthread_cond_destroy(&pool->done);
+    free(pool->threads);
+    free(pool->acc);
+    free(pool);
+    in->pool = NULL;
+}
+
+/* --- redaction counters, summed over the executors ---------------------- */
+
+size_t st_ingest_nrules(const struct st_ingest *in)
+{
+    return st_redact_nrules(st_accept_redactor(in->pool->acc[0]));
+}
+
+const char *st_ingest_rule_name(const struct st_ingest *in, size_t i)
+{
+    return st_redact_rule_name(st_accept_redactor(in->pool->acc[0]), i);
+}
+
+uint64_t st_ingest_rule_hits(const struct st_ingest *in, size_t i)
+{
+    uint64_t hits = 0;
+    for (int k = 0; k < in->pool->nexec; k++)
+        hits += st_redact_rule_hits(st_accept_redactor(in->pool->acc[k]), i);
+    return hits;
+}
+
 void st_ingest_sync_metrics(struct st_ingest *in)
 {
-    struct st_redactor *r = st_accept_redactor(in->acc);
     char labels[96];
-    for (size_t i = 0; i < st_redact_nrules(r); i++) {
-        uint64_t hits = st_redact_rule_hits(r, i);
+    for (size_t i = 0; i < st_ingest_nrules(in); i++) {
+        uint64_t hits = st_ingest_rule_hits(in, i);
         if (!hits)
             continue;
-        snprintf(labels, sizeof(labels), "rule=\"%s\"", st_redact_rule_name(r, i));
+        snprintf(labels, sizeof(labels), "rule=\"%s\"", st_ingest_rule_name(in, i));
         st_metric_set(st_metric_get(in->metrics, ST_METRIC_COUNTER,
                                     "sandtrail_collector_redactions_total",
                                     "values redacted, by rule", labels),
                       (int64_t)hits);
     }
-}
-
-/* An HTTP caller may send only as the source its token names: a
- * compromised sandbox cannot forge proxy or broker events. */
-static int source_allowed(struct st_ingest *in, struct st_reject *rej)
-{
-    const struct st_event *ev = st_accept_event(in->acc);
-    if (!in->allow_kind ||
-        (!strcmp(st_source_kind_name(ev->source_kind), in->allow_kind) &&
-         !strcmp(ev->source_name, in->allow_name)))
-        return 1;
-    rej->code = ST_REASON_SOURCE;
-    snprintf(rej->msg, sizeof(rej->msg),
-             "this token may send only as source %.16s/%.64s", in->allow_kind,
-             in->allow_name);
-    return 0;
-}
-
-int st_ingest_line(struct st_ingest *in, const char *line, size_t len, int too_long)
-{
-    const struct st_collector_conf *conf = in->conf;
-    struct st_reject *rej = &in->last;
-    const char *out, *key;
-    size_t outlen;
-
-    in->lineno++;
-    in->stats.lines++;
-    st_metric_add(in->m_lines, 1);
-    if (too_long) {
-        rej->code = ST_REASON_TOO_LONG;
-        snprintf(rej->msg, sizeof(rej->msg), "line longer than %" PRId64 " bytes",
-                 conf->max_line_bytes);
-    } else if (len == 0 || strspn(line, " \t") == len) {
-        return 0; /* blank lines separate nothing in NDJSON: skip */
-    } else {
-        int a = st_accept_line(in->acc, line, len, &out, &outlen, &key, rej);
-        if (a == 1) {
-            in->stats.skipped++;
-            st_metric_add(in->m_skipped, 1);
-            return 0;
-        }
-        if (a == 0 && source_allowed(in, rej)) {
-            if (st_producer_event(in->prod, key, out, outlen))
-                return -1;
-            in->stats.accepted++;
-            st_metric_add(in->m_accepted, 1);
-            return 0;
-        }
-    }
-    in->stats.rejected++;
-    metric_rejected(in, rej->code);
-    /* the reason is redacted by accept.c; the line is redacted here, before
-     * it is cut to dlq.raw_bytes */
-    fprintf(stderr, "%s:%ld: rejected: %s: %s\n", in->input_name, in->lineno, rej->code,
-            rej->msg);
-    size_t rlen;
-    char *raw = st_accept_redact_raw(in->acc, line, len, &rlen);
-    st_dlq_record(&in->dlq, rej, in->input_name, in->lineno, raw, rlen,
-                  (size_t)conf->dlq_raw_bytes);
-    free(raw);
-    return st_producer_dlq(in->prod, rej->code, in->dlq.data, in->dlq.len) ? -1 : 1;
 }

@@ -1,19 +1,27 @@
-/* ingest.h: what happens to one input line, whatever the input.
+/* ingest.h: what happens to input lines, whatever the input.
  *
- * accept.c turns the line into a redacted, validated event; here it is
- * produced to the events topic, or, rejected, reported (stderr, metrics)
- * and produced, redacted, to the dead-letter topic with its reason. The
- * file, follow and HTTP inputs all call st_ingest_line. */
+ * accept.c turns a line into a redacted, validated event; here it is
+ * produced to the events topic, or, rejected, reported (stderr, metrics,
+ * the caller's on_reject) and produced, redacted, to the dead-letter topic
+ * with its reason. The file, follow and HTTP inputs all hand their lines to
+ * st_ingest_add and call st_ingest_drain before they need the outcome.
+ *
+ * Lines are accepted in batches by input.workers executors, each with its
+ * own st_accept (decoder, redactor): worker threads plus the calling
+ * thread, which reads, helps, and produces the outcomes strictly in input
+ * order. While one batch is being accepted the caller fills the next, so
+ * reading and producing overlap the accepting. Everything that touches the
+ * producer, the metrics and stderr happens on the calling thread. */
 #ifndef ST_INGEST_H
 #define ST_INGEST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-#include "buf.h"
 #include "json.h"
 
-struct st_accept;
 struct st_collector_conf;
+struct st_ingest_pool;
 struct st_metric;
 struct st_metrics;
 struct st_producer;
@@ -24,32 +32,51 @@ struct st_ingest_stats {
     long lines, accepted, rejected, skipped;
 };
 
+/* Called, in input order, for each rejected line once it is in the
+ * dead-letter queue. */
+typedef void st_ingest_reject_fn(void *arg, long lineno, const struct st_reject *rej);
+
 struct st_ingest {
     const struct st_collector_conf *conf; /* none of these is owned */
-    struct st_accept *acc;
     struct st_producer *prod;
     struct st_metrics *metrics;
-    const char *input_name; /* in messages and dead-letter records */
-    long lineno;            /* of the current input; the caller may reset it */
-    /* when set, an event must claim this source (HTTP: the caller's token) */
+    /* in messages and dead-letter records; set before adding lines */
+    const char *input_name;
+    long lineno; /* of the last line added; the caller may reset it */
+    /* when set, an event must claim this source (HTTP: the caller's token);
+     * set before adding lines, keep until st_ingest_drain returns */
     const char *allow_kind, *allow_name;
-    struct st_reject last;  /* the last rejection */
+    st_ingest_reject_fn *on_reject;
+    void *on_reject_arg;
     struct st_ingest_stats stats;
-    struct st_buf dlq;
+    struct st_ingest_pool *pool; /* owned */
     struct st_metric *m_lines, *m_accepted, *m_skipped;
 };
 
-void st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
-                    struct st_accept *acc, struct st_producer *prod,
-                    struct st_metrics *metrics, const char *input_name);
+/* Starts input.workers executors (0: one per CPU), each with its own
+ * st_accept. Returns -1 with errstr set (a key or canary file missing). */
+int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
+                   struct st_producer *prod, struct st_metrics *metrics,
+                   const char *input_name, char *errstr, size_t errsz);
+/* Stops the workers; lines added and not drained are dropped. */
 void st_ingest_fini(struct st_ingest *in);
 
-/* Returns 0 when the line was produced (or carried no event), 1 when it was
- * rejected (in->last says why; it went to the dead-letter topic), -1 when
- * the producer failed for good. */
-int st_ingest_line(struct st_ingest *in, const char *line, size_t len, int too_long);
+/* Hands one line over (copied). It is accepted and produced later, in
+ * order; st_ingest_drain waits for that. Returns 0, or -1 when the producer
+ * failed for good. */
+int st_ingest_add(struct st_ingest *in, const char *line, size_t len, int too_long);
+
+/* Accepts and produces every line added so far. Returns 0, or -1 when the
+ * producer failed for good. */
+int st_ingest_drain(struct st_ingest *in);
 
 /* Brings the redaction counters of the metrics up to date. */
 void st_ingest_sync_metrics(struct st_ingest *in);
+
+/* Values redacted so far by rule i of the redactors (summed over the
+ * executors); name of rule i; number of rules. */
+size_t st_ingest_nrules(const struct st_ingest *in);
+const char *st_ingest_rule_name(const struct st_ingest *in, size_t i);
+uint64_t st_ingest_rule_hits(const struct st_ingest *in, size_t i);
 
 #endif

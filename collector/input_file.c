@@ -21,10 +21,12 @@ int st_input_file(FILE *f, struct st_ingest *in, volatile sig_atomic_t *stop)
     int too_long, r, rc = 0;
 
     while (!*stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0)
-        if (st_ingest_line(in, line, len, too_long) < 0) {
+        if (st_ingest_add(in, line, len, too_long) < 0) {
             rc = -1;
             break;
         }
+    if (st_ingest_drain(in) < 0)
+        rc = -1;
     if (r < 0) {
         st_error("could not read \"%s\": %s", in->input_name, strerror(errno));
         rc = -1;
@@ -64,13 +66,19 @@ int st_input_follow(const char *path, struct st_ingest *in, volatile sig_atomic_
             break;
         }
         if (r == 1) {
-            if (st_ingest_line(in, line, len, too_long) < 0) {
+            if (st_ingest_add(in, line, len, too_long) < 0) {
                 rc = -1;
                 break;
             }
             pending++;
         }
         if (pending && (r == 0 || pending >= conf->checkpoint_lines)) {
+            /* every line read so far produced, then delivered, then the
+             * position saved */
+            if (st_ingest_drain(in) < 0) {
+                rc = -1;
+                break;
+            }
             if (st_producer_durable(in->prod, (int)conf->delivery_timeout_ms)) {
                 st_error("could not deliver to Kafka: not advancing the checkpoint");
                 rc = -1;
@@ -94,7 +102,8 @@ int st_input_follow(const char *path, struct st_ingest *in, volatile sig_atomic_
             usleep((useconds_t)conf->poll_ms * 1000);
         }
     }
-    if (rc == 0 && pending && st_producer_durable(in->prod, (int)conf->delivery_timeout_ms) == 0)
+    if (rc == 0 && pending && st_ingest_drain(in) == 0 &&
+        st_producer_durable(in->prod, (int)conf->delivery_timeout_ms) == 0)
         rc = st_tail_checkpoint(t, errstr, sizeof(errstr));
     st_tail_close(t);
     return rc;

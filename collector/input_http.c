@@ -13,8 +13,9 @@
  *       duplicate that PostgreSQL drops
  * With a spool (spool.dir) the answer waits for the spool's fsync, not for
  * Kafka.
- * libmicrohttpd runs one thread; requests are handled one at a time, which
- * keeps the redactor and producer single-threaded. */
+ * libmicrohttpd runs one thread; requests are handled one at a time (the
+ * lines of one request are accepted by ingest.c's workers), which keeps the
+ * producer single-threaded. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +133,16 @@ static int gunzip(const struct st_buf *in, size_t max, struct st_buf *out)
     return rc == Z_STREAM_END ? 0 : -1;
 }
 
+/* Each rejected line of a request, in its answer. */
+static void add_error(void *arg, long lineno, const struct st_reject *rej)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "line", (double)lineno);
+    cJSON_AddStringToObject(e, "reason", rej->code);
+    cJSON_AddStringToObject(e, "error", rej->msg);
+    cJSON_AddItemToArray((cJSON *)arg, e);
+}
+
 static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
                                struct request *rq)
 {
@@ -157,6 +168,8 @@ static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
     in->input_name = "http";
     in->allow_kind = rq->tok->kind;
     in->allow_name = rq->tok->name;
+    in->on_reject = add_error;
+    in->on_reject_arg = errors;
     const char *p = body->data ? body->data : "", *end = p + body->len;
     int fatal = 0;
     while (p < end && !fatal) {
@@ -166,19 +179,14 @@ static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
         if (len && p[len - 1] == '\r')
             len--;
         int too_long = len > max_line;
-        int r = st_ingest_line(in, p, too_long ? max_line : len, too_long);
-        if (r < 0)
+        if (st_ingest_add(in, p, too_long ? max_line : len, too_long) < 0)
             fatal = 1;
-        else if (r == 1) {
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "line", (double)in->lineno);
-            cJSON_AddStringToObject(e, "reason", in->last.code);
-            cJSON_AddStringToObject(e, "error", in->last.msg);
-            cJSON_AddItemToArray(errors, e);
-        }
         p += used + (nl ? 1 : 0);
     }
+    if (st_ingest_drain(in) < 0)
+        fatal = 1;
     in->allow_kind = in->allow_name = NULL;
+    in->on_reject = NULL;
     st_buf_fini(&plain);
 
     /* durable before we answer: everything of this request acknowledged */

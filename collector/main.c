@@ -1,7 +1,9 @@
 /* main.c: sandtrail-collector.
  *
- *   input (file, stdin) -> validate (common/event.c) -> produce (produce.c)
- *                                  \-> dead-letter topic (dlq.c)
+ *   input (input_file.c, tail.c, input_http.c)
+ *     -> ingest.c: batches accepted by input.workers threads (accept.c:
+ *        decode, redact, validate), outcomes in input order
+ *     -> produce.c (spool.c in front of Kafka) / dead-letter topic (dlq.c)
  *
  * Exit status: 0 every line was accepted and delivered; 1 some lines were
  * rejected (each reported on stderr and delivered to the dead-letter topic);
@@ -85,6 +87,9 @@ static const struct st_conf_prop collector_props[] = {
     {"spool.max_bytes", NULL, ST_CONF_INT, C(spool_max_bytes), 1024 * 1024,
      INT64_C(1099511627776), "1073741824",
      "spool size at which inputs push back (HTTP 503, the tail waits)"},
+    {"input.workers", NULL, ST_CONF_INT, C(workers), 0, 16, "0",
+     "threads that decode, redact and validate lines (0: one per CPU); events are "
+     "produced in input order whatever the number"},
     {"dlq.raw_bytes", NULL, ST_CONF_INT, C(dlq_raw_bytes), 0, 1024 * 1024, "4096",
      "how much of a rejected line its dead-letter record quotes"},
     {NULL},
@@ -112,17 +117,16 @@ static void usage(FILE *out)
             "dead-letter topic with their reason.\n");
 }
 
-static void log_redactions(struct st_accept *acc)
+static void log_redactions(const struct st_ingest *ing)
 {
-    struct st_redactor *r = st_accept_redactor(acc);
     char line[512];
     size_t n = 0;
     line[0] = '\0';
-    for (size_t i = 0; i < st_redact_nrules(r) && n < sizeof(line); i++) {
-        uint64_t hits = st_redact_rule_hits(r, i);
+    for (size_t i = 0; i < st_ingest_nrules(ing) && n < sizeof(line); i++) {
+        uint64_t hits = st_ingest_rule_hits(ing, i);
         if (hits)
             n += (size_t)snprintf(line + n, sizeof(line) - n, " %s=%llu",
-                                  st_redact_rule_name(r, i), (unsigned long long)hits);
+                                  st_ingest_rule_name(ing, i), (unsigned long long)hits);
     }
     st_info("redactions:%s", n ? line : " none");
 }
@@ -183,16 +187,23 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
-    struct st_accept *acc = st_accept_new(&conf, errstr, sizeof(errstr));
-    if (!acc) {
+    struct st_metrics *metrics = st_metrics_new();
+    struct st_ingest ing;
+    /* the key and canaries are checked before anything is served */
+    if (st_ingest_init(&ing, &conf, NULL, metrics,
+                       followed    ? followed
+                       : listen_at ? "http"
+                       : in == stdin ? "stdin"
+                                     : input,
+                       errstr, sizeof(errstr))) {
         st_error("%s", errstr);
+        st_metrics_destroy(metrics);
         status = 78;
         goto out;
     }
-    struct st_metrics *metrics = st_metrics_new();
     if (st_metrics_serve(metrics, conf.metrics_listen, errstr, sizeof(errstr))) {
         st_error("%s", errstr);
-        st_accept_destroy(acc);
+        st_ingest_fini(&ing);
         st_metrics_destroy(metrics);
         status = 78;
         goto out;
@@ -200,20 +211,16 @@ int main(int argc, char **argv)
     struct st_producer *prod = st_producer_new(&conf, metrics, errstr, sizeof(errstr));
     if (!prod) {
         st_error("%s", errstr);
-        st_accept_destroy(acc);
+        st_ingest_fini(&ing);
         st_metrics_destroy(metrics);
         status = 2;
         goto out;
     }
-
-    struct st_ingest ing;
-    st_ingest_init(&ing, &conf, acc, prod, metrics,
-                   followed ? followed : listen_at ? "http" : in == stdin ? "stdin" : input);
+    ing.prod = prod;
     int rc = listen_at  ? st_input_http(&ing, &stop)
              : followed ? st_input_follow(followed, &ing, &stop)
                         : st_input_file(in, &ing, &stop);
     struct st_ingest_stats rs = ing.stats;
-    st_ingest_fini(&ing);
     /* a long-running input with a spool leaves what Kafka has not taken on
      * disk for the next start; otherwise wait for every delivery report */
     int spooled = conf.spool_dir && *conf.spool_dir && !input;
@@ -225,10 +232,10 @@ int main(int argc, char **argv)
             " failed=%" PRId64 " undelivered=%" PRId64,
             rs.lines, rs.accepted, rs.rejected, rs.skipped, ps.delivered, ps.failed,
             undelivered);
-    log_redactions(acc);
+    log_redactions(&ing);
+    st_ingest_fini(&ing);
     st_producer_destroy(prod);
     prod = NULL;
-    st_accept_destroy(acc);
     st_metrics_destroy(metrics);
     if (rc || (!spooled && (undelivered || ps.failed)))
         status = 2;

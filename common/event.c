@@ -100,7 +100,7 @@ static int get_str(const cJSON *obj, const char *path, const char *key,
                    int required, size_t max, const char **out,
                    struct st_reject *rej)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const cJSON *v = st_json_get(obj, key);
     *out = NULL;
     if (!v || cJSON_IsNull(v)) {
         if (required)
@@ -148,7 +148,7 @@ static int check_attrs(const struct type_info *ti, const cJSON *attrs,
 {
     for (const struct attr_spec *a = ti->attrs; a < ti->attrs + ATTRS_MAX && a->name;
          a++) {
-        const cJSON *v = attrs ? cJSON_GetObjectItemCaseSensitive(attrs, a->name) : NULL;
+        const cJSON *v = attrs ? st_json_get(attrs, a->name) : NULL;
         int64_t iv;
         if (!v || cJSON_IsNull(v)) {
             if (a->required)
@@ -183,7 +183,7 @@ static int check_identity(const cJSON *id, struct st_reject *rej)
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         if (get_str(id, "identity.", strs[i], 0, 1024, &s, rej))
             return -1;
-    const cJSON *scopes = cJSON_GetObjectItemCaseSensitive(id, "scopes");
+    const cJSON *scopes = st_json_get(id, "scopes");
     if (scopes && !cJSON_IsNull(scopes)) {
         if (!cJSON_IsArray(scopes))
             return reject(rej, ST_REASON_TYPE,
@@ -214,7 +214,7 @@ static int event_validate(struct st_event *ev, struct st_reject *rej)
         return reject(rej, ST_REASON_TIMESTAMP,
                       "field \"ts\" is not an RFC 3339 date-time");
 
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
+    const cJSON *src = st_json_get(doc, "source");
     if (!src)
         return reject(rej, ST_REASON_MISSING, "missing required field \"source\"");
     if (!cJSON_IsObject(src))
@@ -249,7 +249,7 @@ static int event_validate(struct st_event *ev, struct st_reject *rej)
                       "type \"%s\" cannot come from a source of kind \"%s\"",
                       types[t].name, kind_names[ev->source_kind]);
 
-    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(doc, "decision");
+    const cJSON *dec = st_json_get(doc, "decision");
     ev->decision = ST_DECISION_ALLOW;
     if (dec && !cJSON_IsNull(dec)) {
         if (!cJSON_IsString(dec))
@@ -261,16 +261,16 @@ static int event_validate(struct st_event *ev, struct st_reject *rej)
         ev->decision = (enum st_decision)d;
     }
 
-    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(doc, "reason");
+    const cJSON *reason = st_json_get(doc, "reason");
     if (reason && !cJSON_IsNull(reason) && !cJSON_IsString(reason))
         return reject(rej, ST_REASON_TYPE, "field \"reason\" must be a string");
     ev->reason = cJSON_IsString(reason) ? reason->valuestring : NULL;
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(doc, "content");
+    const cJSON *content = st_json_get(doc, "content");
     if (content && !cJSON_IsNull(content) && !cJSON_IsString(content))
         return reject(rej, ST_REASON_TYPE, "field \"content\" must be a string");
     ev->content = cJSON_IsString(content) ? content->valuestring : NULL;
 
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(doc, "identity");
+    const cJSON *id = st_json_get(doc, "identity");
     if (id && !cJSON_IsNull(id)) {
         if (!cJSON_IsObject(id))
             return reject(rej, ST_REASON_TYPE, "field \"identity\" must be an object");
@@ -284,7 +284,7 @@ static int event_validate(struct st_event *ev, struct st_reject *rej)
                       "missing required field \"identity.%s\" for type \"%s\"",
                       types[t].identity_required, types[t].name);
 
-    const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(doc, "attrs");
+    const cJSON *attrs = st_json_get(doc, "attrs");
     if (attrs && !cJSON_IsNull(attrs)) {
         if (!cJSON_IsObject(attrs))
             return reject(rej, ST_REASON_TYPE, "field \"attrs\" must be an object");

@@ -73,6 +73,19 @@ char *st_utf8_sanitize(const char *buf, size_t len, size_t max)
     return out;
 }
 
+/* Bytes that need no attention inside a string: printable ASCII other than
+ * the quote and the backslash (0x20-0x7f but 0x22, 0x5c). */
+static const unsigned char plain_in_string[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
 /* One pass over the raw bytes: UTF-8, NUL bytes, raw control characters in
  * strings and nesting depth. Brackets
  * inside strings do not count, so string state is tracked. */
@@ -83,6 +96,12 @@ static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
     size_t i = 0;
 
     while (i < len) {
+        /* most of a line is plain ASCII inside strings: skip it fast */
+        if (in_str)
+            while (i < len && plain_in_string[p[i]])
+                i++;
+        if (i == len)
+            break;
         unsigned char c = p[i];
         if (c == 0) {
             rej->code = ST_REASON_NUL;
@@ -163,7 +182,7 @@ static const char *json_find_duplicate(const cJSON *item)
     if (n <= 16) {
         for (const cJSON *a = item->child; a; a = a->next)
             for (const cJSON *b = a->next; b; b = b->next)
-                if (strcmp(a->string, b->string) == 0)
+                if (a->string[0] == b->string[0] && strcmp(a->string, b->string) == 0)
                     return a->string;
         return NULL;
     }
@@ -219,13 +238,13 @@ cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
 
 const char *st_json_str(const cJSON *obj, const char *key)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const cJSON *v = st_json_get(obj, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 int st_json_int(const cJSON *obj, const char *key, int64_t *out)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const cJSON *v = st_json_get(obj, key);
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
         fabs(v->valuedouble) > 9007199254740992.0)
         return 0;

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string.h>
+
 #include <cjson/cJSON.h>
 
 /* Reason codes: stable strings that senders, metrics and the dead-letter topic
@@ -51,6 +53,19 @@ int st_utf8_valid(const char *buf, size_t len);
 char *st_utf8_sanitize(const char *buf, size_t len, size_t max);
 
 /* Typed lookups: return NULL/0 when the member is absent or of another type. */
+/* obj's member key (case-sensitive), or NULL. The same as
+ * cJSON_GetObjectItemCaseSensitive, cheaper: most keys differ in their first
+ * byte, so strcmp runs only for those that do not. */
+static inline cJSON *st_json_get(const cJSON *obj, const char *key)
+{
+    if (!obj)
+        return NULL;
+    for (cJSON *c = obj->child; c; c = c->next)
+        if (c->string && c->string[0] == key[0] && strcmp(c->string, key) == 0)
+            return c;
+    return NULL;
+}
+
 const char *st_json_str(const cJSON *obj, const char *key);
 int st_json_int(const cJSON *obj, const char *key, int64_t *out);
 
