@@ -18,6 +18,10 @@ struct st_accept {
     struct st_redactor *redactor;
     struct st_event ev; /* the last accepted event */
     char *text;         /* its serialization, when it was not the line itself */
+    /* matches of the text pass over a foreign line (see st_accept_line) */
+    const char **mrule;
+    char (*mfp)[ST_REDACT_FP_MAX + 1];
+    size_t capm;
 };
 
 static int read_all(const char *path, struct st_buf *out, char *errstr, size_t errsz,
@@ -102,7 +106,8 @@ struct st_accept *st_accept_new(const struct st_collector_conf *conf, char *errs
         }
     }
     struct st_redact_conf rc = {(const unsigned char *)key.data, key.len,
-                                (const char *const *)list, nlist, (int)conf->fp_chars};
+                                (const char *const *)list, nlist, (int)conf->fp_chars,
+                                conf->fault_rule_off};
     a->redactor = st_redactor_new(&rc, errstr, errsz);
     if (!a->redactor)
         goto fail;
@@ -127,6 +132,8 @@ void st_accept_destroy(struct st_accept *a)
     st_event_fini(&a->ev);
     free(a->text);
     st_redactor_destroy(a->redactor);
+    free(a->mrule);
+    free(a->mfp);
     free(a);
 }
 
@@ -139,6 +146,40 @@ static void redact_message(struct st_accept *a, struct st_reject *rej)
     free(clean);
 }
 
+/* Keeps the matches of the text pass over a foreign line. */
+static size_t save_matches(struct st_accept *a, size_t n)
+{
+    if (n > a->capm) {
+        a->capm = n;
+        a->mrule = st_realloc(a->mrule, n * sizeof(*a->mrule));
+        a->mfp = st_realloc(a->mfp, n * sizeof(*a->mfp));
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *fp = "";
+        a->mrule[i] = st_redact_match(a->redactor, i, &fp);
+        snprintf(a->mfp[i], sizeof(a->mfp[i]), "%s", fp ? fp : "");
+    }
+    return n;
+}
+
+/* What the text pass redacted is recorded like the event's own
+ * redactions, its place being the source line: {"path":"(line)",...}. */
+static void record_line_matches(struct st_accept *a, cJSON *doc, size_t n)
+{
+    if (!n)
+        return;
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(doc, "redactions");
+    if (!arr)
+        arr = cJSON_AddArrayToObject(doc, "redactions");
+    for (size_t i = 0; i < n && arr; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "path", "(line)");
+        cJSON_AddStringToObject(e, "rule", a->mrule[i] ? a->mrule[i] : "unknown");
+        cJSON_AddStringToObject(e, "fingerprint", a->mfp[i]);
+        cJSON_AddItemToArray(arr, e);
+    }
+}
+
 int st_accept_line(struct st_accept *a, const char *line, size_t len, const char **out,
                    size_t *outlen, const char **key, struct st_reject *rej)
 {
@@ -147,18 +188,41 @@ int st_accept_line(struct st_accept *a, const char *line, size_t len, const char
     st_event_fini(&a->ev);
     free(a->text);
     a->text = NULL;
+    /* A decoder derives fields from the source's values -- splits a proxy
+     * role "task/run", decodes a base64 command id -- and a part of a secret
+     * need not match the rule its whole matched: a foreign line is redacted
+     * as text before it is decoded, and again as an event after. */
+    char *pre = NULL;
+    size_t npre = 0;
+    if (a->decoder != &st_native_decoder) {
+        int n = 0;
+        size_t plen;
+        char *p = st_redact_bytes(a->redactor, line, len, &n, &plen);
+        if (n > 0) {
+            pre = p;
+            line = p;
+            len = plen;
+            npre = save_matches(a, (size_t)n);
+        } else {
+            free(p);
+        }
+    }
     int rc = a->decoder->decode(line, len, &a->ctx, &doc, rej);
-    if (rc == 1)
-        return 1;
     if (rc != 0) {
+        free(pre);
+        if (rc == 1)
+            return 1;
         redact_message(a, rej);
         return -1;
     }
+    free(pre);
+    pre = NULL;
     /* a sender's own "redactions" member is dropped by the redactor: then
      * the line as sent is not what may leave */
     int forged = cJSON_GetObjectItemCaseSensitive(doc, "redactions") != NULL;
     int changed = st_redact_event(a->redactor, doc) > 0 || forged ||
                   a->decoder != &st_native_decoder;
+    record_line_matches(a, doc, npre);
     if (st_event_from_doc(&a->ev, doc, rej)) {
         redact_message(a, rej);
         return -1;

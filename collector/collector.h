@@ -21,6 +21,7 @@ struct st_collector_conf {
     char *key_file;        /* redact.key_file */
     char *canaries_file;   /* redact.canaries_file */
     int64_t fp_chars;      /* redact.fingerprint_chars */
+    char *fault_rule_off;  /* fault.redact_rule_off (tests only) */
     char *checkpoint;      /* input.checkpoint (--follow) */
     int64_t checkpoint_lines;
     int64_t poll_ms;

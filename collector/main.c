@@ -90,6 +90,9 @@ static const struct st_conf_prop collector_props[] = {
     {"input.workers", NULL, ST_CONF_INT, C(workers), 0, 16, "0",
      "threads that decode, redact and validate lines (0: one per CPU); events are "
      "produced in input order whatever the number"},
+    {"fault.redact_rule_off", NULL, ST_CONF_STR, C(fault_rule_off), 0, 0, NULL,
+     "fault injection for tests: this redaction rule never matches, so that a "
+     "test can prove it would see the leak. Never set it in production"},
     {"dlq.raw_bytes", NULL, ST_CONF_INT, C(dlq_raw_bytes), 0, 1024 * 1024, "4096",
      "how much of a rejected line its dead-letter record quotes"},
     {NULL},
@@ -184,6 +187,10 @@ int main(int argc, char **argv)
         st_conf_fini(collector_props, &conf);
         return 66;
     }
+    if (conf.fault_rule_off && *conf.fault_rule_off)
+        st_warn("fault injection: redaction rule \"%s\" is off; values of its shape "
+                "pass unredacted",
+                conf.fault_rule_off);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 

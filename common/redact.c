@@ -404,6 +404,19 @@ struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
     if (compile_rules(r, errstr, errsz) < 0 ||
         setup_hmac(r, conf->key, conf->keylen, errstr, errsz) < 0)
         goto err;
+    if (conf->fault_rule_off && *conf->fault_rule_off) {
+        unsigned i = 0;
+        while (i < NRULES && !(rule_defs[i].pattern &&
+                               !strcmp(rule_defs[i].name, conf->fault_rule_off)))
+            i++;
+        if (i == NRULES) {
+            snprintf(errstr, errsz, "no redaction rule is named \"%.64s\"",
+                     conf->fault_rule_off);
+            goto err;
+        }
+        pcre2_code_free(r->rules[i].code);
+        r->rules[i].code = NULL;
+    }
     build_prefilter(r);
     for (unsigned i = 0; i < NRULES; i++)
         if (rule_defs[i].keyed)
@@ -466,6 +479,38 @@ static void fingerprint(const struct st_redactor *r, const char *v, size_t len,
     for (int i = 0; i < r->fp_len; i++)
         out[i] = hex[(mac[i / 2] >> (i % 2 ? 0 : 4)) & 0xf];
     out[r->fp_len] = '\0';
+}
+
+/* A private key's fingerprint is that of its key material: the base64
+ * characters of the body, without the BEGIN/END lines, the line breaks
+ * (real, CRLF, or a literal "\n") or what a decoder made of them (U+FFFD),
+ * so that one key gives one fingerprint however a source wrapped it. */
+static void fingerprint_key(const struct st_redactor *r, const char *v, size_t len,
+                            char *out)
+{
+    const char *end = v + len, *p = v;
+    struct st_buf body;
+    st_buf_init(&body);
+    /* past "-----BEGIN ... PRIVATE KEY-----" */
+    const char *hdr = memmem(v + 5, len > 5 ? len - 5 : 0, "-----", 5);
+    if (hdr)
+        p = hdr + 5;
+    for (; p < end; p++) {
+        if (*p == '\\' && p + 1 < end) {
+            p++;
+            continue;
+        }
+        if (*p == '-' && end - p >= 8 && memcmp(p, "-----END", 8) == 0)
+            break;
+        if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+            (*p >= '0' && *p <= '9') || *p == '+' || *p == '/' || *p == '=')
+            st_buf_addc(&body, *p);
+    }
+    if (body.len)
+        fingerprint(r, body.data, body.len, out);
+    else
+        fingerprint(r, v, len, out);
+    st_buf_fini(&body);
 }
 
 void st_redact_fingerprint(const struct st_redactor *r, const char *v,
@@ -671,7 +716,10 @@ static void build(struct st_redactor *r, const char *s, size_t len)
     st_buf_reset(&r->out);
     for (size_t i = 0; i < r->nm; i++) {
         struct match *m = &r->m[i];
-        fingerprint(r, s + m->start, m->end - m->start, m->fp);
+        if (m->rule == R_PRIVATE_KEY)
+            fingerprint_key(r, s + m->start, m->end - m->start, m->fp);
+        else
+            fingerprint(r, s + m->start, m->end - m->start, m->fp);
         st_buf_add(&r->out, s + pos, m->start - pos);
         st_buf_adds(&r->out, "[REDACTED:");
         st_buf_adds(&r->out, rule_defs[m->rule].name);
@@ -872,8 +920,8 @@ int st_redact_event(struct st_redactor *r, cJSON *doc)
     return n;
 }
 
-char *st_redact_text(struct st_redactor *r, const char *s, size_t len,
-                     int *count)
+char *st_redact_bytes(struct st_redactor *r, const char *s, size_t len,
+                      int *count, size_t *outlen)
 {
     size_t k = redact_string(r, s, len, prefilter(r, s, len), NULL, 0, 0);
     const char *src = k ? r->out.data : s;
@@ -884,7 +932,24 @@ char *st_redact_text(struct st_redactor *r, const char *s, size_t len,
     res[n] = '\0';
     if (count)
         *count = (int)k;
+    if (outlen)
+        *outlen = n;
     return res;
+}
+
+char *st_redact_text(struct st_redactor *r, const char *s, size_t len,
+                     int *count)
+{
+    return st_redact_bytes(r, s, len, count, NULL);
+}
+
+const char *st_redact_match(const struct st_redactor *r, size_t i,
+                            const char **fingerprint)
+{
+    if (i >= r->nm)
+        return NULL;
+    *fingerprint = r->m[i].fp;
+    return rule_defs[r->m[i].rule].name;
 }
 
 size_t st_redact_nrules(const struct st_redactor *r)

@@ -41,6 +41,9 @@ struct st_redact_conf {
     const char *const *canaries;
     size_t ncanaries;
     int fp_hex_len; /* hex chars of the fingerprint kept, 1..64; 0 means 16 */
+    /* Fault injection, for the tests that prove a leak would be seen: the
+     * token-shape rule of this name never matches. NULL normally. */
+    const char *fault_rule_off;
 };
 
 struct st_redactor;
@@ -88,6 +91,16 @@ int st_redact_event(struct st_redactor *r, cJSON *doc);
  * redactions. Embedded NUL bytes are copied as they are. */
 char *st_redact_text(struct st_redactor *r, const char *s, size_t len,
                      int *count);
+
+/* The same, with the length of the result in *outlen (NUL bytes kept). */
+char *st_redact_bytes(struct st_redactor *r, const char *s, size_t len,
+                      int *count, size_t *outlen);
+
+/* Match i of the last st_redact_text/_bytes call: its rule's name, and its
+ * fingerprint in *fingerprint (valid until the next call); NULL past the
+ * last match. */
+const char *st_redact_match(const struct st_redactor *r, size_t i,
+                            const char **fingerprint);
 
 /* Per-rule counters for metrics: rules are numbered 0..nrules-1, names are
  * static strings; hits count redactions since _new. */

@@ -34,10 +34,35 @@ static char *fp_of(struct st_redactor *r, const char *v)
     return fp;
 }
 
+/* What a private key's fingerprint is taken of: the base64 characters of
+ * its body, past the BEGIN line, without escapes, up to the END line. */
+static char *key_material(const char *pem)
+{
+    static char body[4096];
+    size_t n = 0;
+    const char *p = strstr(pem + 5, "-----") + 5;
+    for (; *p && strncmp(p, "-----END", 8) != 0; p++) {
+        if (*p == '\\' && p[1]) {
+            p++;
+            continue;
+        }
+        if (strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=", *p) &&
+            n + 1 < sizeof(body))
+            body[n++] = *p;
+    }
+    body[n] = '\0';
+    return body;
+}
+
+static char *fp_of_rule(struct st_redactor *r, const char *rule, const char *v)
+{
+    return fp_of(r, strcmp(rule, "private_key") == 0 ? key_material(v) : v);
+}
+
 static char *marker(struct st_redactor *r, const char *rule, const char *v)
 {
     static char m[128];
-    snprintf(m, sizeof(m), "[REDACTED:%s:%s]", rule, fp_of(r, v));
+    snprintf(m, sizeof(m), "[REDACTED:%s:%s]", rule, fp_of_rule(r, rule, v));
     return m;
 }
 
@@ -162,7 +187,7 @@ START_TEST(redact_every_rule_replaces_its_secret)
     const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(doc, "attrs");
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(attrs, "note")->valuestring,
                      want);
-    assert_entry(doc, 0, "attrs.note", c->rule, fp_of(r, c->secret));
+    assert_entry(doc, 0, "attrs.note", c->rule, fp_of_rule(r, c->rule, c->secret));
     ck_assert_int_eq(nredactions(doc), 1);
     ck_assert_int_eq(strlen(fp_of(r, c->secret)), ST_REDACT_FP_DEFAULT);
 
@@ -660,6 +685,64 @@ START_TEST(redact_counts_hits_per_rule)
 }
 END_TEST
 
+/* One key, one fingerprint, however a source wrapped its lines. */
+START_TEST(redact_private_key_fingerprint_is_of_the_key_material)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    static const char *forms[] = {
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAuZ3Rk8fJq7+QvYt9\nQ1w2E3r4==\n"
+        "-----END RSA PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE KEY-----\r\nMIIEowIBAAKCAQEAuZ3Rk8fJq7+QvYt9\r\nQ1w2E3r4==\r\n"
+        "-----END RSA PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE KEY-----\\nMIIEowIBAAKCAQEAuZ3Rk8fJq7+QvYt9\\nQ1w2E3r4==\\n"
+        "-----END RSA PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE KEY-----\xEF\xBF\xBDMIIEowIBAAKCAQEAuZ3Rk8fJq7+QvYt9"
+        "\xEF\xBF\xBDQ1w2E3r4==\xEF\xBF\xBD-----END RSA PRIVATE KEY-----",
+    };
+    char first[128] = "";
+    for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+        int count = -1;
+        char *text = st_redact_text(r, forms[i], strlen(forms[i]), &count);
+        ck_assert_int_eq(count, 1);
+        ck_assert_ptr_null(strstr(text, "MIIE"));
+        if (i == 0)
+            snprintf(first, sizeof(first), "%s", text);
+        ck_assert_str_eq(text, first);
+        free(text);
+    }
+    ck_assert_str_eq(first, marker(r, "private_key", forms[0]));
+    /* another key, another fingerprint */
+    const char *other = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAuZ3Rk8fJq7+QvYt8\n"
+                        "-----END RSA PRIVATE KEY-----";
+    char *text = st_redact_text(r, other, strlen(other), NULL);
+    ck_assert_str_ne(text, first);
+    free(text);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+/* The fault knob the canary test uses to prove it would see a leak. */
+START_TEST(redact_fault_rule_off_lets_that_shape_through)
+{
+    char err[256] = "";
+    struct st_redact_conf conf = {.key = KEY, .keylen = strlen((const char *)KEY),
+                                  .fault_rule_off = "github_token"};
+    struct st_redactor *r = st_redactor_new(&conf, err, sizeof(err));
+    ck_assert_msg(r != NULL, "%s", err);
+    int count = -1;
+    char *text = st_redact_text(r, "t=" GITHUB_TOKEN " k=AKIAIOSFODNN7EXAMPLE",
+                                strlen("t=" GITHUB_TOKEN " k=AKIAIOSFODNN7EXAMPLE"), &count);
+    ck_assert_ptr_nonnull(strstr(text, GITHUB_TOKEN));
+    ck_assert_ptr_null(strstr(text, "AKIAIOSFODNN7EXAMPLE"));
+    ck_assert_int_eq(count, 1);
+    free(text);
+    st_redactor_destroy(r);
+    conf.fault_rule_off = "no_such_rule";
+    ck_assert_ptr_null(st_redactor_new(&conf, err, sizeof(err)));
+    ck_assert_ptr_nonnull(strstr(err, "no_such_rule"));
+}
+END_TEST
+
 START_TEST(redact_refuses_a_weak_configuration)
 {
     char err[256];
@@ -708,6 +791,8 @@ int main(void)
     tcase_add_test(tc, redact_canary_that_a_marker_holds_is_not_matched_in_it);
     tcase_add_test(tc, redact_markers_never_match_at_any_fingerprint_length);
     tcase_add_test(tc, redact_counts_hits_per_rule);
+    tcase_add_test(tc, redact_private_key_fingerprint_is_of_the_key_material);
+    tcase_add_test(tc, redact_fault_rule_off_lets_that_shape_through);
     tcase_add_test(tc, redact_refuses_a_weak_configuration);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

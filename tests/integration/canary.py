@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""The canary test's driver (tests/integration/test_canary.c).
+
+  canary.py run DIR COLLECTOR [-X name=value ...]
+  canary.py check DIR
+
+run: puts each secret of tests/data/canary/secrets.txt (every token shape,
+and the canary of canaries.txt) into every string field, and as an object
+key, of a real-shaped line of every format (native, squid, smokescreen, srt,
+vault), and sends the lines through every input of the collector: --input
+FILE, --follow FILE (appended while it runs) and --listen (POST
+/v1/events, one token per source). The collector writes to the topics named
+by SANDTRAIL_TOPIC_EVENTS / SANDTRAIL_TOPIC_DLQ. Its stderr, its metrics page
+and the HTTP answers are kept in DIR/sinks/. A decoded format's events are
+named "<format>-<input>" (input.source_name); native lines carry that name
+themselves. DIR/forbidden.txt lists "rule<TAB>string" that must appear
+nowhere: each raw value, and for srt the base64 form the format carries.
+Extra -X settings go to every collector (the test breaks a rule this way).
+
+check: reads DIR/events.txt (the events topic, one message a line) and
+prints, for every format, input and rule, "missing FORMAT INPUT RULE" when
+no event of that format and input carries the rule's marker, and for every
+rule "fingerprints RULE N" with N the number of different fingerprints the
+rule produced across all formats and inputs (1: the same secret, the same
+fingerprint, whatever the source).
+"""
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA = os.path.join(ROOT, "tests", "data", "canary")
+FORMATS = ("native", "squid", "smokescreen", "srt", "vault")
+INPUTS = ("file", "follow", "http")
+HTTP = "127.0.0.1:18095"
+METRICS = "127.0.0.1:18096"
+# the source each format's events claim, for the HTTP tokens
+KIND = {"squid": "proxy", "smokescreen": "proxy", "srt": "sandbox", "vault": "broker"}
+
+
+def secrets():
+    out = []
+    with open(os.path.join(DATA, "secrets.txt")) as f:
+        for line in f:
+            rule, value = line.rstrip("\n").split("\t")
+            out.append((rule, value))
+    return out
+
+
+def in_context(rule, value):
+    """The secret as a source would write it."""
+    if rule == "private_key":
+        return ("-----BEGIN RSA PRIVATE KEY-----\n%s\n-----END RSA PRIVATE KEY-----"
+                % value)
+    if rule == "bearer":
+        return "Authorization: Bearer " + value
+    if rule == "url_userinfo":
+        return "https://deploy:%s@git.example.com/r.git" % value
+    return "x " + value + " y"
+
+
+def templates(fmt, inp):
+    """Real-shaped lines of fmt; native ones named for the input."""
+    if fmt == "native":
+        base = {"schema": "sandtrail.event.v1", "ts": "2026-11-29T12:00:01.000Z",
+                "task_id": "T-CAN", "run_id": "run-can"}
+        sbx = {"kind": "sandbox", "name": "native-" + inp}
+        brk = {"kind": "broker", "name": "native-" + inp + "-broker"}
+        return [
+            dict(base, event_id="n-exec", source=sbx, type="exec", trace_id="t-1",
+                 attrs={"command": "make", "cwd": "/work", "argv": ["make", "-j2"]}),
+            dict(base, event_id="n-write", source=sbx, type="file_write",
+                 attrs={"path": "/work/.env", "bytes": 10}, content="KEY=value"),
+            dict(base, event_id="n-req", source=sbx, type="request", decision="deny",
+                 reason="not in allowlist",
+                 attrs={"method": "POST", "host": "api.example.com", "port": 443,
+                        "path": "/upload", "headers": {"User-Agent": "curl/8"}}),
+            dict(base, event_id="n-issue", source=brk, type="token_issue",
+                 identity={"subject": "agent", "credential_id": "acc-1",
+                           "credential": "tok-value-1", "scopes": ["repo:read"],
+                           "audience": "github.com"}),
+        ]
+    if fmt == "squid":
+        with open(os.path.join(DATA, "..", "samples", "squid-access.sample.json")) as f:
+            return [json.loads(f.readline())]
+    if fmt == "smokescreen":
+        with open(os.path.join(DATA, "..", "samples", "smokescreen.sample.log")) as f:
+            lines = [json.loads(l) for l in f if l.startswith("{")]
+        return [next(l for l in lines if l.get("msg") == "CANONICAL-PROXY-DECISION"),
+                next(l for l in lines if l.get("msg") == "CANONICAL-PROXY-CN-CLOSE")]
+    if fmt == "srt":
+        with open(os.path.join(DATA, "..", "samples", "srt-violations.sample.jsonl")) as f:
+            lines = [json.loads(l) for l in f if l.strip()]
+        return [next(l for l in lines if l.get("hook") == "violation-store")]
+    if fmt == "vault":
+        with open(os.path.join(DATA, "..", "samples", "vault-audit.handwritten.jsonl")) as f:
+            return [json.loads(f.readline()), json.loads(f.readline())]
+    raise ValueError(fmt)
+
+
+def leaves(node, path=()):
+    """Paths of every string leaf."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from leaves(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from leaves(v, path + (i,))
+    elif isinstance(node, str):
+        yield path
+
+
+def objects(node, path=()):
+    if isinstance(node, dict):
+        yield path
+        for k, v in node.items():
+            yield from objects(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from objects(v, path + (i,))
+
+
+def put(doc, path, value):
+    doc = json.loads(json.dumps(doc))
+    node = doc
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+    return doc
+
+
+def get(doc, path):
+    for p in path:
+        doc = doc[p]
+    return doc
+
+
+def lines_for(fmt, inp, forbidden):
+    out = []
+    for rule, value in secrets():
+        v = in_context(rule, value)
+        for t in templates(fmt, inp):
+            for path in leaves(t):
+                if fmt == "srt" and path == ("encodedCommand",):
+                    # the command id, which names task and run, as srt
+                    # carries it: base64
+                    enc = base64.b64encode(("T-CAN/" + v).encode()).decode()
+                    forbidden.add((rule, enc))
+                    doc = put(t, path, enc)
+                else:
+                    doc = put(t, path, v)
+                out.append(json.dumps(doc, separators=(",", ":")))
+            for path in objects(t):
+                doc = json.loads(json.dumps(t))
+                obj = get(doc, path)
+                obj[v] = "k"
+                out.append(json.dumps(doc, separators=(",", ":")))
+    return out
+
+
+def collector(coll, mode, arg, fmt, inp, extra, sinks):
+    args = [coll, mode, arg, "-X", "input.format=" + fmt,
+            "-X", "metrics.listen=" + METRICS,
+            "-X", "redact.canaries_file=" + os.path.join(DATA, "canaries.txt")] + extra
+    if fmt != "native":
+        args += ["-X", "input.source_name=%s-%s" % (fmt, inp)]
+    err = open(os.path.join(sinks, "%s.%s.log" % (fmt, inp)), "w")
+    return subprocess.Popen(args, stderr=err, stdout=err)
+
+
+def metric(name):
+    try:
+        with urllib.request.urlopen("http://%s/metrics" % METRICS, timeout=5) as r:
+            text = r.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return None, ""
+    m = re.search(r"^%s (\d+)" % re.escape(name), text, re.M)
+    return (int(m.group(1)) if m else 0), text
+
+
+def stop(p, what):
+    p.terminate()
+    rc = p.wait(timeout=60)
+    if rc not in (0, 1):
+        sys.exit("the collector (%s) exited %d" % (what, rc))
+
+
+def run(d, coll, extra):
+    sinks = os.path.join(d, "sinks")
+    os.makedirs(sinks, exist_ok=True)
+    forbidden = set((rule, value) for rule, value in secrets())
+    for fmt in FORMATS:
+        for inp in INPUTS:
+            lines = lines_for(fmt, inp, forbidden)
+            path = os.path.join(d, "%s.%s.in" % (fmt, inp))
+            what = "%s %s" % (fmt, inp)
+            if inp == "file":
+                with open(path, "w") as f:
+                    f.write("\n".join(lines) + "\n")
+                p = collector(coll, "--input", path, fmt, inp, extra, sinks)
+                rc = p.wait(timeout=120)
+                if rc not in (0, 1):
+                    sys.exit("the collector (%s) exited %d" % (what, rc))
+            elif inp == "follow":
+                open(path, "w").close()
+                p = collector(coll, "--follow", path, fmt, inp, extra, sinks)
+                time.sleep(0.5)
+                with open(path, "a") as f:
+                    for i, l in enumerate(lines):
+                        f.write(l + "\n")
+                        if i % 200 == 0:
+                            f.flush()
+                n = None
+                for _ in range(600):
+                    n, text = metric("sandtrail_collector_lines_total")
+                    if n == len(lines):
+                        break
+                    time.sleep(0.1)
+                if n != len(lines):
+                    sys.exit("%s: the collector read %s of %d lines" % (what, n, len(lines)))
+                with open(os.path.join(sinks, "%s.%s.metrics" % (fmt, inp)), "w") as f:
+                    f.write(text)
+                stop(p, what)
+            else:
+                tokens = os.path.join(d, "tokens.%s" % fmt)
+                with open(tokens, "w") as f:
+                    if fmt == "native":
+                        f.write("canary-sbx-0123456789 sandbox native-http\n")
+                        f.write("canary-brk-0123456789 broker native-http-broker\n")
+                    else:
+                        f.write("canary-tok-0123456789 %s %s-http\n" % (KIND[fmt], fmt))
+                p = collector(coll, "--listen", HTTP, fmt, inp,
+                              extra + ["-X", "http.tokens_file=" + tokens], sinks)
+                for _ in range(100):
+                    try:
+                        urllib.request.urlopen("http://%s/v1/events" % HTTP, data=b"",
+                                               timeout=2)
+                    except urllib.error.HTTPError:
+                        break
+                    except (urllib.error.URLError, ConnectionError):
+                        time.sleep(0.1)
+                groups = {}
+                for l in lines:
+                    tok = "canary-tok-0123456789"
+                    if fmt == "native":
+                        tok = ("canary-brk-0123456789" if '"kind":"broker"' in l
+                               else "canary-sbx-0123456789")
+                    groups.setdefault(tok, []).append(l)
+                with open(os.path.join(sinks, "%s.http.answers" % fmt), "w") as out:
+                    for tok, ls in groups.items():
+                        req = urllib.request.Request(
+                            "http://%s/v1/events" % HTTP, method="POST",
+                            data=("\n".join(ls) + "\n").encode(),
+                            headers={"Authorization": "Bearer " + tok})
+                        with urllib.request.urlopen(req, timeout=120) as r:
+                            answer = r.read().decode()
+                        out.write(answer + "\n")
+                        a = json.loads(answer)
+                        if a["accepted"] + a["rejected"] > len(ls):
+                            sys.exit("%s: more answers than lines" % what)
+                _, text = metric("sandtrail_collector_lines_total")
+                with open(os.path.join(sinks, "%s.%s.metrics" % (fmt, inp)), "w") as f:
+                    f.write(text)
+                stop(p, what)
+            print("%s %s %d" % (fmt, inp, len(lines)))
+    with open(os.path.join(d, "forbidden.txt"), "w") as f:
+        for rule, value in sorted(forbidden):
+            f.write("%s\t%s\n" % (rule, value))
+
+
+MARKER = re.compile(r"\[REDACTED:([a-z_]+):([0-9a-f]+)\]")
+
+
+def check(d):
+    rules = sorted(set(rule for rule, _ in secrets()))
+    seen = set()
+    fps = {}
+    with open(os.path.join(d, "events.txt")) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            ev = json.loads(line)
+            # a secret put in the source name itself leaves it unknown
+            m = re.fullmatch(r"(native|[a-z]+)-(file|follow|http)(-broker)?",
+                             ev["source"]["name"])
+            for rule, fp in MARKER.findall(line):
+                if m:
+                    seen.add((m.group(1), m.group(2), rule))
+                fps.setdefault(rule, set()).add(fp)
+    for fmt in FORMATS:
+        for inp in INPUTS:
+            for rule in rules:
+                if (fmt, inp, rule) not in seen:
+                    print("missing %s %s %s" % (fmt, inp, rule))
+    for rule in rules:
+        print("fingerprints %s %d" % (rule, len(fps.get(rule, ()))))
+
+
+def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == "run":
+        extra = sys.argv[4:]
+        run(sys.argv[2], sys.argv[3], extra)
+    elif len(sys.argv) == 3 and sys.argv[1] == "check":
+        check(sys.argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
