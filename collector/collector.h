@@ -12,6 +12,8 @@ struct st_collector_conf {
     int64_t topic_replication;
     int64_t delivery_timeout_ms;
     int64_t linger_ms;
+    int64_t queue_max_messages; /* kafka.queue.max_messages */
+    int64_t queue_max_kbytes;
     int64_t max_line_bytes;
     int64_t workers;       /* input.workers: 0 one per CPU */
     int64_t dlq_raw_bytes;

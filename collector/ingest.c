@@ -26,6 +26,10 @@
 #define BATCH_LINES 1024
 #define BATCH_BYTES (512 * 1024)
 #define MAX_WORKERS 16
+/* ranges a batch is cut into per executor: small enough that whoever is
+ * free takes the next one, so no executor waits while another works */
+#define RANGES_PER_EXEC 4
+#define MAX_RANGES (MAX_WORKERS * RANGES_PER_EXEC)
 
 enum outcome_kind { OUT_BLANK, OUT_SKIP, OUT_EVENT, OUT_REJECT };
 
@@ -54,7 +58,7 @@ struct batch {
     struct outcome *out;   /* BATCH_LINES */
     size_t n;
     int nranges, next_range, ranges_done;
-    struct st_buf range_out[MAX_WORKERS];
+    struct st_buf range_out[MAX_RANGES];
 };
 
 struct st_ingest_pool {
@@ -195,7 +199,8 @@ static void *worker(void *arg)
 static void submit(struct st_ingest_pool *pool, struct batch *b)
 {
     pthread_mutex_lock(&pool->mu);
-    b->nranges = b->n < (size_t)pool->nexec ? (int)b->n : pool->nexec;
+    int want = pool->nexec * RANGES_PER_EXEC;
+    b->nranges = b->n < (size_t)want ? (int)b->n : want;
     b->next_range = b->ranges_done = 0;
     b->seq = pool->seq++;
     b->state = B_SUBMITTED;
@@ -374,7 +379,7 @@ int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
         st_buf_init(&b->text);
         b->lines = st_calloc(BATCH_LINES, sizeof(*b->lines));
         b->out = st_calloc(BATCH_LINES, sizeof(*b->out));
-        for (int r = 0; r < MAX_WORKERS; r++)
+        for (int r = 0; r < MAX_RANGES; r++)
             st_buf_init(&b->range_out[r]);
     }
     for (int r = 0; r < MAX_WORKERS; r++)
@@ -412,7 +417,7 @@ void st_ingest_fini(struct st_ingest *in)
         st_buf_fini(&b->text);
         free(b->lines);
         free(b->out);
-        for (int r = 0; r < MAX_WORKERS; r++)
+        for (int r = 0; r < MAX_RANGES; r++)
             st_buf_fini(&b->range_out[r]);
     }
     for (int r = 0; r < MAX_WORKERS; r++)

@@ -52,6 +52,12 @@ static const struct st_conf_prop collector_props[] = {
      "how long a message may wait for delivery before the run fails"},
     {"kafka.linger.ms", NULL, ST_CONF_INT, C(linger_ms), 0, 10000, "5",
      "how long the producer waits to fill a batch"},
+    {"kafka.queue.max_messages", NULL, ST_CONF_INT, C(queue_max_messages), 1000, 10000000,
+     "500000",
+     "messages the producer holds in memory before the input waits (a queue that "
+     "fills stalls every worker; Kafka takes acknowledgements in bursts)"},
+    {"kafka.queue.max_kbytes", NULL, ST_CONF_INT, C(queue_max_kbytes), 1024, 2097151,
+     "262144", "KiB the producer holds in memory before the input waits"},
     {"input.max_line_bytes", NULL, ST_CONF_INT, C(max_line_bytes), 1024,
      64 * 1024 * 1024, "1048576", "longest accepted line; longer ones are rejected"},
     {"input.format", "SANDTRAIL_INPUT_FORMAT", ST_CONF_STR, C(format), 0, 0, "native",

@@ -107,6 +107,12 @@ struct st_producer *st_producer_new(const struct st_collector_conf *conf,
         st_kafka_conf_set(kc, "message.timeout.ms", num, errstr, errsz) ||
         st_kafka_conf_set(kc, "compression.codec", "lz4", errstr, errsz))
         goto fail_conf;
+    snprintf(num, sizeof(num), "%" PRId64, conf->queue_max_messages);
+    if (st_kafka_conf_set(kc, "queue.buffering.max.messages", num, errstr, errsz))
+        goto fail_conf;
+    snprintf(num, sizeof(num), "%" PRId64, conf->queue_max_kbytes);
+    if (st_kafka_conf_set(kc, "queue.buffering.max.kbytes", num, errstr, errsz))
+        goto fail_conf;
     snprintf(num, sizeof(num), "%" PRId64, conf->linger_ms);
     if (st_kafka_conf_set(kc, "linger.ms", num, errstr, errsz))
         goto fail_conf;
@@ -182,7 +188,10 @@ static int hand_over(struct st_producer *p, int64_t seg, const char *topic,
             p->queued++;
             if (p->spool)
                 st_spool_queued(p->spool, seg, 1);
-            rd_kafka_poll(p->rk, 0);
+            /* delivery reports are served in bulk: a poll per message
+             * costs more than the produce */
+            if ((p->queued & 255) == 0)
+                rd_kafka_poll(p->rk, 0);
             return 0;
         }
         if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {

@@ -113,7 +113,7 @@ START_TEST(pipeline_rejected_line_reaches_dead_letter_topic_with_reason)
     ck_assert_int_eq(n, 1);
     ck_assert_ptr_nonnull(strstr(dlq, "\"reason\":\"invalid_json\""));
     ck_assert_ptr_nonnull(strstr(dlq, "\"line\":15"));
-    ck_assert_ptr_nonnull(strstr(dlq, "\"error\":\"invalid JSON at offset 49\""));
+    ck_assert_ptr_nonnull(strstr(dlq, "\"error\":\"invalid JSON at offset 50\""));
     free(dlq);
     char *events = topic_dump(w.topic, &n);
     ck_assert_int_eq(n, 40);

@@ -1,0 +1,151 @@
+/* test_json.c: st_json_parse builds the tree cJSON would, strictly.
+ *
+ * The same documents parsed by st_json_parse and by cJSON print the same;
+ * so does every line of the project's test data and shared samples that
+ * both accept. What RFC 8259 refuses and cJSON takes (leading zeros, "+1",
+ * ".5", lone surrogates) is refused with invalid_json. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+
+static char *printed(cJSON *doc)
+{
+    char *s = cJSON_PrintUnformatted(doc);
+    ck_assert_ptr_nonnull(s);
+    return s;
+}
+
+/* 1 when both parsers accept text and build the same tree; 0 when ours
+ * refuses it (rej filled). */
+static int same_as_cjson(const char *text, struct st_reject *rej)
+{
+    cJSON *ours = st_json_parse(text, strlen(text), rej);
+    if (!ours)
+        return 0;
+    cJSON *theirs = cJSON_ParseWithLength(text, strlen(text));
+    ck_assert_msg(theirs != NULL, "cJSON refuses what we took: %s", text);
+    char *a = printed(ours), *b = printed(theirs);
+    ck_assert_msg(strcmp(a, b) == 0, "%s\n ours:   %s\n cJSON:  %s", text, a, b);
+    /* the list links are cJSON's too: adding to a parsed array works */
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(ours, "arr");
+    if (cJSON_IsArray(arr)) {
+        int n = cJSON_GetArraySize(arr);
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(7));
+        ck_assert_int_eq(cJSON_GetArraySize(arr), n + 1);
+        ck_assert_int_eq((int)cJSON_GetArrayItem(arr, n)->valuedouble, 7);
+    }
+    free(a);
+    free(b);
+    cJSON_Delete(ours);
+    cJSON_Delete(theirs);
+    return 1;
+}
+
+START_TEST(json_builds_the_tree_cjson_builds)
+{
+    static const char *docs[] = {
+        "{}",
+        "[]",
+        " { \"a\" : 1 , \"b\" : [ true , false , null ] } ",
+        "{\"s\":\"plain\",\"e\":\"q\\\"b\\\\s\\/n\\nt\\tr\\rb\\bf\\f\"}",
+        "{\"u\":\"caf\\u00e9 \\u20ac \\ud83d\\udd12 \\u0041\"}",
+        "{\"raw\":\"caf\xC3\xA9 \xF0\x9F\x94\x92\"}",
+        "{\"n\":[0,-0,1,-1,42,123456789012345,1234567890123456,99999999999999999999]}",
+        "{\"f\":[0.5,-0.25,1e3,1E-3,2.5e+10,-1.5E2,3.0,1e308,2147483648,-2147483649]}",
+        "{\"arr\":[1,[2,[3,{\"x\":[4]}]],\"s\"],\"o\":{\"p\":{\"q\":{}}}}",
+        "{\"\":\"empty key\",\"k\":\"\"}",
+        "[{\"a\":1},{\"a\":2}]",
+        "\"just a string\"",
+        "17",
+        "{\"x\":1}\n",
+    };
+    struct st_reject rej;
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++)
+        ck_assert_msg(same_as_cjson(docs[i], &rej), "refused %s: %s", docs[i], rej.msg);
+}
+END_TEST
+
+START_TEST(json_valueint_is_clamped_like_cjson)
+{
+    struct st_reject rej;
+    const char *t = "[3000000000,-3000000000,12.9,-12.9]";
+    cJSON *doc = st_json_parse(t, strlen(t), &rej);
+    ck_assert_ptr_nonnull(doc);
+    ck_assert_int_eq(cJSON_GetArrayItem(doc, 0)->valueint, 2147483647);
+    ck_assert_int_eq(cJSON_GetArrayItem(doc, 1)->valueint, -2147483647 - 1);
+    ck_assert_int_eq(cJSON_GetArrayItem(doc, 2)->valueint, 12);
+    ck_assert_int_eq(cJSON_GetArrayItem(doc, 3)->valueint, -12);
+    cJSON_Delete(doc);
+}
+END_TEST
+
+START_TEST(json_refuses_what_rfc8259_refuses)
+{
+    static const char *bad[] = {
+        "{\"n\":01}",      "{\"n\":+1}",        "{\"n\":.5}",      "{\"n\":1.}",
+        "{\"n\":1e}",      "{\"n\":-}",         "{\"n\":1.e5}",    "{\"a\":1,}",
+        "[1,]",            "{\"a\" 1}",         "{a:1}",           "{\"a\":tru}",
+        "{\"a\":nul}",     "{\"s\":\"\\x\"}",   "{\"s\":\"\\u12\"}", "{\"s\":\"\\udc00\"}",
+        "{\"s\":\"\\ud800\"}", "{\"s\":\"\\ud800\\u0041\"}", "{\"s\":\"open}",
+        "{\"a\":1",        "[",                 "",                "   ",
+        "{\"a\":1}}",      "{\"a\":1} x",       "{\"a\":[1 2]}",   "{\"a\":'s'}",
+    };
+    struct st_reject rej;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rej.code = NULL;
+        cJSON *doc = st_json_parse(bad[i], strlen(bad[i]), &rej);
+        ck_assert_msg(doc == NULL, "took %s", bad[i]);
+        ck_assert_msg(rej.code && strcmp(rej.code, ST_REASON_JSON) == 0, "%s: %s", bad[i],
+                      rej.code ? rej.code : "(none)");
+    }
+}
+END_TEST
+
+/* Every line of the test data and of the shared samples (JSON ones) that
+ * both parsers accept gives the same tree. */
+START_TEST(json_test_data_parses_as_cjson_does)
+{
+    const char *cmd = "cat " SANDTRAIL_SOURCE_DIR "/tests/data/*/*.ndjson "
+                      SANDTRAIL_SOURCE_DIR "/tests/data/samples/*.json* "
+                      SANDTRAIL_SOURCE_DIR "/tests/data/samples/*.log "
+                      SANDTRAIL_SOURCE_DIR "/schemas/examples/*.json 2>/dev/null";
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int same = 0;
+    struct st_reject rej;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        if (line[0] != '{')
+            continue;
+        cJSON *theirs = cJSON_ParseWithLength(line, (size_t)n);
+        if (!theirs)
+            continue;
+        cJSON_Delete(theirs);
+        same += same_as_cjson(line, &rej);
+    }
+    free(line);
+    pclose(f);
+    ck_assert_int_gt(same, 100);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("json");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, json_builds_the_tree_cjson_builds);
+    tcase_add_test(tc, json_valueint_is_clamped_like_cjson);
+    tcase_add_test(tc, json_refuses_what_rfc8259_refuses);
+    tcase_add_test(tc, json_test_data_parses_as_cjson_does);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
