@@ -98,9 +98,21 @@ static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
 
     while (i < len) {
         /* most of a line is plain ASCII inside strings: skip it fast */
-        if (in_str)
+        if (in_str) {
+            /* eight bytes at a time while none is a quote, a backslash, a
+             * control byte or non-ASCII */
+            while (i + 8 <= len) {
+                uint64_t w;
+                memcpy(&w, p + i, 8);
+                const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+                uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+                if (((w - ones * 0x20) | w | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs)
+                    break;
+                i += 8;
+            }
             while (i < len && plain_in_string[p[i]])
                 i++;
+        }
         if (i == len)
             break;
         unsigned char c = p[i];
@@ -216,10 +228,10 @@ static int jp_hex4(const unsigned char *p, const unsigned char *end, unsigned *o
 /* j->p at the opening quote; returns the decoded string (malloc). */
 static char *jp_string(struct jp *j)
 {
-    const unsigned char *s = ++j->p, *q = s;
-    while (q < j->end && *q != '"' && *q != '\\')
-        q++;
-    if (q < j->end && *q == '"') {
+    const unsigned char *s = ++j->p;
+    const unsigned char *q = memchr(s, '"', (size_t)(j->end - s));
+    const unsigned char *bs = q ? memchr(s, '\\', (size_t)(q - s)) : NULL;
+    if (q && !bs) {
         size_t n = (size_t)(q - s);
         char *out = malloc(n + 1);
         if (!out)
@@ -230,7 +242,7 @@ static char *jp_string(struct jp *j)
         return out;
     }
     /* escapes: find the end, then decode (never longer than the source) */
-    const unsigned char *e = q;
+    const unsigned char *e = bs ? bs : j->end;
     while (e < j->end && *e != '"')
         e += *e == '\\' ? 2 : 1;
     if (e >= j->end)

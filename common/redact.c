@@ -198,9 +198,12 @@ struct st_redactor {
     struct keyword *kws; /* grouped by first byte */
     size_t nkws;
     uint32_t bucket_start[256], bucket_len[256];
-    /* bit (a << 8 | b) set when some keyword starts with bytes a, b: most
-     * bytes of a string are dismissed by this one lookup */
-    uint8_t pairs[65536 / 8];
+    /* pairs[a << 8 | b]: bit 0 when some keyword starts with bytes a, b,
+     * bit 1 when some keyword's bytes 1 and 2 are a, b. Every keyword being
+     * at least 3 bytes (step 2), looking at every other pair finds every
+     * start: most of a string is dismissed by one lookup per two bytes */
+    uint8_t pairs[65536];
+    unsigned step; /* 2, or 1 when a keyword is shorter than 3 bytes */
     uint32_t keyed; /* rules with rule_def.keyed */
 
     pcre2_match_data *md;
@@ -286,18 +289,23 @@ static void build_prefilter(struct st_redactor *r)
         }
         r->bucket_len[c] = (uint32_t)(r->nkws - r->bucket_start[c]);
     }
+    r->step = 2;
+    for (size_t k = 0; k < r->nkws; k++)
+        if (r->kws[k].len < 3)
+            r->step = 1;
     for (size_t k = 0; k < r->nkws; k++) {
         const unsigned char *w = (const unsigned char *)r->kws[k].s;
-        unsigned char a[2] = {w[0], w[0]}, b[2] = {w[1], w[1]};
-        if (r->kws[k].icase) {
-            a[0] = ascii_lower(w[0]), a[1] = ascii_upper(w[0]);
-            b[0] = ascii_lower(w[1]), b[1] = ascii_upper(w[1]);
-        }
-        for (int i = 0; i < 2; i++)
-            for (int j = 0; j < 2; j++) {
-                unsigned pair = (unsigned)a[i] << 8 | b[j];
-                r->pairs[pair >> 3] |= (uint8_t)(1u << (pair & 7));
+        /* bytes 0,1 mark a start here; bytes 1,2 a start one byte before */
+        for (unsigned at = 0; at < (r->step == 2 ? 2u : 1u); at++) {
+            unsigned char a[2] = {w[at], w[at]}, b[2] = {w[at + 1], w[at + 1]};
+            if (r->kws[k].icase) {
+                a[0] = ascii_lower(w[at]), a[1] = ascii_upper(w[at]);
+                b[0] = ascii_lower(w[at + 1]), b[1] = ascii_upper(w[at + 1]);
             }
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 2; j++)
+                    r->pairs[(unsigned)a[i] << 8 | b[j]] |= (uint8_t)(1u << at);
+        }
     }
     free(all);
 }
@@ -530,33 +538,46 @@ void st_redact_fingerprint(const struct st_redactor *r, const char *v,
 
 /* The set of rules (bits) whose keywords occur in s[0..len). Every keyword
  * is at least 2 bytes long (canaries 8). */
+/* Whether some keyword (of rule or canary) starts at p[i]: sets its rule's
+ * bit in *mask. */
+static void keyword_at(const struct st_redactor *r, const unsigned char *p, size_t len,
+                       size_t i, uint32_t *mask)
+{
+    uint32_t n = r->bucket_len[p[i]];
+    const struct keyword *k = r->kws + r->bucket_start[p[i]];
+    for (uint32_t j = 0; j < n; j++) {
+        if ((*mask & BIT(k[j].rule)) || k[j].len > len - i)
+            continue;
+        if (k[j].icase) {
+            size_t x = 1;
+            while (x < k[j].len &&
+                   ascii_lower(p[i + x]) == ascii_lower((unsigned char)k[j].s[x]))
+                x++;
+            if (x == k[j].len)
+                *mask |= BIT(k[j].rule);
+        } else if (memcmp(p + i + 1, k[j].s + 1, k[j].len - 1) == 0) {
+            *mask |= BIT(k[j].rule);
+        }
+    }
+}
+
 static uint32_t prefilter(const struct st_redactor *r, const char *s,
                           size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
     uint32_t mask = 0;
 
-    for (size_t i = 0; i + 1 < len; i++) {
-        unsigned pair = (unsigned)p[i] << 8 | p[i + 1];
-        if (!(r->pairs[pair >> 3] & (1u << (pair & 7))))
+    /* a keyword of 3 or more bytes starting at an even offset shows its
+     * first pair at an even offset, one starting at an odd offset its
+     * second pair */
+    for (size_t i = 0; i + 1 < len; i += r->step) {
+        unsigned t = r->pairs[(unsigned)p[i] << 8 | p[i + 1]];
+        if (!t)
             continue;
-        uint32_t n = r->bucket_len[p[i]];
-        const struct keyword *k = r->kws + r->bucket_start[p[i]];
-        for (uint32_t j = 0; j < n; j++) {
-            if ((mask & BIT(k[j].rule)) || k[j].len > len - i)
-                continue;
-            if (k[j].icase) {
-                size_t x = 1;
-                while (x < k[j].len &&
-                       ascii_lower(p[i + x]) ==
-                           ascii_lower((unsigned char)k[j].s[x]))
-                    x++;
-                if (x == k[j].len)
-                    mask |= BIT(k[j].rule);
-            } else if (memcmp(p + i + 1, k[j].s + 1, k[j].len - 1) == 0) {
-                mask |= BIT(k[j].rule);
-            }
-        }
+        if ((t & 2) && i > 0 && r->step == 2)
+            keyword_at(r, p, len, i - 1, &mask);
+        if (t & 1)
+            keyword_at(r, p, len, i, &mask);
     }
     return mask;
 }

@@ -721,6 +721,34 @@ START_TEST(redact_private_key_fingerprint_is_of_the_key_material)
 }
 END_TEST
 
+/* The prefilter looks at every other pair of bytes: a secret is found at
+ * an odd offset as at an even one, at the very start and at the very end. */
+START_TEST(redact_finds_a_secret_at_any_offset)
+{
+    const struct rule_case *c = &rule_cases[_i];
+    struct st_redactor *r = new_redactor(KEY, 0);
+    for (int pad = 0; pad < 4; pad++) {
+        char text[1024];
+        snprintf(text, sizeof(text), "%.*s%s%s%s", pad, "....", c->prefix, c->secret,
+                 c->suffix);
+        int count = -1;
+        char *out = st_redact_text(r, text, strlen(text), &count);
+        ck_assert_msg(count == 1 && !strstr(out, c->secret), "%s at offset %d: %s", c->rule,
+                      pad, out);
+        free(out);
+        /* the secret alone, nothing around it */
+        if (!strcmp(c->rule, "github_token") || !strcmp(c->rule, "aws_access_key") ||
+            !strcmp(c->rule, "jwt") || !strcmp(c->rule, "canary")) {
+            snprintf(text, sizeof(text), "%.*s%s", pad, "    ", c->secret);
+            out = st_redact_text(r, text, strlen(text), &count);
+            ck_assert_msg(count == 1, "%s alone at offset %d: %s", c->rule, pad, out);
+            free(out);
+        }
+    }
+    st_redactor_destroy(r);
+}
+END_TEST
+
 /* The fault knob the canary test uses to prove it would see a leak. */
 START_TEST(redact_fault_rule_off_lets_that_shape_through)
 {
@@ -793,6 +821,7 @@ int main(void)
     tcase_add_test(tc, redact_counts_hits_per_rule);
     tcase_add_test(tc, redact_private_key_fingerprint_is_of_the_key_material);
     tcase_add_test(tc, redact_fault_rule_off_lets_that_shape_through);
+    tcase_add_loop_test(tc, redact_finds_a_secret_at_any_offset, 0, NCASES);
     tcase_add_test(tc, redact_refuses_a_weak_configuration);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
