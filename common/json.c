@@ -182,6 +182,7 @@ static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
 struct jp {
     const unsigned char *p, *end;
     const unsigned char *err; /* where parsing failed */
+    int depth;                /* containers open */
 };
 
 static cJSON *jp_node(int type)
@@ -225,6 +226,34 @@ static int jp_hex4(const unsigned char *p, const unsigned char *end, unsigned *o
     return 0;
 }
 
+/* 1 when s[0..n), the raw bytes of a string, hold no control byte and only
+ * valid UTF-8; eight bytes at a time while they are printable ASCII. */
+static int jp_bytes_ok(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(((w - 0x2020202020202020u) | w) & 0x8080808080808080u)) {
+                i += 8;
+                continue;
+            }
+        }
+        if (s[i] < 0x20)
+            return 0;
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int len = utf8_seq_len(s + i, n - i);
+        if (len < 0)
+            return 0;
+        i += (size_t)len;
+    }
+    return 1;
+}
+
 /* j->p at the opening quote; returns the decoded string (malloc). */
 static char *jp_string(struct jp *j)
 {
@@ -233,6 +262,8 @@ static char *jp_string(struct jp *j)
     const unsigned char *bs = q ? memchr(s, '\\', (size_t)(q - s)) : NULL;
     if (q && !bs) {
         size_t n = (size_t)(q - s);
+        if (!jp_bytes_ok(s, n))
+            return jp_fail(j, s);
         char *out = malloc(n + 1);
         if (!out)
             st_fatal("out of memory parsing JSON");
@@ -247,6 +278,8 @@ static char *jp_string(struct jp *j)
         e += *e == '\\' ? 2 : 1;
     if (e >= j->end)
         return jp_fail(j, j->end);
+    if (!jp_bytes_ok(s, (size_t)(e - s)))
+        return jp_fail(j, s);
     char *out = malloc((size_t)(e - s) + 1);
     if (!out)
         st_fatal("out of memory parsing JSON");
@@ -385,12 +418,15 @@ static void jp_append(cJSON *parent, cJSON *item)
 
 static cJSON *jp_container(struct jp *j, int object)
 {
+    if (++j->depth > ST_JSON_MAX_DEPTH)
+        return jp_fail(j, j->p);
     cJSON *c = jp_node(object ? cJSON_Object : cJSON_Array);
     const unsigned char close = object ? '}' : ']';
     j->p++;
     jp_ws(j);
     if (j->p < j->end && *j->p == close) {
         j->p++;
+        j->depth--;
         return c;
     }
     for (;;) {
@@ -421,6 +457,7 @@ static cJSON *jp_container(struct jp *j, int object)
         }
         if (j->p < j->end && *j->p == close) {
             j->p++;
+            j->depth--;
             return c;
         }
         goto fail;
@@ -516,14 +553,19 @@ static const char *json_find_duplicate(const cJSON *item)
 
 cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
 {
-    struct jp j = {(const unsigned char *)buf, (const unsigned char *)buf + len, NULL};
+    struct jp j = {(const unsigned char *)buf, (const unsigned char *)buf + len, NULL, 0};
     cJSON *doc;
 
-    if (json_prescan(buf, len, rej))
-        return NULL;
+    /* The parser refuses everything json_prescan would (a NUL, invalid
+     * UTF-8, a control byte in a string, \u0000, nesting too deep) but
+     * names it only "invalid JSON": a line it refuses is scanned again for
+     * the specific reason, which the first such fault in the line gives,
+     * as when the scan ran first. A valid line is read once. */
     jp_ws(&j);
     doc = jp_value(&j);
     if (!doc) {
+        if (json_prescan(buf, len, rej))
+            return NULL;
         rej->code = ST_REASON_JSON;
         snprintf(rej->msg, sizeof(rej->msg), "invalid JSON at offset %zu",
                  (size_t)((j.err ? j.err : j.p) - (const unsigned char *)buf));
@@ -532,11 +574,13 @@ cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
     /* only whitespace may follow the document */
     jp_ws(&j);
     if (j.p < j.end) {
+        cJSON_Delete(doc);
+        if (json_prescan(buf, len, rej))
+            return NULL;
         rej->code = ST_REASON_JSON;
         snprintf(rej->msg, sizeof(rej->msg),
                  "unexpected data after the JSON value at offset %zu",
                  (size_t)(j.p - (const unsigned char *)buf));
-        cJSON_Delete(doc);
         return NULL;
     }
     const char *dup = json_find_duplicate(doc);

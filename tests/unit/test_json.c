@@ -104,6 +104,53 @@ START_TEST(json_refuses_what_rfc8259_refuses)
 }
 END_TEST
 
+/* The parser reads a valid line once; a line it refuses gets the reason of
+ * its first fault, whatever comes first in the line. */
+START_TEST(json_refusals_name_the_first_fault)
+{
+    static const struct {
+        const char *text;
+        size_t len;
+        const char *reason;
+    } cases[] = {
+        {"{\"a\":\"x\0y\"}", 11, ST_REASON_NUL},
+        {"{\"a\":\"x\\u0000y\"}", 0, ST_REASON_NUL},
+        {"{\"a\":\"x\xffy\"}", 0, ST_REASON_UTF8},
+        {"{\"k\xc3\":1}", 0, ST_REASON_UTF8},
+        {"{\"a\":\"\xed\xa0\x80\"}", 0, ST_REASON_UTF8}, /* a surrogate */
+        {"{\"a\":\"tab\there\"}", 0, ST_REASON_JSON},
+        {"{\"a\":tru,\"b\":\"\xff\"}", 0, ST_REASON_UTF8}, /* the scan's fault */
+        {"{\"a\":1} \0", 10, ST_REASON_NUL},
+        {"{\"a\":1} \xff", 0, ST_REASON_UTF8},
+    };
+    struct st_reject rej;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t len = cases[i].len ? cases[i].len : strlen(cases[i].text);
+        rej.code = NULL;
+        ck_assert_ptr_null(st_json_parse(cases[i].text, len, &rej));
+        ck_assert_msg(rej.code && !strcmp(rej.code, cases[i].reason), "case %zu: %s", i,
+                      rej.code ? rej.code : "(none)");
+    }
+    /* 64 levels are taken, 65 are not */
+    char deep[200];
+    for (int levels = 64; levels <= 65; levels++) {
+        int n = 0;
+        for (int k = 0; k < levels; k++)
+            deep[n++] = '[';
+        for (int k = 0; k < levels; k++)
+            deep[n++] = ']';
+        cJSON *doc = st_json_parse(deep, (size_t)n, &rej);
+        if (levels == 64) {
+            ck_assert_ptr_nonnull(doc);
+            cJSON_Delete(doc);
+        } else {
+            ck_assert_ptr_null(doc);
+            ck_assert_str_eq(rej.code, ST_REASON_DEPTH);
+        }
+    }
+}
+END_TEST
+
 /* Every line of the test data and of the shared samples (JSON ones) that
  * both parsers accept gives the same tree. */
 START_TEST(json_test_data_parses_as_cjson_does)
@@ -141,6 +188,7 @@ int main(void)
     tcase_add_test(tc, json_builds_the_tree_cjson_builds);
     tcase_add_test(tc, json_valueint_is_clamped_like_cjson);
     tcase_add_test(tc, json_refuses_what_rfc8259_refuses);
+    tcase_add_test(tc, json_refusals_name_the_first_fault);
     tcase_add_test(tc, json_test_data_parses_as_cjson_does);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
