@@ -9,6 +9,7 @@
 #include "collector.h"
 #include "decoder.h"
 #include "event.h"
+#include "json.h"
 #include "log.h"
 #include "redact.h"
 
@@ -168,7 +169,7 @@ static void record_line_matches(struct st_accept *a, cJSON *doc, size_t n)
 {
     if (!n)
         return;
-    cJSON *arr = cJSON_GetObjectItemCaseSensitive(doc, "redactions");
+    cJSON *arr = st_json_get(doc, "redactions");
     if (!arr)
         arr = cJSON_AddArrayToObject(doc, "redactions");
     for (size_t i = 0; i < n && arr; i++) {
@@ -219,7 +220,7 @@ int st_accept_line(struct st_accept *a, const char *line, size_t len, const char
     pre = NULL;
     /* a sender's own "redactions" member is dropped by the redactor: then
      * the line as sent is not what may leave */
-    int forged = cJSON_GetObjectItemCaseSensitive(doc, "redactions") != NULL;
+    int forged = st_json_get(doc, "redactions") != NULL;
     int changed = st_redact_event(a->redactor, doc) > 0 || forged ||
                   a->decoder != &st_native_decoder;
     record_line_matches(a, doc, npre);

@@ -23,6 +23,7 @@
 #include <pcre2.h>
 
 #include "buf.h"
+#include "json.h"
 #include "log.h"
 #include "redact.h"
 
@@ -904,12 +905,12 @@ int st_redact_event(struct st_redactor *r, cJSON *doc)
     /* the sender's own list, forged or not, is never passed on (every copy:
      * cJSON keeps duplicate keys of documents not checked by st_json_parse) */
     if (cJSON_IsObject(doc))
-        while (cJSON_GetObjectItemCaseSensitive(doc, "redactions"))
+        while (st_json_get(doc, "redactions"))
             cJSON_DeleteItemFromObjectCaseSensitive(doc, "redactions");
 
-    identity = cJSON_GetObjectItemCaseSensitive(doc, "identity");
+    identity = st_json_get(doc, "identity");
     if (cJSON_IsObject(identity)) {
-        cred = cJSON_GetObjectItemCaseSensitive(identity, "credential");
+        cred = st_json_get(identity, "credential");
         if (cJSON_IsString(cred) && cred->valuestring) {
             cJSON_DetachItemViaPointer(identity, cred);
             r->cred = cred->valuestring;
@@ -926,7 +927,7 @@ int st_redact_event(struct st_redactor *r, cJSON *doc)
     n += walk(r, doc, 0);
 
     if (cred) {
-        while (cJSON_GetObjectItemCaseSensitive(identity, "credential_fp"))
+        while (st_json_get(identity, "credential_fp"))
             cJSON_DeleteItemFromObjectCaseSensitive(identity, "credential_fp");
         if (!cJSON_AddStringToObject(identity, "credential_fp", fp))
             st_fatal("out of memory building a redaction record");
