@@ -179,10 +179,40 @@ static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
  * and strings come from malloc, as cJSON's default hooks expect, so
  * cJSON_Delete frees them. */
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Objects of up to this many members are checked pairwise as they are
+ * parsed; larger ones are sorted once complete, so that a hostile object
+ * with many keys costs n log n, not n^2. */
+#define DUP_PAIRWISE 16
+
+/* A key that the object obj holds twice, or NULL. */
+static const char *object_duplicate(const cJSON *obj)
+{
+    size_t n = 0;
+    for (const cJSON *c = obj->child; c; c = c->next)
+        n++;
+    const char **keys = st_malloc(n * sizeof(*keys));
+    const char *dup = NULL;
+    size_t i = 0;
+    for (const cJSON *c = obj->child; c; c = c->next)
+        keys[i++] = c->string;
+    qsort(keys, n, sizeof(*keys), cmp_str);
+    for (i = 1; i < n && !dup; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0)
+            dup = keys[i];
+    free(keys);
+    return dup;
+}
+
 struct jp {
     const unsigned char *p, *end;
     const unsigned char *err; /* where parsing failed */
     int depth;                /* containers open */
+    const char *dup;          /* the first key found twice in an object */
 };
 
 static cJSON *jp_node(int type)
@@ -190,8 +220,12 @@ static cJSON *jp_node(int type)
     cJSON *c = malloc(sizeof(*c));
     if (!c)
         st_fatal("out of memory parsing JSON");
-    memset(c, 0, sizeof(*c));
+    c->next = c->prev = c->child = NULL;
     c->type = type;
+    c->valuestring = NULL;
+    c->valueint = 0;
+    c->valuedouble = 0;
+    c->string = NULL;
     return c;
 }
 
@@ -422,6 +456,7 @@ static cJSON *jp_container(struct jp *j, int object)
         return jp_fail(j, j->p);
     cJSON *c = jp_node(object ? cJSON_Object : cJSON_Array);
     const unsigned char close = object ? '}' : ']';
+    size_t members = 0;
     j->p++;
     jp_ws(j);
     if (j->p < j->end && *j->p == close) {
@@ -448,6 +483,13 @@ static cJSON *jp_container(struct jp *j, int object)
             goto fail;
         }
         item->string = key;
+        /* a small object is checked as it grows; a large one once whole */
+        if (object && !j->dup && ++members <= DUP_PAIRWISE)
+            for (const cJSON *o = c->child; o; o = o->next)
+                if (o->string[0] == key[0] && strcmp(o->string, key) == 0) {
+                    j->dup = o->string;
+                    break;
+                }
         jp_append(c, item);
         jp_ws(j);
         if (j->p < j->end && *j->p == ',') {
@@ -458,6 +500,8 @@ static cJSON *jp_container(struct jp *j, int object)
         if (j->p < j->end && *j->p == close) {
             j->p++;
             j->depth--;
+            if (object && !j->dup && members > DUP_PAIRWISE)
+                j->dup = object_duplicate(c);
             return c;
         }
         goto fail;
@@ -508,52 +552,10 @@ static cJSON *jp_value(struct jp *j)
     return jp_fail(j, j->p);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Finds a key that appears twice in one object, at any depth. Small objects
- * are checked pairwise; large ones are sorted so that a hostile object with
- * many keys costs n log n, not n^2. */
-static const char *json_find_duplicate(const cJSON *item)
-{
-    for (const cJSON *c = item->child; c; c = c->next) {
-        const char *d = json_find_duplicate(c);
-        if (d)
-            return d;
-    }
-    if (!cJSON_IsObject(item))
-        return NULL;
-
-    size_t n = 0;
-    for (const cJSON *c = item->child; c; c = c->next)
-        n++;
-    if (n < 2)
-        return NULL;
-    if (n <= 16) {
-        for (const cJSON *a = item->child; a; a = a->next)
-            for (const cJSON *b = a->next; b; b = b->next)
-                if (a->string[0] == b->string[0] && strcmp(a->string, b->string) == 0)
-                    return a->string;
-        return NULL;
-    }
-    const char **keys = st_malloc(n * sizeof(*keys));
-    const char *dup = NULL;
-    size_t i = 0;
-    for (const cJSON *c = item->child; c; c = c->next)
-        keys[i++] = c->string;
-    qsort(keys, n, sizeof(*keys), cmp_str);
-    for (i = 1; i < n && !dup; i++)
-        if (strcmp(keys[i - 1], keys[i]) == 0)
-            dup = keys[i];
-    free(keys);
-    return dup;
-}
 
 cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
 {
-    struct jp j = {(const unsigned char *)buf, (const unsigned char *)buf + len, NULL, 0};
+    struct jp j = {(const unsigned char *)buf, (const unsigned char *)buf + len, NULL, 0, NULL};
     cJSON *doc;
 
     /* The parser refuses everything json_prescan would (a NUL, invalid
@@ -583,7 +585,7 @@ cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
                  (size_t)(j.p - (const unsigned char *)buf));
         return NULL;
     }
-    const char *dup = json_find_duplicate(doc);
+    const char *dup = j.dup;
     if (dup) {
         rej->code = ST_REASON_DUPLICATE;
         char *q = st_utf8_sanitize(dup, strlen(dup), 64);
