@@ -26,11 +26,14 @@
  *   dst_ip, error, conn_id
  *
  * task_id and run_id: Smokescreen logs no request header but the trace id,
- * so the one per-client value is the role (from the client's certificate or
- * the deployment's role header): the role is read as "task/run", as Squid's
- * proxy-auth user is. A role without '/' is the task with run "unknown"; an
- * empty role (as in the captured sample, where every line has "role":"")
- * gives task and run "unknown". project is the owner of the ACL rule, the
+ * so the per-client values are those of the client's certificate: its first
+ * OU (inbound_remote_x509_ou) when it has one, else the role (the
+ * certificate's CN, which is also the key of the ACL), read as "task/run",
+ * as Squid's proxy-auth user is. With the OU, certificates name a few fixed
+ * roles of one ACL and each run has its own OU; the role is then kept as
+ * attrs.role. A value without '/' is the task with run "unknown"; none (as
+ * in the captured sample, where every line has "role":"") gives task and
+ * run "unknown". project is the owner of the ACL rule, the
  * same for every task, so it is kept as attrs.project, not used as the task.
  * trace_id is trace_id when not empty (the X-Smokescreen-Trace-ID header). */
 #include <math.h>
@@ -57,7 +60,7 @@ static int pick_ts(const cJSON *doc, const char *first, char *out, size_t size,
 /* The fields both messages carry. */
 struct smk_common {
     char ts[40];
-    const char *role, *trace, *requested_host, *remote, *error, *proxy_type,
+    const char *role, *ou, *trace, *requested_host, *remote, *error, *proxy_type,
         *project, *conn_id;
     char host[1024];
     const char *host_out; /* host, or requested_host as written */
@@ -70,6 +73,7 @@ static int smk_common(const cJSON *doc, const char *ts_key, struct smk_common *c
     if (pick_ts(doc, ts_key, c->ts, sizeof(c->ts), rej) ||
         st_decode_str(doc, "", "requested_host", 1, &c->requested_host, rej) < 0 ||
         st_decode_str(doc, "", "role", 0, &c->role, rej) < 0 ||
+        st_decode_str(doc, "", "inbound_remote_x509_ou", 0, &c->ou, rej) < 0 ||
         st_decode_str(doc, "", "trace_id", 0, &c->trace, rej) < 0 ||
         st_decode_str(doc, "", "outbound_remote_addr", 0, &c->remote, rej) < 0 ||
         st_decode_str(doc, "", "error", 0, &c->error, rej) < 0 ||
@@ -98,8 +102,8 @@ static cJSON *smk_event(const char *line, size_t len, const struct st_decode_ctx
     st_decode_line_id("smokescreen", line, len, id, sizeof(id));
     cJSON *ev = st_decode_event_new(ctx, "smokescreen", id, c->ts, "proxy");
 
-    /* role "task/run" */
-    const char *role = c->role ? c->role : "";
+    /* "task/run": the certificate's OU when it has one, else the role */
+    const char *role = c->ou && *c->ou ? c->ou : c->role ? c->role : "";
     const char *slash = strchr(role, '/');
     size_t task_len = slash ? (size_t)(slash - role) : strlen(role);
     st_decode_add_id(ev, "task_id", role, task_len);
@@ -115,6 +119,9 @@ static cJSON *smk_event(const char *line, size_t len, const struct st_decode_ctx
 
 static void smk_attrs(cJSON *attrs, const struct smk_common *c)
 {
+    /* the ACL role, when the run came from the OU */
+    if (c->ou && *c->ou && c->role && *c->role)
+        cJSON_AddStringToObject(attrs, "role", c->role);
     if (c->proxy_type && strcmp(c->proxy_type, "connect") == 0)
         cJSON_AddStringToObject(attrs, "method", "CONNECT");
     cJSON_AddStringToObject(attrs, "host", c->host_out);

@@ -52,6 +52,8 @@ cat "$pki/server.pem" "$pki/server.key" >"$pki/server-bundle.pem"
 cert enforce "/CN=T-SM\/run-sm" "extendedKeyUsage=clientAuth"
 cert report "/CN=T-RP\/run-rp" "extendedKeyUsage=clientAuth"
 cert unlisted "/CN=T-XX\/run-xx" "extendedKeyUsage=clientAuth"
+# the enforce role's policy, the run named by the OU (one ACL for all runs)
+cert shared "/OU=T-OU\/run-ou/CN=T-SM\/run-sm" "extendedKeyUsage=clientAuth"
 
 sed -e "s|@ENFORCE_ROLE@|T-SM/run-sm|g" -e "s|@REPORT_ROLE@|T-RP/run-rp|g" \
     "$root/collector/decoders/smokescreen.yaml" >"$dir/acl.yaml"
@@ -115,6 +117,8 @@ want 407/000 enforce "${http[@]}" http://x.evil.example/     # global deny list
 # the trace header is the one value set by the client that Smokescreen
 # logs: a token put there reaches the log
 want 200/000 enforce -H "X-Smokescreen-Trace-ID: $token" "$u/"
+# the enforce role again, from a certificate whose OU is T-OU/run-ou
+want 200/000 shared "${http[@]}" "$u/index.html"             # allowed
 # report role T-RP/run-rp: 127.0.0.1 is outside its allowlist
 want 200/000 report "${http[@]}" "$u/index.html"             # would deny, allowed
 want 200/200 report "${tunnel[@]}" "$u/big.txt"              # would deny, tunnel

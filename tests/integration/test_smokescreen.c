@@ -174,7 +174,7 @@ START_TEST(smokescreen_requests_become_events_with_decisions)
      * close of each of the two tunnels it let through */
     snprintf(path, sizeof(path), "%s/smokescreen.log", dir);
     char *log = world_slurp(path);
-    ck_assert_int_eq(occurrences(log, "\"msg\":\"CANONICAL-PROXY-DECISION\""), 11);
+    ck_assert_int_eq(occurrences(log, "\"msg\":\"CANONICAL-PROXY-DECISION\""), 12);
     ck_assert_int_eq(occurrences(log, "\"msg\":\"CANONICAL-PROXY-CN-CLOSE\""), 2);
     ck_assert_ptr_nonnull(strstr(log, TOKEN)); /* the token did reach the log */
 
@@ -182,14 +182,14 @@ START_TEST(smokescreen_requests_become_events_with_decisions)
     char *dump = topic_dump(w.topic, &n);
     struct events e;
     events_parse(&e, dump);
-    ck_assert_int_eq(n, 13); /* none lost, none made of other lines */
-    ck_assert_int_eq(e.n, 13);
-    ck_assert_int_eq(n_str(&e, "type", "request"), 13);
-    ck_assert_int_eq(n_str(&e, "source.name", "smokescreen-egress"), 13);
-    ck_assert_int_eq(n_str(&e, "source.platform", "smokescreen"), 13);
+    ck_assert_int_eq(n, 14); /* none lost, none made of other lines */
+    ck_assert_int_eq(e.n, 14);
+    ck_assert_int_eq(n_str(&e, "type", "request"), 14);
+    ck_assert_int_eq(n_str(&e, "source.name", "smokescreen-egress"), 14);
+    ck_assert_int_eq(n_str(&e, "source.platform", "smokescreen"), 14);
 
     /* decisions, and the 407 with which Smokescreen refuses */
-    ck_assert_int_eq(n_str(&e, "decision", "allow"), 7);
+    ck_assert_int_eq(n_str(&e, "decision", "allow"), 8);
     ck_assert_int_eq(n_str(&e, "decision", "deny"), 6);
     int refused = 0, with_407 = 0;
     for (int i = 0; i < e.n; i++) {
@@ -199,7 +199,7 @@ START_TEST(smokescreen_requests_become_events_with_decisions)
     }
     ck_assert_int_eq(refused, 6);
     ck_assert_int_eq(with_407, 6);
-    ck_assert_int_eq(n_str(&e, "reason", "host matched allowed domain in rule"), 3);
+    ck_assert_int_eq(n_str(&e, "reason", "host matched allowed domain in rule"), 4);
     ck_assert_int_eq(n_str(&e, "reason", "rule has enforce policy"), 2);
     ck_assert_int_eq(n_str(&e, "reason", "host matched rule in global deny list"), 2);
     ck_assert_int_eq(n_str(&e, "reason", "rule has allow and report policy"), 2);
@@ -215,6 +215,10 @@ START_TEST(smokescreen_requests_become_events_with_decisions)
     ck_assert_int_eq(n_run(&e, "T-RP", "run-rp", "deny"), 1);
     ck_assert_int_eq(n_run(&e, "T-XX", "run-xx", "deny"), 1);
     ck_assert_int_eq(n_run(&e, "unknown", "unknown", "deny"), 1);
+    /* the run from the certificate's OU, the ACL role beside it */
+    ck_assert_int_eq(n_run(&e, "T-OU", "run-ou", NULL), 1);
+    ck_assert_int_eq(n_run(&e, "T-OU", "run-ou", "deny"), 0);
+    ck_assert_int_eq(n_str(&e, "attrs.role", "T-SM/run-sm"), 1);
 
     /* report mode: let through, marked as what enforcing would refuse;
      * only there */
@@ -252,7 +256,7 @@ START_TEST(smokescreen_requests_become_events_with_decisions)
 
     /* the trace from X-Smokescreen-Trace-ID; the token sent in its place
      * is redacted */
-    ck_assert_int_eq(n_str(&e, "trace_id", TRACE), 12);
+    ck_assert_int_eq(n_str(&e, "trace_id", TRACE), 13);
     int redacted_trace = 0;
     for (int i = 0; i < e.n; i++) {
         const cJSON *t = at(e.ev[i], "trace_id");

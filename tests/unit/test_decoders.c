@@ -572,6 +572,29 @@ START_TEST(decoder_smokescreen_report_mode_role_and_odd_targets)
     ck_assert_int_eq(ev.ts_us, INT64_C(1795933862000000)); /* no start_time: time */
     st_event_fini(&ev);
 
+    /* a certificate's OU names the run; the role (its CN, the ACL's key)
+     * is kept beside it */
+    ck_assert_int_eq(decode_s("smokescreen",
+                              SMK_HEAD "\"allow\":true,\"requested_host\":\"a:443\","
+                                       "\"role\":\"agents-enforce\","
+                                       "\"inbound_remote_x509_ou\":\"T-9/run-3\"}",
+                              &ev, NULL),
+                     0);
+    ck_assert_str_eq(ev.task_id, "T-9");
+    ck_assert_str_eq(ev.run_id, "run-3");
+    ck_assert_str_eq(attr_str(&ev, "role"), "agents-enforce");
+    st_event_fini(&ev);
+    /* an empty OU is no OU */
+    ck_assert_int_eq(decode_s("smokescreen",
+                              SMK_HEAD "\"allow\":true,\"requested_host\":\"a:443\","
+                                       "\"role\":\"T-8/run-2\",\"inbound_remote_x509_ou\":\"\"}",
+                              &ev, NULL),
+                     0);
+    ck_assert_str_eq(ev.task_id, "T-8");
+    ck_assert_str_eq(ev.run_id, "run-2");
+    ck_assert(!has_attr(&ev, "role"));
+    st_event_fini(&ev);
+
     /* an odd target is kept as the client wrote it, not lost */
     ck_assert_int_eq(decode_s("smokescreen",
                               SMK_HEAD "\"allow\":false,\"requested_host\":\"a:99999\"}",
