@@ -146,9 +146,15 @@ static void accept_one(struct st_ingest_pool *pool, int exec, struct batch *b, s
     st_buf_add(out, rec->data, rec->len);
 }
 
+/* Lines per range of b (the last range may hold fewer). */
+static size_t range_lines(const struct batch *b)
+{
+    return b->nranges ? (b->n + (size_t)b->nranges - 1) / (size_t)b->nranges : 1;
+}
+
 static void accept_range(struct st_ingest_pool *pool, int exec, struct batch *b, int r)
 {
-    size_t per = (b->n + (size_t)b->nranges - 1) / (size_t)b->nranges;
+    size_t per = range_lines(b);
     size_t from = (size_t)r * per, to = from + per < b->n ? from + per : b->n;
     struct st_buf *out = &b->range_out[r];
     st_buf_reset(out);
@@ -240,7 +246,7 @@ static void metric_rejected(struct st_ingest *in, const char *reason)
 static int emit(struct st_ingest *in, struct batch *b)
 {
     int rc = 0;
-    size_t per = b->nranges ? (b->n + (size_t)b->nranges - 1) / (size_t)b->nranges : 1;
+    size_t per = range_lines(b);
     for (size_t i = 0; i < b->n && rc == 0; i++) {
         const struct outcome *o = &b->out[i];
         const char *base = b->range_out[i / per].data;

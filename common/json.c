@@ -74,21 +74,9 @@ char *st_utf8_sanitize(const char *buf, size_t len, size_t max)
     return out;
 }
 
-/* Bytes that need no attention inside a string: printable ASCII other than
- * the quote and the backslash (0x20-0x7f but 0x22, 0x5c). */
-static const unsigned char plain_in_string[256] = {
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-};
-
 /* One pass over the raw bytes: UTF-8, NUL bytes, raw control characters in
- * strings and nesting depth. Brackets
+ * strings and nesting depth. Run only on a line the parser refused, to name
+ * its first fault. Brackets
  * inside strings do not count, so string state is tracked. */
 static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
 {
@@ -97,24 +85,6 @@ static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
     size_t i = 0;
 
     while (i < len) {
-        /* most of a line is plain ASCII inside strings: skip it fast */
-        if (in_str) {
-            /* eight bytes at a time while none is a quote, a backslash, a
-             * control byte or non-ASCII */
-            while (i + 8 <= len) {
-                uint64_t w;
-                memcpy(&w, p + i, 8);
-                const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
-                uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
-                if (((w - ones * 0x20) | w | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs)
-                    break;
-                i += 8;
-            }
-            while (i < len && plain_in_string[p[i]])
-                i++;
-        }
-        if (i == len)
-            break;
         unsigned char c = p[i];
         if (c == 0) {
             rej->code = ST_REASON_NUL;
@@ -484,7 +454,8 @@ static cJSON *jp_container(struct jp *j, int object)
         }
         item->string = key;
         /* a small object is checked as it grows; a large one once whole */
-        if (object && !j->dup && ++members <= DUP_PAIRWISE)
+        members++;
+        if (object && !j->dup && members <= DUP_PAIRWISE)
             for (const cJSON *o = c->child; o; o = o->next)
                 if (o->string[0] == key[0] && strcmp(o->string, key) == 0) {
                     j->dup = o->string;

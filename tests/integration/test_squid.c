@@ -50,6 +50,9 @@ START_TEST(squid_requests_become_events_with_decisions)
     ck_assert_int_eq(count(events, "\"status\":403"), 3);
     ck_assert_ptr_null(strstr(events, TOKEN));
     ck_assert_ptr_nonnull(strstr(events, "[REDACTED:github_token:"));
+    /* found by the text pass over the Squid line, before decoding, and
+     * recorded as such */
+    ck_assert_int_eq(count(events, "{\"path\":\"(line)\",\"rule\":\"github_token\""), 1);
     free(events);
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
