@@ -1,7 +1,8 @@
 /* main.c: sandtrail-analyzer.
  *
  *   consume (consume.c) -> parse (common/event.c) -> detect (detectors/,
- *   state in Redis via rpipe.c) -> sink (sinks/postgres.c) -> commit offsets
+ *   state in Redis via rpipe.c) -> sink (sink.c: one transaction over the
+ *   parts in sinks/) -> commit offsets
  *
  * A batch's offsets are committed only after the PostgreSQL transaction that
  * holds its events and findings has committed. When Redis or PostgreSQL
@@ -29,7 +30,7 @@
 #include "pg.h"
 #include "reorder.h"
 #include "rpipe.h"
-#include "sinks/postgres.h"
+#include "sink.h"
 #include "timeutil.h"
 
 #ifndef SANDTRAIL_SQL_DIR
@@ -133,7 +134,7 @@ struct analyzer {
     struct st_analyzer_conf conf;
     struct st_consumer *consumer;
     struct st_rpipe *redis;
-    struct st_pgsink *sink;
+    struct st_sink *sink;
     struct st_reorder *reorder;
     struct st_reorder_item *rel; /* events released by the reorder buffer */
     size_t relcap;
@@ -234,7 +235,7 @@ static int batch_try(struct analyzer *a, size_t nrel, char *errstr, size_t errsz
         st_metric_add(a->m_redis_err, 1);
         return -1;
     }
-    rc = st_pgsink_write(a->sink, &a->findings, errstr, errsz);
+    rc = st_sink_write(a->sink, &a->findings, errstr, errsz);
     st_metric_observe(a->m_pg_s, (double)(st_time_mono_us() - t1) / 1e6);
     if (rc)
         st_metric_add(a->m_pg_err, 1);
@@ -284,7 +285,7 @@ static void ingest(struct analyzer *a, rd_kafka_message_t **msgs, int n, int64_t
             continue;
         }
         struct st_sink_event se = {&ev, msgs[i]};
-        st_pgsink_stage(a->sink, &se, 1);
+        st_sink_stage(a->sink, &se);
         st_reorder_push(a->reorder, msgs[i]->partition, msgs[i]->offset, &ev, now);
         a->events++;
         st_metric_add(a->m_events, 1);
@@ -434,8 +435,7 @@ int main(int argc, char **argv)
         PQfinish(pg);
     }
     metrics_init(&a);
-    if (!(a.sink = st_pgsink_new(a.conf.pg_dsn, a.conf.config_hash, errstr,
-                                 sizeof(errstr))) ||
+    if (!(a.sink = st_sink_new(&a.conf, errstr, sizeof(errstr))) ||
         !(a.redis = st_rpipe_new(a.conf.redis_url, errstr, sizeof(errstr))) ||
         !(a.consumer = st_consumer_new(&a.conf, errstr, sizeof(errstr)))) {
         st_error("%s", errstr);
@@ -468,7 +468,7 @@ int main(int argc, char **argv)
 out:
     st_consumer_destroy(a.consumer);
     st_rpipe_destroy(a.redis);
-    st_pgsink_destroy(a.sink);
+    st_sink_destroy(a.sink);
     st_overrides_fini(&a.conf.overrides);
     st_metrics_destroy(a.metrics);
     st_conf_fini(analyzer_props, &a.conf);

@@ -1,0 +1,156 @@
+/* sink.c: one PostgreSQL transaction per batch over the outputs listed in
+ * parts[] (see sink.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "log.h"
+#include "pg.h"
+#include "sink.h"
+#include "sinks/events.h"
+#include "sinks/findings.h"
+
+/* The order in which one transaction writes them: a later part may read
+ * the rows an earlier one wrote (a finding's refresh reads its events). */
+static const struct st_sink_part_ops *const parts[] = {
+    &st_sink_events,
+    &st_sink_findings,
+    NULL,
+};
+
+#define NPARTS (sizeof(parts) / sizeof(parts[0]) - 1)
+
+struct st_sink {
+    PGconn *pg;
+    char *dsn;
+    void *state[NPARTS];
+    size_t staged; /* events staged since the last commit */
+};
+
+int st_sink_error_class(const PGresult *res)
+{
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    if (!state || strlen(state) != 5)
+        return ST_SINK_RETRY;
+    if (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
+        strncmp(state, "54", 2) == 0)
+        return ST_SINK_DATA;
+    return ST_SINK_RETRY;
+}
+
+int st_sink_result(PGresult *res, const char *what, char *errstr, size_t errsz)
+{
+    ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        PQclear(res);
+        return ST_SINK_OK;
+    }
+    int cls = st_sink_error_class(res);
+    snprintf(errstr, errsz, "%s: %s", what, PQresultErrorMessage(res));
+    size_t n = strlen(errstr);
+    if (n && errstr[n - 1] == '\n')
+        errstr[n - 1] = '\0';
+    PQclear(res);
+    return cls;
+}
+
+static int sink_connect(struct st_sink *s, char *errstr, size_t errsz)
+{
+    PQfinish(s->pg);
+    s->pg = st_pg_connect(s->dsn, errstr, errsz);
+    if (!s->pg)
+        return ST_SINK_RETRY;
+    for (size_t i = 0; i < NPARTS; i++) {
+        if (parts[i]->prepare && parts[i]->prepare(s->state[i], s->pg, errstr, errsz)) {
+            PQfinish(s->pg);
+            s->pg = NULL;
+            return ST_SINK_RETRY;
+        }
+    }
+    return ST_SINK_OK;
+}
+
+struct st_sink *st_sink_new(const struct st_analyzer_conf *conf, char *errstr,
+                            size_t errsz)
+{
+    struct st_sink *s = st_calloc(1, sizeof(*s));
+    s->dsn = st_strdup(conf->pg_dsn);
+    for (size_t i = 0; i < NPARTS; i++) {
+        if (parts[i]->create &&
+            !(s->state[i] = parts[i]->create(conf, errstr, errsz))) {
+            st_sink_destroy(s);
+            return NULL;
+        }
+    }
+    if (sink_connect(s, errstr, errsz)) {
+        st_sink_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+void st_sink_destroy(struct st_sink *s)
+{
+    if (!s)
+        return;
+    PQfinish(s->pg);
+    for (size_t i = 0; i < NPARTS; i++)
+        if (parts[i]->destroy)
+            parts[i]->destroy(s->state[i]);
+    free(s->dsn);
+    free(s);
+}
+
+void st_sink_stage(struct st_sink *s, const struct st_sink_event *se)
+{
+    for (size_t i = 0; i < NPARTS; i++)
+        if (parts[i]->stage)
+            parts[i]->stage(s->state[i], se);
+    s->staged++;
+}
+
+static void end_all(struct st_sink *s, int committed)
+{
+    for (size_t i = 0; i < NPARTS; i++)
+        if (parts[i]->end)
+            parts[i]->end(s->state[i], committed);
+    if (committed)
+        s->staged = 0;
+}
+
+int st_sink_write(struct st_sink *s, const struct st_findings *fs, char *errstr,
+                  size_t errsz)
+{
+    char err[512];
+    int rc;
+
+    /* an empty batch opens no transaction (it would be left idle in one) */
+    if (s->staged == 0 && fs->n == 0)
+        return ST_SINK_OK;
+    if ((!s->pg || PQstatus(s->pg) != CONNECTION_OK) &&
+        (rc = sink_connect(s, errstr, errsz)))
+        return rc;
+    if (st_pg_exec(s->pg, "BEGIN", err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not begin a transaction: %s", err);
+        rc = ST_SINK_RETRY;
+        goto fail;
+    }
+    for (size_t i = 0; i < NPARTS; i++)
+        if ((rc = parts[i]->write(s->state[i], s->pg, fs, errstr, errsz)))
+            goto fail;
+    PGresult *res = PQexec(s->pg, "COMMIT");
+    if ((rc = st_sink_result(res, "could not commit", errstr, errsz)))
+        goto fail;
+    end_all(s, 1);
+    return ST_SINK_OK;
+fail:
+    st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
+    if (PQstatus(s->pg) != CONNECTION_OK) {
+        PQfinish(s->pg);
+        s->pg = NULL;
+        rc = ST_SINK_RETRY;
+    }
+    end_all(s, 0);
+    return rc;
+}

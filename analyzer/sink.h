@@ -1,0 +1,81 @@
+/* sink.h: where a batch goes.
+ *
+ * One PostgreSQL transaction per batch holds every output of the batch: its
+ * events, the findings they produced, and whatever else describes those
+ * rows and must commit or roll back with them (an alert outbox, evidence
+ * checkpoints). Each output is a part behind `struct st_sink_part_ops`,
+ * listed once in sink.c in the order the transaction writes them; main.c
+ * knows only the st_sink_* functions.
+ *
+ * Errors are classed: ST_SINK_RETRY (PostgreSQL unavailable, a lost
+ * connection, a serialization failure: the same batch will succeed later)
+ * or ST_SINK_DATA (PostgreSQL refused the batch's data: retrying the same
+ * rows can never succeed). */
+#ifndef ST_SINK_H
+#define ST_SINK_H
+
+#include <stddef.h>
+
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+
+#include "analyzer.h"
+#include "event.h"
+#include "findings.h"
+
+enum { ST_SINK_OK = 0, ST_SINK_RETRY = -1, ST_SINK_DATA = -2 };
+
+/* One consumed event and where it came from (neither is copied). */
+struct st_sink_event {
+    const struct st_event *ev;
+    const rd_kafka_message_t *msg;
+};
+
+/* One output of a batch. Every callback but write may be NULL.
+ * @locality: the analyzer's main thread. */
+struct st_sink_part_ops {
+    const char *name;
+    /* Returns the part's state, or NULL with errstr set (start-up fails). */
+    void *(*create)(const struct st_analyzer_conf *conf, char *errstr, size_t errsz);
+    void (*destroy)(void *state);
+    /* Called once per connection, outside any transaction (temp tables,
+     * prepared statements). */
+    int (*prepare)(void *state, PGconn *pg, char *errstr, size_t errsz);
+    /* Copies what the part needs of one event for the next write. */
+    void (*stage)(void *state, const struct st_sink_event *se);
+    /* Writes the part's rows inside the open transaction. Returns ST_SINK_OK
+     * or an error class with errstr set. */
+    int (*write)(void *state, PGconn *pg, const struct st_findings *fs, char *errstr,
+                 size_t errsz);
+    /* The transaction committed (committed = 1: forget the staged data,
+     * advance in-memory state) or was rolled back (0: keep the staged data
+     * for the retry, undo in-memory changes made by write). */
+    void (*end)(void *state, int committed);
+};
+
+struct st_sink;
+
+/* Creates every part and connects. Returns NULL with errstr set. */
+struct st_sink *st_sink_new(const struct st_analyzer_conf *conf, char *errstr,
+                            size_t errsz);
+void st_sink_destroy(struct st_sink *s);
+
+/* Hands one event to every part for the next write (copied). */
+void st_sink_stage(struct st_sink *s, const struct st_sink_event *se);
+
+/* Writes everything staged and the findings in one transaction. Returns
+ * ST_SINK_OK (staged data forgotten), or an error class with errstr set
+ * after rolling back (staged data kept for the retry; the connection is
+ * reopened on the next call if it was lost). */
+int st_sink_write(struct st_sink *s, const struct st_findings *fs, char *errstr,
+                  size_t errsz);
+
+/* The class of a failed result: ST_SINK_DATA for data exceptions (22),
+ * integrity violations (23) and program limits (54), else ST_SINK_RETRY. */
+int st_sink_error_class(const PGresult *res);
+
+/* Fills errstr with "what: PostgreSQL's message" and returns the class of a
+ * failed result, or returns ST_SINK_OK for a successful one. Clears res. */
+int st_sink_result(PGresult *res, const char *what, char *errstr, size_t errsz);
+
+#endif

@@ -1,0 +1,129 @@
+/* findings.c: the sink part that upserts findings (see findings.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "log.h"
+#include "pg.h"
+#include "sinks/findings.h"
+#include "timeutil.h"
+
+/* Parameter arrays reused across findings; config_hash copied from the
+ * configuration. */
+struct findings_part {
+    char *config_hash;
+    struct st_buf a1, a2, a3;
+};
+
+static const char *sql_finding =
+    "INSERT INTO findings (finding_id, detector, detector_version, config_hash,"
+    " severity, task_id, run_id, first_seen, last_seen, event_count, evidence,"
+    " summary)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, '{}', $10)"
+    " ON CONFLICT (finding_id) DO UPDATE SET"
+    " severity = GREATEST(findings.severity, EXCLUDED.severity),"
+    " first_seen = LEAST(findings.first_seen, EXCLUDED.first_seen),"
+    " last_seen = GREATEST(findings.last_seen, EXCLUDED.last_seen),"
+    " detector_version = EXCLUDED.detector_version,"
+    " config_hash = EXCLUDED.config_hash,"
+    " summary = EXCLUDED.summary,"
+    " updated_at = now()";
+
+static const char *sql_finding_events =
+    "INSERT INTO finding_events (finding_id, source_name, event_id, late)"
+    " SELECT $1, s, e, bool_or(l) FROM unnest($2::text[], $3::text[], $4::boolean[])"
+    "  AS u(s, e, l) GROUP BY s, e"
+    " ON CONFLICT (finding_id, source_name, event_id)"
+    " DO UPDATE SET late = finding_events.late OR EXCLUDED.late";
+
+/* count, window and evidence follow from finding_events, so they come out
+ * the same however often and in whatever batches the events were seen */
+static const char *sql_finding_refresh =
+    "UPDATE findings f SET event_count = s.n, late_event_count = s.late,"
+    " first_seen = LEAST(f.first_seen, s.first),"
+    " last_seen = GREATEST(f.last_seen, s.last),"
+    " evidence = jsonb_build_object('event_ids', s.ids, 'trace_ids', s.traces,"
+    "   'targets', s.targets)"
+    " FROM (SELECT count(*)::int AS n, (count(*) FILTER (WHERE fe.late))::int AS late,"
+    "   min(e.ts) AS first, max(e.ts) AS last,"
+    "   jsonb_agg(fe.event_id ORDER BY e.ts, fe.event_id) AS ids,"
+    "   coalesce(jsonb_agg(DISTINCT e.trace_id) FILTER (WHERE e.trace_id IS NOT NULL),"
+    "     '[]') AS traces,"
+    "   coalesce(jsonb_agg(DISTINCT e.target) FILTER (WHERE e.target <> ''),"
+    "     '[]') AS targets"
+    "  FROM finding_events fe LEFT JOIN events e USING (source_name, event_id)"
+    "  WHERE fe.finding_id = $1) s"
+    " WHERE f.finding_id = $1";
+
+static void *findings_create(const struct st_analyzer_conf *conf, char *errstr,
+                             size_t errsz)
+{
+    struct findings_part *p = st_calloc(1, sizeof(*p));
+    p->config_hash = st_strdup(conf->config_hash);
+    return p;
+}
+
+static void findings_destroy(void *state)
+{
+    struct findings_part *p = state;
+    if (!p)
+        return;
+    free(p->config_hash);
+    st_buf_fini(&p->a1);
+    st_buf_fini(&p->a2);
+    st_buf_fini(&p->a3);
+    free(p);
+}
+
+static int write_finding(struct findings_part *s, PGconn *pg, const struct st_finding *f,
+                         char *errstr, size_t errsz)
+{
+    char version[16], first[40], last[40];
+    int rc;
+    snprintf(version, sizeof(version), "%d", f->detector_version);
+    st_time_format(f->first_us, first, sizeof(first));
+    st_time_format(f->last_us, last, sizeof(last));
+    const char *p[10] = {f->id,     f->detector, version,    s->config_hash,
+                         st_severity_name(f->severity), f->task_id, f->run_id,
+                         first,     last,        f->summary};
+    if ((rc = st_sink_result(PQexecParams(pg, sql_finding, 10, NULL, p, NULL, NULL, 0),
+                  "could not upsert finding", errstr, errsz)))
+        return rc;
+
+    st_buf_reset(&s->a1);
+    st_buf_reset(&s->a2);
+    st_buf_reset(&s->a3);
+    for (size_t i = 0; i < f->nevents; i++) {
+        st_pg_array_add(&s->a1, f->events[i].source_name);
+        st_pg_array_add(&s->a2, f->events[i].event_id);
+        st_pg_array_add(&s->a3, f->events[i].late ? "t" : "f");
+    }
+    st_pg_array_end(&s->a1);
+    st_pg_array_end(&s->a2);
+    st_pg_array_end(&s->a3);
+    const char *pe[4] = {f->id, s->a1.data, s->a2.data, s->a3.data};
+    if ((rc = st_sink_result(PQexecParams(pg, sql_finding_events, 4, NULL, pe, NULL, NULL, 0),
+                  "could not record finding evidence", errstr, errsz)))
+        return rc;
+    const char *pr[1] = {f->id};
+    return st_sink_result(PQexecParams(pg, sql_finding_refresh, 1, NULL, pr, NULL, NULL, 0),
+                     "could not refresh finding", errstr, errsz);
+}
+
+static int findings_write(void *state, PGconn *pg, const struct st_findings *fs,
+                          char *errstr, size_t errsz)
+{
+    int rc;
+    for (size_t i = 0; i < fs->n; i++)
+        if ((rc = write_finding(state, pg, &fs->items[i], errstr, errsz)))
+            return rc;
+    return ST_SINK_OK;
+}
+
+const struct st_sink_part_ops st_sink_findings = {
+    .name = "findings",
+    .create = findings_create,
+    .destroy = findings_destroy,
+    .write = findings_write,
+};
