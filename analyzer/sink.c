@@ -110,6 +110,14 @@ void st_sink_stage(struct st_sink *s, const struct st_sink_event *se)
     s->staged++;
 }
 
+void st_sink_skip(struct st_sink *s, const rd_kafka_message_t *msg, const char *reason)
+{
+    for (size_t i = 0; i < NPARTS; i++)
+        if (parts[i]->skip)
+            parts[i]->skip(s->state[i], msg, reason);
+    s->staged++;
+}
+
 static void end_all(struct st_sink *s, int committed)
 {
     for (size_t i = 0; i < NPARTS; i++)

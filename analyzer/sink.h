@@ -43,6 +43,11 @@ struct st_sink_part_ops {
     int (*prepare)(void *state, PGconn *pg, char *errstr, size_t errsz);
     /* Copies what the part needs of one event for the next write. */
     void (*stage)(void *state, const struct st_sink_event *se);
+    /* A consumed message that will not be stored (not a valid event, or
+     * refused by PostgreSQL for its data): it went to the dead-letter
+     * topic for `reason`. Parts that account for every offset (evidence)
+     * record it with the next write. */
+    void (*skip)(void *state, const rd_kafka_message_t *msg, const char *reason);
     /* Writes the part's rows inside the open transaction. Returns ST_SINK_OK
      * or an error class with errstr set. */
     int (*write)(void *state, PGconn *pg, const struct st_findings *fs, char *errstr,
@@ -62,6 +67,9 @@ void st_sink_destroy(struct st_sink *s);
 
 /* Hands one event to every part for the next write (copied). */
 void st_sink_stage(struct st_sink *s, const struct st_sink_event *se);
+
+/* Tells every part that this message will not be stored (see skip). */
+void st_sink_skip(struct st_sink *s, const rd_kafka_message_t *msg, const char *reason);
 
 /* Writes everything staged and the findings in one transaction. Returns
  * ST_SINK_OK (staged data forgotten), or an error class with errstr set
