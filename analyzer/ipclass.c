@@ -51,6 +51,10 @@ static enum st_ipclass class_v4(uint32_t a)
     if (a >> 24 == 10 || (a & 0xfff00000u) == 0xac100000u || /* 172.16/12 */
         (a & 0xffff0000u) == 0xc0a80000u)                    /* 192.168/16 */
         return ST_IP_PRIVATE;
+    /* 100.100.100.200: Alibaba Cloud's metadata service, inside CGNAT;
+     * 168.63.129.16: Azure's host endpoint (WireServer), public space */
+    if (a == 0x646464c8u || a == 0xa83f8110u)
+        return ST_IP_METADATA;
     if ((a & 0xffc00000u) == 0x64400000u) /* 100.64/10 */
         return ST_IP_CGNAT;
     if (a == 0xa9fea9feu) /* 169.254.169.254 */
@@ -65,17 +69,55 @@ static uint32_t load_v4(const unsigned char *b)
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
-static enum st_ipclass class_v6(const unsigned char b[16])
+/* The IPv4 address an IPv6 address carries, by the translation schemes a
+ * host on the way would apply: IPv4-mapped ::ffff:0:0/96, IPv4-translated
+ * (SIIT, RFC 2765) ::ffff:0:0:0/96, IPv4-compatible ::/96, NAT64's
+ * well-known 64:ff9b::/96 and local-use 64:ff9b:1::/48 (RFC 8215: the
+ * address in the last 32 bits, or at the /48 position of RFC 6052 around
+ * the u octet), and 6to4 2002::/16 (RFC 3056: bits 16-47). Returns 1 and
+ * the address, or 0. */
+static int embedded_v4(const unsigned char b[16], uint32_t *v4)
 {
     static const unsigned char zero[12];
     static const unsigned char mapped[12] = {[10] = 0xff, [11] = 0xff};
+    static const unsigned char siit[12] = {[8] = 0xff, [9] = 0xff};
     static const unsigned char nat64[12] = {0x00, 0x64, 0xff, 0x9b};
-    /* fd00:ec2::254, the EC2 instance metadata service over IPv6 */
-    static const unsigned char metadata[16] = {0xfd, 0x00, 0x0e, 0xc2, [14] = 0x02,
-                                               [15] = 0x54};
+    static const unsigned char nat64_local[6] = {0x00, 0x64, 0xff, 0x9b, 0x00, 0x01};
+
+    if (memcmp(b, mapped, 12) == 0 || memcmp(b, siit, 12) == 0 ||
+        memcmp(b, nat64, 12) == 0) {
+        *v4 = load_v4(b + 12);
+        return 1;
+    }
+    if (memcmp(b, nat64_local, 6) == 0) {
+        if (memcmp(b + 6, zero, 6) == 0) {
+            *v4 = load_v4(b + 12);
+        } else {
+            const unsigned char a[4] = {b[6], b[7], b[9], b[10]};
+            *v4 = load_v4(a);
+        }
+        return 1;
+    }
+    if (b[0] == 0x20 && b[1] == 0x02) {
+        *v4 = load_v4(b + 2);
+        return 1;
+    }
+    return 0;
+}
+
+static enum st_ipclass class_v6(const unsigned char b[16])
+{
+    static const unsigned char zero[12];
+    /* fd00:ec2::254, the EC2 instance metadata service over IPv6, and
+     * fd20:ce::254, Google Compute Engine's */
+    static const unsigned char metadata[][16] = {
+        {0xfd, 0x00, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54},
+        {0xfd, 0x20, 0x00, 0xce, [14] = 0x02, [15] = 0x54},
+    };
+    uint32_t v4;
 
     if (memcmp(b, zero, 12) == 0) {
-        uint32_t v4 = load_v4(b + 12);
+        v4 = load_v4(b + 12);
         if (v4 == 0)
             return ST_IP_UNSPECIFIED; /* :: */
         if (v4 == 1)
@@ -84,12 +126,15 @@ static enum st_ipclass class_v6(const unsigned char b[16])
          * IPv4 address and is routed as IPv6 */
         return b[12] != 0 ? class_v4(v4) : ST_IP_PUBLIC;
     }
-    if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0)
-        return class_v4(load_v4(b + 12));
+    if (embedded_v4(b, &v4))
+        return class_v4(v4);
     if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80)
         return ST_IP_LINK_LOCAL;
+    for (size_t i = 0; i < sizeof(metadata) / sizeof(metadata[0]); i++)
+        if (memcmp(b, metadata[i], 16) == 0)
+            return ST_IP_METADATA;
     if ((b[0] & 0xfe) == 0xfc)
-        return memcmp(b, metadata, 16) == 0 ? ST_IP_METADATA : ST_IP_UNIQUE_LOCAL;
+        return ST_IP_UNIQUE_LOCAL;
     return ST_IP_PUBLIC;
 }
 
@@ -144,6 +189,43 @@ static int is_localhost(const char *s, size_t n)
         prev = c;
     }
     return 1;
+}
+
+/* Names that mean the local host or a cloud's metadata service wherever
+ * they are resolved: /etc/hosts entries every distribution ships, and the
+ * clouds' own metadata names. Compared whole, any case. */
+static const struct {
+    const char *name;
+    enum st_ipclass cls;
+} special_names[] = {
+    {"localhost.localdomain", ST_IP_LOOPBACK},
+    {"localhost4", ST_IP_LOOPBACK},
+    {"localhost4.localdomain4", ST_IP_LOOPBACK},
+    {"localhost6", ST_IP_LOOPBACK},
+    {"localhost6.localdomain6", ST_IP_LOOPBACK},
+    {"ip6-localhost", ST_IP_LOOPBACK},
+    {"ip6-loopback", ST_IP_LOOPBACK},
+    {"metadata.google.internal", ST_IP_METADATA}, /* GCE */
+    {"metadata.goog", ST_IP_METADATA},            /* GCE */
+    {"metadata", ST_IP_METADATA},                 /* GCE's search domain */
+    {"instance-data", ST_IP_METADATA},            /* EC2 */
+    {"instance-data.ec2.internal", ST_IP_METADATA},
+    {"metadata.tencentyun.com", ST_IP_METADATA},  /* Tencent Cloud */
+    {"metadata.platformequinix.com", ST_IP_METADATA},
+};
+
+/* The class of a special name [s, s + n), writing the name in lower case
+ * into norm; -1 when it is none. */
+static int special_name(const char *s, size_t n, char *norm, size_t normsz)
+{
+    for (size_t i = 0; i < sizeof(special_names) / sizeof(special_names[0]); i++) {
+        const char *name = special_names[i].name;
+        if (strlen(name) == n && strncasecmp(s, name, n) == 0) {
+            put_norm(norm, normsz, name);
+            return (int)special_names[i].cls;
+        }
+    }
+    return -1;
 }
 
 /* Parses [s, s + n) as a whole with inet_aton. Returns 1 and the address in
@@ -244,6 +326,9 @@ enum st_ipclass st_ipclass_classify(const char *host, char *norm, size_t normsz)
         put_norm(norm, normsz, "localhost");
         return ST_IP_LOOPBACK;
     }
+    int special = special_name(host, n, norm, normsz);
+    if (special >= 0)
+        return (enum st_ipclass)special;
     if (!parse_v4(host, n, &v4))
         return ST_IP_PUBLIC;
     char text[INET_ADDRSTRLEN];

@@ -19,7 +19,8 @@ enum st_ipclass {
     ST_IP_PRIVATE,      /* RFC 1918: 10/8, 172.16/12, 192.168/16 */
     ST_IP_CGNAT,        /* RFC 6598: 100.64/10 */
     ST_IP_LINK_LOCAL,   /* 169.254/16, fe80::/10 */
-    ST_IP_METADATA,     /* 169.254.169.254, fd00:ec2::254 */
+    ST_IP_METADATA,     /* 169.254.169.254, 100.100.100.200, 168.63.129.16,
+                           fd00:ec2::254, fd20:ce::254, metadata names */
     ST_IP_UNIQUE_LOCAL, /* fc00::/7 */
 };
 
@@ -37,10 +38,15 @@ const char *st_ipclass_name(enum st_ipclass c);
  *     the remaining bytes ("127.1", "2852039166", "0xA9FEA9FE"), with one
  *     optional trailing dot ("127.0.0.1.", which resolvers accept);
  *   - an IPv6 address, optionally in [brackets] and with a %zone; an
- *     IPv4-mapped (::ffff:0:0/96), IPv4-compatible (::/96) or NAT64
- *     (64:ff9b::/96) address is classified by the IPv4 address it embeds;
+ *     IPv4-mapped (::ffff:0:0/96), IPv4-translated (::ffff:0:0:0/96),
+ *     IPv4-compatible (::/96), NAT64 (64:ff9b::/96, 64:ff9b:1::/48) or
+ *     6to4 (2002::/16) address is classified by the IPv4 address it
+ *     embeds;
  *   - the names "localhost" and "*.localhost" (RFC 6761), any case, as
- *     loopback.
+ *     loopback, and the loopback names distributions put in /etc/hosts
+ *     ("localhost.localdomain", "ip6-localhost", ...) and the clouds'
+ *     metadata names ("metadata.google.internal", "instance-data", ...),
+ *     written in lower case into norm.
  * An optional ":port" after an IPv4 address, a name or a bracketed IPv6
  * address is ignored. Anything else after the address (inet_aton itself
  * stops at whitespace: "127.0.0.1 junk") makes the text not an address.

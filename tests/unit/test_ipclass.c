@@ -105,9 +105,25 @@ START_TEST(ipclass_embedded_ipv4_is_classified_by_the_ipv4)
         {"::a9fe:a9fe", ST_IP_METADATA, "::169.254.169.254"},
         /* ::0.x.x.x is no IPv4-compatible address: plain IPv6 */
         {"::2", ST_IP_PUBLIC, "::2"},
-        /* not the mapped prefix: ::ffff:0:0:0/96 and ::1:ffff:... */
-        {"::ffff:0:7f00:1", ST_IP_PUBLIC, "::ffff:0:7f00:1"},
-        {"64:ff9b:1::7f00:1", ST_IP_PUBLIC, "64:ff9b:1::7f00:1"},
+        /* IPv4-translated (SIIT) ::ffff:0:0:0/96 */
+        {"::ffff:0:127.0.0.1", ST_IP_LOOPBACK, "::ffff:0:7f00:1"},
+        {"::ffff:0:7f00:1", ST_IP_LOOPBACK, "::ffff:0:7f00:1"},
+        {"::ffff:0:a9fe:a9fe", ST_IP_METADATA, "::ffff:0:a9fe:a9fe"},
+        /* NAT64 local-use 64:ff9b:1::/48: last 32 bits, or RFC 6052's /48
+         * position around the u octet */
+        {"64:ff9b:1::7f00:1", ST_IP_LOOPBACK, "64:ff9b:1::7f00:1"},
+        {"64:ff9b:1::a9fe:a9fe", ST_IP_METADATA, "64:ff9b:1::a9fe:a9fe"},
+        {"64:ff9b:1:a9fe:a9:fe00::", ST_IP_METADATA, "64:ff9b:1:a9fe:a9:fe00::"},
+        {"64:ff9b:1::808:808", ST_IP_PUBLIC, "64:ff9b:1::808:808"},
+        /* 6to4 2002:AABB:CCDD::/48 */
+        {"2002:7f00:1::", ST_IP_LOOPBACK, "2002:7f00:1::"},
+        {"[2002:a9fe:a9fe::1]:80", ST_IP_METADATA, "2002:a9fe:a9fe::1"},
+        {"2002:c0a8:101::1", ST_IP_PRIVATE, "2002:c0a8:101::1"},
+        {"2002:808:808::1", ST_IP_PUBLIC, "2002:808:808::1"},
+        /* near misses: no embedding */
+        {"::1:ffff:7f00:1", ST_IP_PUBLIC, "::1:ffff:7f00:1"},
+        {"64:ff9b:2::7f00:1", ST_IP_PUBLIC, "64:ff9b:2::7f00:1"},
+        {"2003:7f00:1::", ST_IP_PUBLIC, "2003:7f00:1::"},
     };
     CHECK_TABLE(t);
 }
@@ -182,7 +198,14 @@ START_TEST(ipclass_localhost_names_are_loopback)
         {"localhost:8080", ST_IP_LOOPBACK, "localhost"},
         {"api.localhost", ST_IP_LOOPBACK, "localhost"},
         {"a-b.c_d.LOCALHOST.:80", ST_IP_LOOPBACK, "localhost"},
+        {"localhost.localdomain", ST_IP_LOOPBACK, "localhost.localdomain"},
+        {"LOCALHOST.LOCALDOMAIN.:8080", ST_IP_LOOPBACK, "localhost.localdomain"},
+        {"ip6-localhost", ST_IP_LOOPBACK, "ip6-localhost"},
+        {"ip6-loopback", ST_IP_LOOPBACK, "ip6-loopback"},
+        {"localhost6.localdomain6", ST_IP_LOOPBACK, "localhost6.localdomain6"},
+        {"localhost4", ST_IP_LOOPBACK, "localhost4"},
         {"notlocalhost", ST_IP_PUBLIC, ""},
+        {"ip6-localhost.example.com", ST_IP_PUBLIC, ""},
         {"localhost.example.com", ST_IP_PUBLIC, ""},
         {".localhost", ST_IP_PUBLIC, ""},
         {"a..localhost", ST_IP_PUBLIC, ""},
@@ -191,6 +214,28 @@ START_TEST(ipclass_localhost_names_are_loopback)
         /* a name that public DNS resolves to 127.0.0.1: only the dst_ip
          * the proxy logs can tell */
         {"127.0.0.1.nip.io", ST_IP_PUBLIC, ""},
+    };
+    CHECK_TABLE(t);
+}
+END_TEST
+
+START_TEST(ipclass_cloud_metadata_names_and_addresses)
+{
+    static const struct want t[] = {
+        {"metadata.google.internal", ST_IP_METADATA, "metadata.google.internal"},
+        {"Metadata.Google.Internal.", ST_IP_METADATA, "metadata.google.internal"},
+        {"metadata.google.internal:80", ST_IP_METADATA, "metadata.google.internal"},
+        {"metadata.goog", ST_IP_METADATA, "metadata.goog"},
+        {"metadata", ST_IP_METADATA, "metadata"},
+        {"instance-data", ST_IP_METADATA, "instance-data"},
+        {"instance-data.ec2.internal", ST_IP_METADATA, "instance-data.ec2.internal"},
+        {"100.100.100.200", ST_IP_METADATA, "100.100.100.200"}, /* Alibaba */
+        {"100.100.100.201", ST_IP_CGNAT, "100.100.100.201"},
+        {"168.63.129.16", ST_IP_METADATA, "168.63.129.16"},     /* Azure */
+        {"fd20:ce::254", ST_IP_METADATA, "fd20:ce::254"},       /* GCE IPv6 */
+        {"fd20:ce::253", ST_IP_UNIQUE_LOCAL, "fd20:ce::253"},
+        {"metadata.google.internal.example.com", ST_IP_PUBLIC, ""},
+        {"xmetadata", ST_IP_PUBLIC, ""},
     };
     CHECK_TABLE(t);
 }
@@ -457,6 +502,7 @@ int main(void)
     tcase_add_test(tc, ipclass_ipv6_link_local_unique_local_and_zones);
     tcase_add_test(tc, ipclass_private_ranges_and_their_near_misses);
     tcase_add_test(tc, ipclass_localhost_names_are_loopback);
+    tcase_add_test(tc, ipclass_cloud_metadata_names_and_addresses);
     tcase_add_test(tc, ipclass_names_and_malformed_text_are_not_addresses);
     tcase_add_test(tc, ipclass_norm_is_cut_to_its_buffer);
     tcase_add_test(tc, ipclass_names_of_classes);
