@@ -229,10 +229,41 @@ START_TEST(integrity_forged_future_time_hides_no_burst)
 }
 END_TEST
 
-/* Item 4 and 5: in a live analyzer, after one event stamped 2099 the later
+/* Starts a live analyzer in the background, its stderr in log. */
+static void live_start(const struct world *w, const char *log, const char *opts)
+{
+    run(w, w->name, w->name, ANALYZER " %s 2>%s & echo \\$! > %s.pid", opts, log, log);
+}
+
+/* Stops it with TERM, waits for it and returns its log. */
+static char *live_stop(const struct world *w, const char *log)
+{
+    ck_assert_int_eq(run(w, w->name, w->name,
+                         "kill -TERM \\$(cat %s.pid); while kill -0 \\$(cat %s.pid)"
+                         " 2>/dev/null; do sleep 0.1; done",
+                         log, log),
+                     0);
+    char *text = world_slurp(log);
+    char pid[160];
+    snprintf(pid, sizeof(pid), "%s.pid", log);
+    unlink(pid);
+    unlink(log);
+    return text;
+}
+
+static long idle_in_transaction(const struct world *w)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM pg_stat_activity WHERE datname = '%s'"
+             " AND state LIKE 'idle in transaction%%'",
+             w->name);
+    return count(w, sql);
+}
+
+/* Item 4: in a live analyzer, after one event stamped 2099 the later
  * events of the partition are not late and the committed offset moves past
- * the forged one at once; after an idle period no session of the analyzer
- * is left idle in a transaction. */
+ * the forged one at once (not after detect.lateness_s of idleness). */
 START_TEST(integrity_forged_time_stalls_no_commit)
 {
     struct world w;
@@ -250,32 +281,50 @@ START_TEST(integrity_forged_time_stalls_no_commit)
     }
     produce_done(rk);
 
-    char log[128], sql[512];
+    char log[128];
     snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
-    run(&w, w.name, w.name, ANALYZER " 2>%s & echo \\$! > %s.pid", log, log);
+    live_start(&w, log, "");
     int64_t off = -1;
     for (int i = 0; i < 40 && off < 1; i++) {
         usleep(250000);
         off = committed(&w);
     }
-    /* an idle period: nothing more to consume */
-    sleep(3);
-    snprintf(sql, sizeof(sql),
-             "SELECT count(*) FROM pg_stat_activity WHERE datname = '%s'"
-             " AND state LIKE 'idle in transaction%%'",
-             w.name);
-    long idle_in_tx = count(&w, sql);
-    ck_assert_int_eq(run(&w, w.name, w.name, "kill -TERM \\$(cat %s.pid); "
-                                             "while kill -0 \\$(cat %s.pid) 2>/dev/null;"
-                                             " do sleep 0.1; done", log, log),
-                     0);
-    char *text = world_slurp(log);
+    char *text = live_stop(&w, log);
     ck_assert_msg(off >= 1, "committed offset %lld: stuck at the forged event",
                   (long long)off);
-    ck_assert_int_eq(idle_in_tx, 0);
     ck_assert_msg(strstr(text, " late=0 ") && strstr(text, " skewed=1 "), "%s", text);
     free(text);
-    unlink(log);
+    world_drop(&w);
+}
+END_TEST
+
+/* Item 5: a live analyzer whose reorder buffer releases events after the
+ * partition went idle writes a batch with no new row; afterwards, idle, no
+ * session of it is left idle in a transaction. */
+START_TEST(integrity_idle_analyzer_holds_no_transaction_open)
+{
+    struct world w;
+    world_init(&w, "idletx");
+    int64_t t = now_ms();
+    rd_kafka_t *rk = producer(&w);
+    produce(rk, &w, event("e-0", (t - 10000) * 1000, "run-1", "a.example", "allow"), t);
+    produce(rk, &w, event("e-1", t * 1000, "run-1", "a.example", "allow"), t);
+    produce_done(rk);
+
+    char log[128];
+    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    live_start(&w, log, "-X detect.lateness_s=1");
+    long stored = 0;
+    for (int i = 0; i < 60 && stored < 2; i++) {
+        usleep(250000);
+        stored = count(&w, "SELECT count(*) FROM events");
+    }
+    sleep(3); /* e-1 left the buffer after 1 s of idleness; now idle */
+    long idle = idle_in_transaction(&w);
+    char *text = live_stop(&w, log);
+    ck_assert_int_eq(stored, 2);
+    ck_assert_int_eq(idle, 0);
+    free(text);
     world_drop(&w);
 }
 END_TEST
@@ -393,6 +442,7 @@ int main(void)
     tcase_add_test(tc, integrity_refused_event_is_dead_lettered_and_the_rest_stored);
     tcase_add_test(tc, integrity_forged_future_time_hides_no_burst);
     tcase_add_test(tc, integrity_forged_time_stalls_no_commit);
+    tcase_add_test(tc, integrity_idle_analyzer_holds_no_transaction_open);
     tcase_add_test(tc, integrity_spread_old_times_are_detected_on_receive_time);
     tcase_add_test(tc, integrity_term_while_retrying_exits_1);
     tcase_add_test(tc, integrity_volume_state_is_trimmed);
