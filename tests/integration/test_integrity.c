@@ -431,6 +431,37 @@ START_TEST(integrity_volume_state_is_trimmed)
 }
 END_TEST
 
+/* Item 5: the cross-platform allowlist-drift finding keeps the first
+ * request of each platform's decision as evidence; the requests that
+ * follow (here 50, over several batches) neither grow it nor update it. */
+START_TEST(integrity_allowlist_drift_evidence_is_bounded)
+{
+    static const char *plat[] = {"squid", "smokescreen", "envoy", "strict"};
+    struct world w;
+    world_init(&w, "drift");
+    int64_t t = now_ms();
+    rd_kafka_t *rk = producer(&w);
+    char line[1024], ts[40];
+    for (int i = 0; i < 54; i++) {
+        st_time_format((t + i * 100) * 1000, ts, sizeof(ts));
+        snprintf(line, sizeof(line),
+                 "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"r-%d\",\"ts\":\"%s\","
+                 "\"source\":{\"kind\":\"proxy\",\"name\":\"p-%s\",\"platform\":\"%s\"},"
+                 "\"task_id\":\"T-%d\",\"run_id\":\"run\",\"type\":\"request\","
+                 "\"decision\":\"%s\",\"attrs\":{\"host\":\"drift.example\"}}",
+                 i, ts, plat[i < 4 ? i : 0], plat[i < 4 ? i : 0], i % 3,
+                 i == 3 ? "deny" : "allow");
+        produce(rk, &w, line, t + i * 100);
+    }
+    produce_done(rk);
+    ck_assert_int_eq(drain(&w, "-X batch.max_events=10"), 0);
+    char *r = rows(w.dsn, "SELECT event_count FROM findings WHERE detector = 'scope_drift'");
+    ck_assert_str_eq(r, "4\n");
+    free(r);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -446,6 +477,7 @@ int main(void)
     tcase_add_test(tc, integrity_spread_old_times_are_detected_on_receive_time);
     tcase_add_test(tc, integrity_term_while_retrying_exits_1);
     tcase_add_test(tc, integrity_volume_state_is_trimmed);
+    tcase_add_test(tc, integrity_allowlist_drift_evidence_is_bounded);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
