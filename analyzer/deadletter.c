@@ -128,17 +128,22 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
     char now[40], created[40];
     int64_t created_ms = rd_kafka_message_timestamp(msg, NULL);
     int nred = 0;
-    char *red = st_redact_text(d->redactor, msg->payload ? msg->payload : "", msg->len,
-                               &nred);
-    size_t redlen = nred ? strlen(red) : msg->len;
+    size_t redlen;
+    char *red = st_redact_bytes(d->redactor, msg->payload ? msg->payload : "", msg->len,
+                                &nred, &redlen);
     char *quoted = st_utf8_sanitize(red, redlen, d->raw_max);
+    free(red);
+    /* PostgreSQL's message may quote the row ("Failing row contains ...") */
+    red = st_redact_text(d->redactor, error, strlen(error), &nred);
+    char *why = st_utf8_sanitize(red, strlen(red), 1024);
     free(red);
 
     cJSON *o = cJSON_CreateObject();
     st_time_format(st_time_now_us(), now, sizeof(now));
     cJSON_AddStringToObject(o, "schema", "sandtrail.dlq.v1");
     cJSON_AddStringToObject(o, "reason", reason);
-    cJSON_AddStringToObject(o, "error", error);
+    cJSON_AddStringToObject(o, "error", why);
+    free(why);
     cJSON_AddStringToObject(o, "input", "analyzer");
     cJSON_AddStringToObject(o, "topic", rd_kafka_topic_name(msg->rkt));
     cJSON_AddNumberToObject(o, "partition", msg->partition);

@@ -2,7 +2,8 @@
  *
  * A consumed message that will never be stored goes to the dead-letter
  * topic (kafka.topic.dlq, by default the collector's sandtrail.events.dlq)
- * as a sandtrail.dlq.v1 record: the reason code, the error, where the
+ * as a sandtrail.dlq.v1 record: the reason code, the error (redacted, cut
+ * to 1 KiB), where the
  * message was (topic, partition, offset), when the collector produced it,
  * and the message itself, redacted, then cut to dlq.raw_bytes and made
  * valid UTF-8. Two reasons come from the analyzer: one of the collector's

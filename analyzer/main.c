@@ -272,8 +272,9 @@ static void dead_letter(struct analyzer *a, const rd_kafka_message_t *msg,
                         const char *reason, const char *error)
 {
     char labels[96];
-    st_warn("dead-lettering the message at %s [%" PRId32 "] offset %" PRId64 ": %s: %s",
-            rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset, reason, error);
+    /* the error may quote the message: only the record, redacted, holds it */
+    st_warn("dead-lettering the message at %s [%" PRId32 "] offset %" PRId64 ": %s",
+            rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset, reason);
     st_deadletter_send(a->dlq, msg, reason, error);
     st_sink_skip(a->sink, msg, reason);
     snprintf(labels, sizeof(labels), "reason=\"%s\"", reason);
