@@ -263,7 +263,8 @@ static long idle_in_transaction(const struct world *w)
 
 /* Item 4: in a live analyzer, after one event stamped 2099 the later
  * events of the partition are not late and the committed offset moves past
- * the forged one at once (not after detect.lateness_s of idleness). */
+ * the forged one at once (not after detect.lateness_s of idleness). Item 3:
+ * the message that is not an event is counted by reason. */
 START_TEST(integrity_forged_time_stalls_no_commit)
 {
     struct world w;
@@ -272,6 +273,7 @@ START_TEST(integrity_forged_time_stalls_no_commit)
     rd_kafka_t *rk = producer(&w);
     produce(rk, &w, event("forged", 4070908800LL * 1000000, "run-1", "x.example", "allow"),
             t);
+    produce(rk, &w, "not an event", t);
     for (int i = 0; i < 5; i++) {
         char id[16];
         snprintf(id, sizeof(id), "e-%d", i);
@@ -283,13 +285,18 @@ START_TEST(integrity_forged_time_stalls_no_commit)
 
     char log[128];
     snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
-    live_start(&w, log, "");
+    live_start(&w, log, "-X metrics.listen=127.0.0.1:19471");
     int64_t off = -1;
     for (int i = 0; i < 40 && off < 1; i++) {
         usleep(250000);
         off = committed(&w);
     }
+    char *metrics = world_sh("curl -s http://127.0.0.1:19471/metrics");
     char *text = live_stop(&w, log);
+    ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_analyzer_events_skewed_total 1\n"));
+    ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_analyzer_dead_lettered_total{reason="
+                                          "\"invalid_json\"} 1\n"));
+    free(metrics);
     ck_assert_msg(off >= 1, "committed offset %lld: stuck at the forged event",
                   (long long)off);
     ck_assert_msg(strstr(text, " late=0 ") && strstr(text, " skewed=1 "), "%s", text);
