@@ -89,9 +89,11 @@ struct st_deadletter *st_deadletter_new(const struct st_analyzer_conf *conf,
         rd_kafka_conf_destroy(kc);
         goto fail;
     }
+    /* Kafka may be down at start: the consumer waits for it, and so does
+     * the first record (the collector creates the topic too) */
     const char *topics[1] = {d->topic};
-    if (st_kafka_ensure_topics(d->rk, topics, 1, 1, 1, 30000, errstr, errsz))
-        goto fail;
+    if (st_kafka_ensure_topics(d->rk, topics, 1, 1, 1, 10000, err, sizeof(err)))
+        st_warn("%s", err);
     return d;
 fail:
     st_deadletter_destroy(d);
@@ -199,6 +201,8 @@ int st_deadletter_flush(struct st_deadletter *d, int timeout_ms, char *errstr,
                         size_t errsz)
 {
     int64_t deadline = st_time_mono_ms() + timeout_ms;
+    if (d->n == 0)
+        return 0;
     for (;;) {
         produce_waiting(d);
         size_t left = 0, failed = 0;

@@ -30,8 +30,8 @@
 
 struct st_deadletter;
 
-/* Creates the producer and makes sure the topic exists. Returns NULL with
- * errstr set. */
+/* Creates the producer and creates the topic if it is missing (a warning
+ * when Kafka cannot be reached yet). Returns NULL with errstr set. */
 struct st_deadletter *st_deadletter_new(const struct st_analyzer_conf *conf,
                                         char *errstr, size_t errsz);
 void st_deadletter_destroy(struct st_deadletter *d); /* accepts NULL */
