@@ -9,6 +9,8 @@
 struct st_analyzer_conf {
     char *brokers;
     char *topic_events;
+    char *topic_dlq;
+    int64_t dlq_raw_bytes;
     char *group;
     char *group_instance_id;
     int64_t session_timeout_ms;
@@ -22,6 +24,8 @@ struct st_analyzer_conf {
     int64_t assign_timeout_ms;
     int64_t retry_max_backoff_ms;
     int64_t lateness_s;
+    int64_t max_future_s; /* detect.max_future_s */
+    int64_t max_past_s;   /* detect.max_past_s (0: off) */
     int64_t state_ttl_s;
     int64_t db_threshold;     /* detect.denial_burst.threshold */
     int64_t db_window_s;      /* detect.denial_burst.window_s */

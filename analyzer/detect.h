@@ -26,6 +26,9 @@ struct st_detect_ctx {
     struct st_findings *findings;
     const struct st_analyzer_conf *conf;
     int late; /* the event being fed arrived after its partition's watermark */
+    /* its time is the receive time (reorder.h): fed out of order, like a
+     * late event, and never moves a run's newest time (no trim) */
+    int skewed;
 };
 
 struct st_detector_ops {

@@ -5,9 +5,12 @@
  *   parts in sinks/) -> commit offsets
  *
  * A batch's offsets are committed only after the PostgreSQL transaction that
- * holds its events and findings has committed. When Redis or PostgreSQL
- * fails, the batch is retried with backoff, never skipped; every write is
- * idempotent, so a retry or a replay after a crash leaves the same rows.
+ * holds its events and findings has committed, and after Kafka acknowledged
+ * the dead-letter records of the batch (deadletter.c). When Redis or
+ * PostgreSQL is unavailable, the batch is retried with backoff, never
+ * skipped; when PostgreSQL refuses the batch for its data, the refused
+ * events are dead-lettered and the rest written. Every write is idempotent,
+ * so a retry or a replay after a crash leaves the same rows.
  *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
  * 64 usage; 78 configuration. */
@@ -24,6 +27,7 @@
 #include "buf.h"
 #include "conf.h"
 #include "consume.h"
+#include "deadletter.h"
 #include "detect.h"
 #include "log.h"
 #include "metrics.h"
@@ -44,6 +48,12 @@ static const struct st_conf_prop analyzer_props[] = {
      "127.0.0.1:19092", "Kafka bootstrap servers"},
     {"kafka.topic.events", "SANDTRAIL_TOPIC_EVENTS", ST_CONF_STR, A(topic_events), 0,
      0, "sandtrail.events", "topic of validated events"},
+    {"kafka.topic.dlq", "SANDTRAIL_TOPIC_DLQ", ST_CONF_STR, A(topic_dlq), 0, 0,
+     "sandtrail.events.dlq",
+     "dead-letter topic for consumed messages that are not valid events or that "
+     "PostgreSQL refuses (the collector's)"},
+    {"dlq.raw_bytes", NULL, ST_CONF_INT, A(dlq_raw_bytes), 0, 1024 * 1024, "4096",
+     "bytes of a dead-lettered message kept in its record (redacted first)"},
     {"kafka.group", "SANDTRAIL_GROUP", ST_CONF_STR, A(group), 0, 0,
      "sandtrail-analyzer", "consumer group; analyzers in one group split partitions"},
     {"kafka.group.instance_id", "SANDTRAIL_GROUP_INSTANCE_ID", ST_CONF_STR,
@@ -77,6 +87,12 @@ static const struct st_conf_prop analyzer_props[] = {
      "Redis keys of a run idle this long (wall clock) expire"},
     {"detect.lateness_s", NULL, ST_CONF_INT, A(lateness_s), 0, 86400, "30",
      "how late (event time) an event may arrive and still count in its window"},
+    {"detect.max_future_s", NULL, ST_CONF_INT, A(max_future_s), 0, 30 * 86400, "300",
+     "an event stamped further than this after the collector produced it is "
+     "skewed: detected on its receive time, moves no watermark (0 = off)"},
+    {"detect.max_past_s", NULL, ST_CONF_INT, A(max_past_s), 0, 3650LL * 86400, "0",
+     "an event stamped further than this before the collector produced it is "
+     "skewed (0 = off: backfilled files and a drained spool carry old times)"},
     {"detect.denial_burst.threshold", NULL, ST_CONF_INT, A(db_threshold), 2, 1000000,
      "10", "denied events in one window that make a burst"},
     {"detect.denial_burst.window_s", NULL, ST_CONF_INT, A(db_window_s), 1, 86400,
@@ -140,9 +156,12 @@ struct analyzer {
     size_t relcap;
     void *det_state[16];
     struct st_findings findings;
-    long events, invalid, late, batches, commits, findings_written;
+    struct st_deadletter *dlq;
+    rd_kafka_message_t **msgs; /* the batch's messages, kept until written */
+    int nmsgs;
+    long events, invalid, refused, late, skewed, batches, commits, findings_written;
     struct st_metrics *metrics;
-    struct st_metric *m_events, *m_invalid, *m_late, *m_batches, *m_buffered;
+    struct st_metric *m_events, *m_invalid, *m_late, *m_skewed, *m_batches, *m_buffered;
     struct st_metric *m_redis_s, *m_pg_s, *m_redis_err, *m_pg_err;
 };
 
@@ -153,9 +172,13 @@ static void metrics_init(struct analyzer *a)
                                 "events consumed and stored", "");
     a->m_invalid = st_metric_get(m, ST_METRIC_COUNTER,
                                  "sandtrail_analyzer_events_invalid_total",
-                                 "messages that are not valid events (left in Kafka)", "");
+                                 "messages that are not valid events (dead-lettered)", "");
     a->m_late = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_events_late_total",
                               "events that arrived after their partition's watermark", "");
+    a->m_skewed = st_metric_get(m, ST_METRIC_COUNTER,
+                                "sandtrail_analyzer_events_skewed_total",
+                                "events stamped too far from their receive time "
+                                "(detected on the receive time)", "");
     a->m_batches = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_batches_total",
                                  "batches written to PostgreSQL", "");
     a->m_buffered = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_reorder_buffered",
@@ -212,13 +235,14 @@ static void detectors_reset(struct analyzer *a)
  * staged event rows, in one transaction. Returns 0, or -1 with errstr. */
 static int batch_try(struct analyzer *a, size_t nrel, char *errstr, size_t errsz)
 {
-    struct st_detect_ctx ctx = {a->redis, &a->findings, &a->conf, 0};
+    struct st_detect_ctx ctx = {a->redis, &a->findings, &a->conf, 0, 0};
 
     detectors_reset(a);
     for (int d = 0; st_detectors[d]; d++)
         st_detectors[d]->begin_batch(a->det_state[d], nrel);
     for (size_t i = 0; i < nrel; i++) {
         ctx.late = a->rel[i].late;
+        ctx.skewed = a->rel[i].skewed;
         for (int d = 0; st_detectors[d]; d++)
             st_detectors[d]->feed(a->det_state[d], &ctx, &a->rel[i].ev);
     }
@@ -242,16 +266,79 @@ static int batch_try(struct analyzer *a, size_t nrel, char *errstr, size_t errsz
     return rc;
 }
 
+/* Sends msg to the dead-letter topic and tells the sink it will not be
+ * stored. */
+static void dead_letter(struct analyzer *a, const rd_kafka_message_t *msg,
+                        const char *reason, const char *error)
+{
+    char labels[96];
+    /* the error may quote the message: only the record, redacted, holds it */
+    st_warn("dead-lettering the message at %s [%" PRId32 "] offset %" PRId64 ": %s",
+            rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset, reason);
+    st_deadletter_send(a->dlq, msg, reason, error);
+    st_sink_skip(a->sink, msg, reason);
+    snprintf(labels, sizeof(labels), "reason=\"%s\"", reason);
+    st_metric_add(st_metric_get(a->metrics, ST_METRIC_COUNTER,
+                                "sandtrail_analyzer_dead_lettered_total",
+                                "consumed messages sent to the dead-letter topic, by reason",
+                                labels),
+                  1);
+}
+
+struct refused {
+    struct analyzer *a;
+    size_t *nrel;
+    int found;
+};
+
+/* A message PostgreSQL refuses: dead-lettered, and its event leaves the
+ * batch and the reorder buffer. */
+static void on_refused(void *arg, int32_t partition, int64_t offset, const char *error)
+{
+    struct refused *r = arg;
+    struct analyzer *a = r->a;
+    for (int i = 0; i < a->nmsgs; i++) {
+        const rd_kafka_message_t *m = a->msgs[i];
+        if (m->partition != partition || m->offset != offset)
+            continue;
+        dead_letter(a, m, ST_DEADLETTER_STORE_REFUSED, error);
+        a->refused++;
+        r->found++;
+        break;
+    }
+    st_reorder_forget(a->reorder, partition, offset);
+    for (size_t i = 0; i < *r->nrel; i++) {
+        if (a->rel[i].partition == partition && a->rel[i].offset == offset) {
+            st_reorder_item_fini(&a->rel[i]);
+            memmove(&a->rel[i], &a->rel[i + 1], (*r->nrel - i - 1) * sizeof(a->rel[i]));
+            (*r->nrel)--;
+            break;
+        }
+    }
+}
+
 /* Retries until written or asked to stop. Returns 0 when written. */
-static int batch_write(struct analyzer *a, size_t nrel)
+static int batch_write(struct analyzer *a, size_t *nrel)
 {
     int64_t backoff = 100;
     char errstr[1024];
+    int rc;
 
-    while (batch_try(a, nrel, errstr, sizeof(errstr))) {
-        st_error("batch not written, retrying in %" PRId64 " ms: %s", backoff, errstr);
-        if (stop)
+    while ((rc = batch_try(a, *nrel, errstr, sizeof(errstr)))) {
+        if (rc == ST_SINK_DATA) {
+            struct refused r = {a, nrel, 0};
+            char err[1024];
+            if (st_sink_isolate(a->sink, on_refused, &r, err, sizeof(err)) == 0 &&
+                r.found > 0)
+                continue; /* write the rest at once */
+            st_error("PostgreSQL refused the batch but no single event of it: %s", errstr);
+        }
+        if (stop) {
+            st_error("stopped while a batch was being retried: its offsets are not "
+                     "committed (%s)", errstr);
             return -1;
+        }
+        st_error("batch not written, retrying in %" PRId64 " ms: %s", backoff, errstr);
         usleep((useconds_t)backoff * 1000);
         backoff = backoff * 2 > a->conf.retry_max_backoff_ms
                       ? a->conf.retry_max_backoff_ms
@@ -266,30 +353,52 @@ static int batch_write(struct analyzer *a, size_t nrel)
 }
 
 /* Parses each message, stages its row for PostgreSQL and hands the event
- * to the reorder buffer. */
+ * to the reorder buffer; a message that is not a valid event goes to the
+ * dead-letter topic. An event stamped too far from the time the collector
+ * produced it (the message's timestamp) is stored as it came, but detected
+ * on its receive time (reorder.h). */
 static void ingest(struct analyzer *a, rd_kafka_message_t **msgs, int n, int64_t now)
 {
     for (int i = 0; i < n; i++) {
         struct st_event ev;
         struct st_reject rej;
         if (st_event_parse(&ev, msgs[i]->payload, msgs[i]->len, &rej)) {
-            /* the collector validated it, so the schema moved on: the
-             * message stays in Kafka at this offset for inspection */
             a->invalid++;
             st_metric_add(a->m_invalid, 1);
-            st_warn("skipping invalid event at %s [%" PRId32 "] offset %" PRId64
-                    ": %s: %s",
-                    rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition,
-                    msgs[i]->offset, rej.code, rej.msg);
+            dead_letter(a, msgs[i], rej.code, rej.msg);
             st_reorder_note(a->reorder, msgs[i]->partition, msgs[i]->offset);
             continue;
         }
-        struct st_sink_event se = {&ev, msgs[i]};
+        int64_t recv_ms = rd_kafka_message_timestamp(msgs[i], NULL);
+        int64_t recv_us = recv_ms >= 0 ? recv_ms * 1000 : -1;
+        int skewed = st_reorder_skewed(ev.ts_us, recv_us, a->conf.max_future_s * 1000000,
+                                       a->conf.max_past_s * 1000000);
+        struct st_sink_event se = {&ev, msgs[i], skewed};
         st_sink_stage(a->sink, &se);
-        st_reorder_push(a->reorder, msgs[i]->partition, msgs[i]->offset, &ev, now);
+        if (skewed) {
+            a->skewed++;
+            st_metric_add(a->m_skewed, 1);
+            ev.ts_us = recv_us;
+        }
+        st_reorder_push(a->reorder, msgs[i]->partition, msgs[i]->offset, &ev, now,
+                        skewed);
         a->events++;
         st_metric_add(a->m_events, 1);
     }
+}
+
+/* Waits until Kafka acknowledged the dead-letter records of the batch:
+ * offsets past them are committed only then. Returns 0, or -1 when asked
+ * to stop first. */
+static int dead_letters_flush(struct analyzer *a)
+{
+    char errstr[512];
+    while (st_deadletter_flush(a->dlq, 5000, errstr, sizeof(errstr))) {
+        st_error("%s: offsets are not committed until they are", errstr);
+        if (stop)
+            return -1;
+    }
+    return 0;
 }
 
 static void commit_offsets(struct analyzer *a)
@@ -313,7 +422,7 @@ static void on_revoke(int32_t partition, void *arg)
 static int run(struct analyzer *a, int drain)
 {
     int max = (int)a->conf.batch_max_events;
-    rd_kafka_message_t **msgs = st_calloc((size_t)max, sizeof(*msgs));
+    rd_kafka_message_t **msgs = a->msgs = st_calloc((size_t)max, sizeof(*msgs));
     int64_t start = st_time_mono_ms();
     int64_t idle_ms = drain ? 0 : a->conf.lateness_s * 1000;
     int rc = 0;
@@ -326,9 +435,8 @@ static int run(struct analyzer *a, int drain)
             break;
         }
         int64_t now = st_time_mono_ms();
+        a->nmsgs = n;
         ingest(a, msgs, n, now);
-        for (int i = 0; i < n; i++)
-            rd_kafka_message_destroy(msgs[i]);
         int flush = drain && st_consumer_drained(a->consumer);
         size_t nrel = st_reorder_release(a->reorder, flush, now, idle_ms, &a->rel,
                                          &a->relcap);
@@ -337,11 +445,13 @@ static int run(struct analyzer *a, int drain)
                 a->late += a->rel[i].late;
                 st_metric_add(a->m_late, a->rel[i].late);
             }
-            int failed = batch_write(a, nrel);
+            int failed = batch_write(a, &nrel) || dead_letters_flush(a);
             for (size_t i = 0; i < nrel; i++)
                 st_reorder_item_fini(&a->rel[i]);
-            if (failed)
+            if (failed) {
+                rc = -1;
                 break;
+            }
             a->commits++;
             if (a->conf.crash_after_commits && a->commits >= a->conf.crash_after_commits) {
                 st_warn("fault injection: exiting after PostgreSQL commit %ld, "
@@ -351,6 +461,9 @@ static int run(struct analyzer *a, int drain)
             }
             commit_offsets(a);
         }
+        for (int i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+        a->nmsgs = 0;
         if (drain) {
             if (flush && st_reorder_buffered(a->reorder) == 0)
                 break;
@@ -363,7 +476,11 @@ static int run(struct analyzer *a, int drain)
             }
         }
     }
+    for (int i = 0; i < a->nmsgs; i++)
+        rd_kafka_message_destroy(msgs[i]);
+    a->nmsgs = 0;
     free(msgs);
+    a->msgs = NULL;
     return rc;
 }
 
@@ -436,6 +553,7 @@ int main(int argc, char **argv)
     }
     metrics_init(&a);
     if (!(a.sink = st_sink_new(&a.conf, errstr, sizeof(errstr))) ||
+        !(a.dlq = st_deadletter_new(&a.conf, errstr, sizeof(errstr))) ||
         !(a.redis = st_rpipe_new(a.conf.redis_url, errstr, sizeof(errstr))) ||
         !(a.consumer = st_consumer_new(&a.conf, errstr, sizeof(errstr)))) {
         st_error("%s", errstr);
@@ -453,8 +571,10 @@ int main(int argc, char **argv)
     st_info("consuming \"%s\" as group \"%s\"%s", a.conf.topic_events, a.conf.group,
             drain ? " until caught up" : "");
     status = run(&a, drain) ? 1 : 0;
-    st_info("events=%ld invalid=%ld late=%ld batches=%ld findings_updated=%ld",
-            a.events, a.invalid, a.late, a.batches, a.findings_written);
+    st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
+            "findings_updated=%ld",
+            a.events, a.invalid, a.refused, a.late, a.skewed, a.batches,
+            a.findings_written);
 
     /* closing the consumer revokes its partitions, and the rebalance
      * callback drops them from the reorder buffer: close it first */
@@ -468,6 +588,7 @@ int main(int argc, char **argv)
 out:
     st_consumer_destroy(a.consumer);
     st_rpipe_destroy(a.redis);
+    st_deadletter_destroy(a.dlq);
     st_sink_destroy(a.sink);
     st_overrides_fini(&a.conf.overrides);
     st_metrics_destroy(a.metrics);

@@ -15,6 +15,8 @@ struct part {
     int64_t last_push_ms;
     struct st_reorder_item *heap;
     size_t n, cap;
+    struct st_reorder_item *ready; /* skewed: leave at the next release */
+    size_t nready, capready;
 };
 
 struct st_reorder {
@@ -40,8 +42,20 @@ static void part_clear(struct part *p)
 {
     for (size_t i = 0; i < p->n; i++)
         st_reorder_item_fini(&p->heap[i]);
+    for (size_t i = 0; i < p->nready; i++)
+        st_reorder_item_fini(&p->ready[i]);
     free(p->heap);
+    free(p->ready);
     memset(p, 0, sizeof(*p));
+}
+
+int st_reorder_skewed(int64_t ts_us, int64_t recv_us, int64_t max_future_us,
+                      int64_t max_past_us)
+{
+    if (recv_us < 0)
+        return 0;
+    return (max_future_us > 0 && ts_us > recv_us + max_future_us) ||
+           (max_past_us > 0 && ts_us < recv_us - max_past_us);
 }
 
 void st_reorder_destroy(struct st_reorder *r)
@@ -61,8 +75,14 @@ static struct part *part_get(struct st_reorder *r, int32_t partition, int create
             return &r->parts[i];
     if (!create)
         return NULL;
-    r->parts = st_realloc(r->parts, (r->nparts + 1) * sizeof(*r->parts));
-    struct part *p = &r->parts[r->nparts++];
+    struct part *p = NULL;
+    for (size_t i = 0; i < r->nparts && !p; i++)
+        if (!r->parts[i].used)
+            p = &r->parts[i]; /* a revoked partition's slot */
+    if (!p) {
+        r->parts = st_realloc(r->parts, (r->nparts + 1) * sizeof(*r->parts));
+        p = &r->parts[r->nparts++];
+    }
     memset(p, 0, sizeof(*p));
     p->used = 1;
     p->partition = partition;
@@ -123,7 +143,7 @@ static int64_t watermark(const struct st_reorder *r, const struct part *p)
 }
 
 void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
-                     struct st_event *ev, int64_t now_ms)
+                     struct st_event *ev, int64_t now_ms, int skewed)
 {
     struct part *p = part_get(r, partition, 1);
     struct st_reorder_item it;
@@ -132,16 +152,58 @@ void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
     memset(ev, 0, sizeof(*ev));
     it.partition = partition;
     it.offset = offset;
+    it.skewed = skewed;
+    it.late = 0;
+    if (offset + 1 > p->next_offset)
+        p->next_offset = offset + 1;
+    p->last_push_ms = now_ms;
+    r->buffered++;
+    if (skewed) {
+        if (p->nready == p->capready) {
+            p->capready = p->capready ? p->capready * 2 : 8;
+            p->ready = st_realloc(p->ready, p->capready * sizeof(*p->ready));
+        }
+        p->ready[p->nready++] = it;
+        return;
+    }
     it.late = p->have_ts && it.ev.ts_us < watermark(r, p);
     if (!p->have_ts || it.ev.ts_us > p->max_ts) {
         p->max_ts = it.ev.ts_us;
         p->have_ts = 1;
     }
-    if (offset + 1 > p->next_offset)
-        p->next_offset = offset + 1;
-    p->last_push_ms = now_ms;
     heap_push(p, &it);
-    r->buffered++;
+}
+
+int st_reorder_forget(struct st_reorder *r, int32_t partition, int64_t offset)
+{
+    struct part *p = part_get(r, partition, 0);
+    if (!p)
+        return 0;
+    for (size_t i = 0; i < p->nready; i++) {
+        if (p->ready[i].offset == offset) {
+            st_reorder_item_fini(&p->ready[i]);
+            p->ready[i] = p->ready[--p->nready];
+            r->buffered--;
+            return 1;
+        }
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->heap[i].offset != offset)
+            continue;
+        st_reorder_item_fini(&p->heap[i]);
+        p->heap[i] = p->heap[--p->n];
+        r->buffered--;
+        /* rebuild the heap: rare (a refused event), so simple */
+        size_t n = p->n;
+        struct st_reorder_item *items = p->heap;
+        p->heap = NULL;
+        p->n = p->cap = 0;
+        for (size_t k = 0; k < n; k++)
+            heap_push(p, &items[k]);
+        free(items);
+        return 1;
+    }
+    return 0;
 }
 
 void st_reorder_note(struct st_reorder *r, int32_t partition, int64_t offset)
@@ -160,6 +222,15 @@ size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
         struct part *p = &r->parts[i];
         if (!p->used)
             continue;
+        for (size_t k = 0; k < p->nready; k++) {
+            if (n == *cap) {
+                *cap = *cap ? *cap * 2 : 256;
+                *out = st_realloc(*out, *cap * sizeof(**out));
+            }
+            (*out)[n++] = p->ready[k];
+            r->buffered--;
+        }
+        p->nready = 0;
         int all = flush || (idle_ms > 0 && now_ms - p->last_push_ms >= idle_ms);
         int64_t wm = watermark(r, p);
         /* a late event sorts before the watermark: it leaves with the rest */
@@ -180,12 +251,13 @@ int64_t st_reorder_commit_offset(const struct st_reorder *r, int32_t partition)
     const struct part *p = part_get((struct st_reorder *)r, partition, 0);
     if (!p)
         return -1;
-    if (p->n == 0)
-        return p->next_offset;
-    int64_t min = p->heap[0].offset;
-    for (size_t i = 1; i < p->n; i++)
+    int64_t min = p->next_offset;
+    for (size_t i = 0; i < p->n; i++)
         if (p->heap[i].offset < min)
             min = p->heap[i].offset;
+    for (size_t i = 0; i < p->nready; i++)
+        if (p->ready[i].offset < min)
+            min = p->ready[i].offset;
     return min;
 }
 
@@ -194,8 +266,13 @@ void st_reorder_drop(struct st_reorder *r, int32_t partition)
     struct part *p = part_get(r, partition, 0);
     if (!p)
         return;
-    r->buffered -= p->n;
+    r->buffered -= p->n + p->nready;
     part_clear(p);
+}
+
+size_t st_reorder_slots(const struct st_reorder *r)
+{
+    return r->nparts;
 }
 
 size_t st_reorder_buffered(const struct st_reorder *r)

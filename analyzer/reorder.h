@@ -8,6 +8,12 @@
  * in (ts, offset) order. An event older than the watermark when it arrives
  * is late: it leaves at once, marked late.
  *
+ * An event whose time is far from the time the collector produced it
+ * (skewed: see st_reorder_skewed) is pushed with the receive time as its
+ * time: it leaves at once, marked skewed, and moves no watermark, so one
+ * forged timestamp can neither hold a partition's commits back nor make
+ * the events after it late.
+ *
  * Nothing here needs to survive a crash: the analyzer commits, per
  * partition, no further than the oldest offset still buffered, so a restart
  * reads the buffered events from Kafka again. */
@@ -24,16 +30,29 @@ struct st_reorder_item {
     int32_t partition;
     int64_t offset;
     int late;
+    int skewed; /* ev.ts_us is the receive time, not the event's own */
 };
+
+/* 1 when an event time ts_us lies more than max_future_us after or more
+ * than max_past_us before its receive time recv_us (a bound of 0 is off;
+ * recv_us < 0, unknown, is never skewed). */
+int st_reorder_skewed(int64_t ts_us, int64_t recv_us, int64_t max_future_us,
+                      int64_t max_past_us);
 
 struct st_reorder;
 
 struct st_reorder *st_reorder_new(int64_t lateness_us);
 void st_reorder_destroy(struct st_reorder *r); /* frees buffered events too */
 
-/* Takes ownership of *ev (left empty). now_ms is a monotonic clock. */
+/* Takes ownership of *ev (left empty). now_ms is a monotonic clock. With
+ * skewed set, ev->ts_us already holds the receive time; the event leaves
+ * at the next release and moves no watermark. */
 void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
-                     struct st_event *ev, int64_t now_ms);
+                     struct st_event *ev, int64_t now_ms, int skewed);
+
+/* Drops the buffered event at (partition, offset), if any (it went to the
+ * dead-letter topic). Returns 1 when one was dropped. */
+int st_reorder_forget(struct st_reorder *r, int32_t partition, int64_t offset);
 
 /* Records that offset was consumed without an event to buffer (an invalid
  * message), so that commits move past it. */
@@ -57,10 +76,15 @@ void st_reorder_item_fini(struct st_reorder_item *it);
 int64_t st_reorder_commit_offset(const struct st_reorder *r, int32_t partition);
 
 /* Forgets a partition (revoked): its buffered events are dropped, the next
- * owner reads them again from the committed offset. */
+ * owner reads them again from the committed offset. Its slot is reused by
+ * the next partition pushed. */
 void st_reorder_drop(struct st_reorder *r, int32_t partition);
 
 /* Events buffered, in all partitions. */
 size_t st_reorder_buffered(const struct st_reorder *r);
+
+/* Partition slots allocated (used or free), to check that revoked slots are
+ * reused. */
+size_t st_reorder_slots(const struct st_reorder *r);
 
 #endif

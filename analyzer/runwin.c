@@ -34,6 +34,7 @@ struct pending {
     const struct st_event *ev;
     struct run_state *run;
     int late;
+    int ooo;
     st_runwin_cb cb;
     void *arg;
 };
@@ -166,7 +167,7 @@ static int on_episode(const redisReply *r, void *arg)
 static int on_window(const redisReply *r, void *arg)
 {
     struct pending *p = arg;
-    struct st_runwin_view v = {p->ev, p->late, NULL, 0, p->w->window_us};
+    struct st_runwin_view v = {p->ev, p->late, NULL, 0, p->w->window_us, p->ooo};
     int rc;
 
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 || !p->run->loaded)
@@ -240,7 +241,8 @@ void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
     st_buf_adds(member, payload);
     /* trimming and expiry happen once per run, at end_batch; an old late
      * event must not trim what newer windows still need */
-    if (!ctx->late && ev->ts_us > run->max_ts)
+    int ooo = ctx->late || ctx->skewed; /* out of order: see every window */
+    if (!ooo && ev->ts_us > run->max_ts)
         run->max_ts = ev->ts_us;
 
     const char *zadd[] = {"ZADD", run->w_key, ts, member->data};
@@ -253,11 +255,12 @@ void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
         p->ev = ev;
         p->run = run;
         p->late = ctx->late;
+        p->ooo = ooo;
         p->cb = cb;
         p->arg = arg;
         snprintf(from, sizeof(from), "%" PRId64, ev->ts_us - w->window_us);
         snprintf(to, sizeof(to), "%" PRId64,
-                 ctx->late ? ev->ts_us + w->window_us : ev->ts_us);
+                 ooo ? ev->ts_us + w->window_us : ev->ts_us);
         const char *zrange[] = {"ZRANGEBYSCORE", run->w_key, from, to, "WITHSCORES"};
         st_rpipe_cmd(ctx->redis, on_window, p, 5, zrange);
     }
@@ -315,7 +318,7 @@ int st_runwin_each_window(const struct st_runwin_view *v, st_runwin_window_fn fn
     int64_t ts = v->ev->ts_us;
     if (v->n == 0)
         return 0;
-    if (!v->late)
+    if (!v->ooo)
         return fn(arg, v, 0, v->n, ts); /* the reply is exactly that window */
     size_t lo = 0;
     for (size_t e = 0; e < v->n; e++) {

@@ -36,6 +36,7 @@ struct st_runwin_view {
     const struct st_runwin_member *m; /* sorted by time */
     size_t n;
     int64_t window_us;
+    int ooo; /* late or skewed: every window that holds it is evaluated */
 };
 
 /* Called when the window of a fed event arrives. Returns 0, or -1 to fail

@@ -127,6 +127,30 @@ static void end_all(struct st_sink *s, int committed)
         s->staged = 0;
 }
 
+int st_sink_isolate(struct st_sink *s, st_sink_refused_cb cb, void *arg, char *errstr,
+                    size_t errsz)
+{
+    char err[512];
+    int rc = ST_SINK_OK;
+    if ((!s->pg || PQstatus(s->pg) != CONNECTION_OK) &&
+        (rc = sink_connect(s, errstr, errsz)))
+        return rc;
+    if (st_pg_exec(s->pg, "BEGIN", err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not begin a transaction: %s", err);
+        rc = ST_SINK_RETRY;
+    }
+    for (size_t i = 0; i < NPARTS && rc == ST_SINK_OK; i++)
+        if (parts[i]->isolate)
+            rc = parts[i]->isolate(s->state[i], s->pg, cb, arg, errstr, errsz);
+    st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
+    if (PQstatus(s->pg) != CONNECTION_OK) {
+        PQfinish(s->pg);
+        s->pg = NULL;
+        rc = ST_SINK_RETRY;
+    }
+    return rc == ST_SINK_OK ? ST_SINK_OK : ST_SINK_RETRY;
+}
+
 int st_sink_write(struct st_sink *s, const struct st_findings *fs, char *errstr,
                   size_t errsz)
 {

@@ -25,11 +25,18 @@
 
 enum { ST_SINK_OK = 0, ST_SINK_RETRY = -1, ST_SINK_DATA = -2 };
 
-/* One consumed event and where it came from (neither is copied). */
+/* One consumed event and where it came from (neither is copied). skewed:
+ * its time is far from the time the collector produced it (reorder.h). */
 struct st_sink_event {
     const struct st_event *ev;
     const rd_kafka_message_t *msg;
+    int skewed;
 };
+
+/* Reports one staged message that PostgreSQL refuses on its own, with
+ * PostgreSQL's message. */
+typedef void (*st_sink_refused_cb)(void *arg, int32_t partition, int64_t offset,
+                                   const char *error);
 
 /* One output of a batch. Every callback but write may be NULL.
  * @locality: the analyzer's main thread. */
@@ -46,8 +53,15 @@ struct st_sink_part_ops {
     /* A consumed message that will not be stored (not a valid event, or
      * refused by PostgreSQL for its data): it went to the dead-letter
      * topic for `reason`. Parts that account for every offset (evidence)
-     * record it with the next write. */
+     * record it with the next write. A part that staged this message
+     * before (a refused one) forgets what it staged of it. */
     void (*skip)(void *state, const rd_kafka_message_t *msg, const char *reason);
+    /* After a write failed with ST_SINK_DATA, inside a transaction that is
+     * rolled back afterwards: tries each staged message alone (in a
+     * savepoint) and calls cb for each PostgreSQL refuses for its data.
+     * Returns ST_SINK_OK or ST_SINK_RETRY with errstr set. */
+    int (*isolate)(void *state, PGconn *pg, st_sink_refused_cb cb, void *arg,
+                   char *errstr, size_t errsz);
     /* Writes the part's rows inside the open transaction. Returns ST_SINK_OK
      * or an error class with errstr set. */
     int (*write)(void *state, PGconn *pg, const struct st_findings *fs, char *errstr,
@@ -77,6 +91,14 @@ void st_sink_skip(struct st_sink *s, const rd_kafka_message_t *msg, const char *
  * reopened on the next call if it was lost). */
 int st_sink_write(struct st_sink *s, const struct st_findings *fs, char *errstr,
                   size_t errsz);
+
+/* After st_sink_write returned ST_SINK_DATA: finds the staged messages
+ * that PostgreSQL refuses on their own (see isolate) and reports each to cb;
+ * the caller dead-letters them and calls st_sink_skip for each, then writes
+ * again. Writes nothing. Returns ST_SINK_OK (cb may not have been called: the
+ * refusal then lies in no single event) or ST_SINK_RETRY with errstr. */
+int st_sink_isolate(struct st_sink *s, st_sink_refused_cb cb, void *arg, char *errstr,
+                    size_t errsz);
 
 /* The class of a failed result: ST_SINK_DATA for data exceptions (22),
  * integrity violations (23) and program limits (54), else ST_SINK_RETRY. */

@@ -213,6 +213,10 @@ static int event_validate(struct st_event *ev, struct st_reject *rej)
     if (st_time_parse_rfc3339(s, strlen(s), &ev->ts_us))
         return reject(rej, ST_REASON_TIMESTAMP,
                       "field \"ts\" is not an RFC 3339 date-time");
+    if (ev->ts_us < ST_EVENT_TS_MIN_US || ev->ts_us > ST_EVENT_TS_MAX_US)
+        return reject(rej, ST_REASON_TIMESTAMP,
+                      "field \"ts\" is outside 1970-01-01T00:00:00Z .. "
+                      "9999-12-31T23:59:59.999999Z");
 
     const cJSON *src = st_json_get(doc, "source");
     if (!src)

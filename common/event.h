@@ -14,6 +14,13 @@
 #define ST_EVENT_SCHEMA "sandtrail.event.v1"
 #define ST_EVENT_ID_MAX 128
 
+/* The event times accepted: from 1970-01-01T00:00:00Z up to
+ * 9999-12-31T23:59:59.999999Z. Inside PostgreSQL's timestamptz range, and
+ * every time in it formats with a four-digit year; nothing a sandbox, proxy
+ * or broker logs happened before the epoch. */
+#define ST_EVENT_TS_MIN_US INT64_C(0)
+#define ST_EVENT_TS_MAX_US INT64_C(253402300799999999)
+
 enum st_source_kind { ST_SOURCE_SANDBOX, ST_SOURCE_PROXY, ST_SOURCE_BROKER };
 
 enum st_decision { ST_DECISION_ALLOW, ST_DECISION_DENY, ST_DECISION_ERROR };

@@ -183,6 +183,7 @@ struct jp {
     const unsigned char *err; /* where parsing failed */
     int depth;                /* containers open */
     const char *dup;          /* the first key found twice in an object */
+    const unsigned char *big; /* the first number out of range */
 };
 
 static cJSON *jp_node(int type)
@@ -362,22 +363,26 @@ static cJSON *jp_number(struct jp *j)
     } else {
         return jp_fail(j, p);
     }
+    int64_t frac = 0, exp = 0, expsign = 1;
     if (p < j->end && *p == '.') {
         simple = 0;
         if (++p >= j->end || *p < '0' || *p > '9')
             return jp_fail(j, p);
         while (p < j->end && *p >= '0' && *p <= '9')
-            p++;
+            p++, frac++;
     }
     if (p < j->end && (*p == 'e' || *p == 'E')) {
         simple = 0;
         p++;
         if (p < j->end && (*p == '+' || *p == '-'))
-            p++;
+            expsign = *p++ == '-' ? -1 : 1;
         if (p >= j->end || *p < '0' || *p > '9')
             return jp_fail(j, p);
-        while (p < j->end && *p >= '0' && *p <= '9')
+        while (p < j->end && *p >= '0' && *p <= '9') {
+            if (exp < 1000000) /* saturates: far beyond any limit below */
+                exp = exp * 10 + (*p - '0');
             p++;
+        }
     }
     size_t n = (size_t)(p - s);
     double v;
@@ -396,6 +401,10 @@ static cJSON *jp_number(struct jp *j)
         if (buf != small)
             free(buf);
     }
+    /* PostgreSQL's numeric holds 131072 digits before the point, far more
+     * than a double; after the point it holds ST_JSON_MAX_SCALE */
+    if (!j->big && (!isfinite(v) || frac - expsign * exp > ST_JSON_MAX_SCALE))
+        j->big = s;
     cJSON *c = jp_node(cJSON_Number);
     c->valuedouble = v;
     c->valueint = v >= INT_MAX ? INT_MAX : v <= (double)INT_MIN ? INT_MIN : (int)v;
@@ -526,7 +535,8 @@ static cJSON *jp_value(struct jp *j)
 
 cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
 {
-    struct jp j = {(const unsigned char *)buf, (const unsigned char *)buf + len, NULL, 0, NULL};
+    struct jp j = {(const unsigned char *)buf, (const unsigned char *)buf + len, NULL, 0, NULL,
+                   NULL};
     cJSON *doc;
 
     /* The parser refuses everything json_prescan would (a NUL, invalid
@@ -562,6 +572,15 @@ cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
         char *q = st_utf8_sanitize(dup, strlen(dup), 64);
         snprintf(rej->msg, sizeof(rej->msg), "duplicate key \"%s\"", q);
         free(q);
+        cJSON_Delete(doc);
+        return NULL;
+    }
+    if (j.big) {
+        rej->code = ST_REASON_NUMBER;
+        snprintf(rej->msg, sizeof(rej->msg),
+                 "number at offset %zu is out of range (a finite double with at most "
+                 "%d digits after the point)",
+                 (size_t)(j.big - (const unsigned char *)buf), ST_JSON_MAX_SCALE);
         cJSON_Delete(doc);
         return NULL;
     }

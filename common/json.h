@@ -29,6 +29,7 @@
 #define ST_REASON_SCHEMA "unknown_schema"
 #define ST_REASON_EVENT_TYPE "unknown_type"
 #define ST_REASON_TIMESTAMP "invalid_timestamp"
+#define ST_REASON_NUMBER "number_out_of_range"
 
 /* Why a document was refused: code is one of ST_REASON_*, msg says where. */
 struct st_reject {
@@ -38,9 +39,15 @@ struct st_reject {
 
 #define ST_JSON_MAX_DEPTH 64
 
+/* The largest display scale (digits after the decimal point) of a number
+ * PostgreSQL's numeric, and so jsonb, can hold. */
+#define ST_JSON_MAX_SCALE 16383
+
 /* Parses buf[0..len) as one JSON document after checking that it is valid
  * UTF-8 without NUL bytes, nested at most ST_JSON_MAX_DEPTH deep, and has no
- * duplicate key in any object. Returns the document (caller frees with
+ * duplicate key in any object. A number must be a finite double and need at
+ * most ST_JSON_MAX_SCALE digits after the point (ST_REASON_NUMBER), so that
+ * PostgreSQL can store every accepted document as jsonb. Returns the document (caller frees with
  * cJSON_Delete) or NULL with *rej filled. */
 cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej);
 

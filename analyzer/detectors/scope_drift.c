@@ -17,9 +17,15 @@
  * Allowlist drift, visible only in aggregate: a destination allowed by
  * detect.scope_drift.allowlist_platforms or more distinct source.platform
  * values while another platform denies it (medium; task_id and run_id are
- * "*": the finding belongs to no single run). Its evidence is the requests
- * seen while the drift held; across partitions their order, and so that
- * list, may vary between runs, while the finding itself does not.
+ * "*": the finding belongs to no single run). Per destination a hash in
+ * Redis maps "allow:<platform>" / "deny:<platform>" to the first request
+ * that reported it (HSETNX, so a retry finds its own request there again).
+ * The finding's evidence is those first requests: at most two per
+ * platform, however many requests follow, and only a request that is one
+ * of them updates the finding, so later traffic to the host neither grows
+ * the evidence nor makes the sink re-aggregate it. Across partitions which
+ * request came first, and so that list, may vary between runs; its size
+ * and the finding itself do not.
  *
  * token_write reads the credential fingerprints this detector records:
  *   <prefix>credfp:<fingerprint> -> credential_id */
@@ -211,32 +217,52 @@ static int on_destination(const redisReply *r, void *arg)
     struct pending *p = arg;
     struct sd_state *st = p->st;
     size_t allow = 0, deny_other = 0;
-    char key[300], summary[256];
+    char key[300], summary[256], self[600];
 
-    if (r->type != REDIS_REPLY_ARRAY)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2)
         return -1;
-    for (size_t i = 0; i < r->elements; i++)
-        if (r->element[i]->str && !strncmp(r->element[i]->str, "allow:", 6))
+    snprintf(self, sizeof(self), "%s\x1f%s", p->ev->source_name, p->ev->event_id);
+    int first = 0; /* this request is the first of its decision and platform */
+    for (size_t i = 0; i < r->elements; i += 2) {
+        const char *f = r->element[i]->str, *v = r->element[i + 1]->str;
+        if (!f)
+            continue;
+        if (v && !strcmp(v, self))
+            first = 1;
+        if (!strncmp(f, "allow:", 6)) {
             allow++;
-    for (size_t i = 0; i < r->elements; i++) {
-        const char *f = r->element[i]->str;
-        if (!f || strncmp(f, "deny:", 5) != 0)
+            continue;
+        }
+        if (strncmp(f, "deny:", 5) != 0)
             continue;
         int also_allows = 0;
-        for (size_t j = 0; j < r->elements; j++)
+        for (size_t j = 0; j < r->elements; j += 2)
             if (r->element[j]->str && !strncmp(r->element[j]->str, "allow:", 6) &&
                 !strcmp(r->element[j]->str + 6, f + 5))
                 also_allows = 1;
         deny_other += !also_allows;
     }
-    if ((int64_t)allow < st->conf->scope_platforms || deny_other == 0)
+    if (!first || (int64_t)allow < st->conf->scope_platforms || deny_other == 0)
         return 0;
     const char *host = st_event_target(p->ev);
     snprintf(key, sizeof(key), "allowlist:%.256s", host);
     snprintf(summary, sizeof(summary),
              "destination \"%.64s\" allowed by %zu platform(s) and denied by %zu other(s)",
              host, allow, deny_other);
-    finding(st, p, "*", "*", key, ST_SEV_MEDIUM, summary);
+    char id[33];
+    st_finding_id(id, NAME, "*", "*", key);
+    struct st_finding *f = st_findings_update(st->findings, id, NAME, VERSION,
+                                              ST_SEV_MEDIUM, "*", "*", p->ev->ts_us,
+                                              p->ev->ts_us, summary);
+    st_finding_add_event(f, p->ev->source_name, p->ev->event_id, p->late);
+    for (size_t i = 1; i < r->elements; i += 2) {
+        const char *v = r->element[i]->str, *sep = v ? strchr(v, '\x1f') : NULL;
+        if (!sep || !strcmp(v, self))
+            continue;
+        char *source = st_strndup(v, (size_t)(sep - v));
+        st_finding_add_event(f, source, sep + 1, 0);
+        free(source);
+    }
     return 0;
 }
 
@@ -330,16 +356,17 @@ static void sd_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     if (ev->type == ST_TYPE_REQUEST && ev->source_platform &&
         ev->decision != ST_DECISION_ERROR && st_event_target(ev)[0]) {
         char *dkey = st_detect_key(st->conf, NAME, "dest", st_event_target(ev), "");
-        char field[300], ttl[24];
+        char field[300], ttl[24], member[600];
         snprintf(field, sizeof(field), "%s:%.256s",
                  ev->decision == ST_DECISION_DENY ? "deny" : "allow", ev->source_platform);
+        snprintf(member, sizeof(member), "%s\x1f%s", ev->source_name, ev->event_id);
         snprintf(ttl, sizeof(ttl), "%" PRId64, st->conf->state_ttl_s);
         /* plain commands: pipelined, cheaper than a script per request */
-        const char *hset[] = {"HSET", dkey, field, "1"};
-        const char *hkeys[] = {"HKEYS", dkey};
+        const char *hset[] = {"HSETNX", dkey, field, member};
+        const char *hgetall[] = {"HGETALL", dkey};
         const char *expire[] = {"EXPIRE", dkey, ttl};
         st_rpipe_cmd(ctx->redis, NULL, NULL, 4, hset);
-        st_rpipe_cmd(ctx->redis, on_destination, pend_new(st, ctx, ev), 2, hkeys);
+        st_rpipe_cmd(ctx->redis, on_destination, pend_new(st, ctx, ev), 2, hgetall);
         st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
         free(dkey);
     }

@@ -14,7 +14,12 @@
  * event's): one pipelined step, a constant cost however large the window,
  * and only two numbers cross the network. A finding covers one budget
  * window, keyed by the window-length slot of event time in which the budget
- * was exceeded; its evidence is every request made over the budget. */
+ * was exceeded; its evidence is every request made over the budget.
+ *
+ * Like runwin's windows, a run's state is trimmed to 2 x window +
+ * detect.lateness_s of event time behind the newest on-time request (a late
+ * or skewed one trims nothing): requests below that and byte buckets of
+ * older minutes are removed by the same script. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +34,8 @@
 
 /* KEYS: the run's request set, the run's bytes per minute.
  * ARGV: ts, member, window start, minute, bytes, ttl, the window's ten
- * minutes.
+ * minutes, then the oldest time and the oldest minute to keep ("" for
+ * both: trim nothing).
  * A request counts once however often it is added (ZADD says whether it
  * was new); bytes are summed per minute of event time, so the byte budget
  * is measured over the window's whole minutes. */
@@ -43,6 +49,13 @@ static const char *script =
     "local b = redis.call('HMGET', KEYS[2], unpack(ARGV, 7, 16)) "
     "local bytes = 0 "
     "for i = 1, #b do bytes = bytes + (tonumber(b[i]) or 0) end "
+    "if ARGV[17] ~= '' then "
+    "  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[17]) "
+    "  local keep = tonumber(ARGV[18]) "
+    "  for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do "
+    "    if tonumber(f) < keep then redis.call('HDEL', KEYS[2], f) end "
+    "  end "
+    "end "
     "return {n, tostring(bytes)}";
 
 struct pending {
@@ -151,7 +164,8 @@ static void va_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     int64_t minute = ev->ts_us / minute_us;
     char *key = st_detect_key(conf, NAME, "w", ev->task_id, ev->run_id);
     char *bkey = st_detect_key(conf, NAME, "b", ev->task_id, ev->run_id);
-    char ts[24], from[24], min[24], nbytes[24], ttl[24], mins[10][24];
+    char ts[24], from[24], min[24], nbytes[24], ttl[24], mins[10][24], oldest[24] = "",
+         oldest_min[24] = "";
     struct st_buf member;
     st_buf_init(&member);
     st_buf_printf(&member, "%s\x1f%s", ev->source_name, ev->event_id);
@@ -160,12 +174,20 @@ static void va_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     snprintf(min, sizeof(min), "%" PRId64, minute);
     snprintf(nbytes, sizeof(nbytes), "%" PRId64, bytes < 0 ? 0 : bytes);
     snprintf(ttl, sizeof(ttl), "%" PRId64, conf->state_ttl_s);
-    const char *argv[18] = {key, bkey, ts, member.data, from, min, nbytes, ttl};
+    if (!ctx->late && !ctx->skewed) {
+        int64_t keep_us = 2 * window_us + conf->lateness_s * 1000000;
+        snprintf(oldest, sizeof(oldest), "%" PRId64, ev->ts_us - keep_us);
+        snprintf(oldest_min, sizeof(oldest_min), "%" PRId64,
+                 (ev->ts_us - keep_us) / minute_us - 1);
+    }
+    const char *argv[20] = {key, bkey, ts, member.data, from, min, nbytes, ttl};
     for (int i = 0; i < 10; i++) {
         snprintf(mins[i], sizeof(mins[i]), "%" PRId64, minute - i);
         argv[8 + i] = mins[i];
     }
-    st_rpipe_script(ctx->redis, on_window, p, script, 2, 18, argv);
+    argv[18] = oldest;
+    argv[19] = oldest_min;
+    st_rpipe_script(ctx->redis, on_window, p, script, 2, 20, argv);
     st_buf_fini(&member);
     free(key);
     free(bkey);

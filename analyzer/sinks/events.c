@@ -10,9 +10,19 @@
 #include "sinks/events.h"
 #include "timeutil.h"
 
-/* The batch's rows in COPY text format. Owned here, reset on commit. */
+/* Where one staged row lies in the COPY text. */
+struct row {
+    int32_t partition;
+    int64_t offset;
+    size_t start, len;
+};
+
+/* The batch's rows in COPY text format, and where each lies. Owned here,
+ * reset on commit. */
 struct events_part {
     struct st_buf copy;
+    struct row *rows;
+    size_t nrows, caprows;
 };
 
 static const char *sql_stage =
@@ -22,7 +32,7 @@ static const char *sql_stage =
 #define EVENT_COLS                                                              \
     "source_name, event_id, source_kind, source_platform, ts, task_id, run_id, " \
     "trace_id, type, decision, reason, target, body, kafka_topic, "             \
-    "kafka_partition, kafka_offset"
+    "kafka_partition, kafka_offset, received_at, skewed"
 
 static const char *sql_copy = "COPY events_stage (" EVENT_COLS ") FROM STDIN";
 static const char *sql_copy_direct = "COPY events (" EVENT_COLS ") FROM STDIN";
@@ -79,7 +89,12 @@ static void copy_row(struct st_buf *b, const struct st_sink_event *se)
     snprintf(num, sizeof(num), "%" PRId32, m->partition);
     copy_str(b, num);
     snprintf(num, sizeof(num), "%" PRId64, m->offset);
-    copy_field(b, num, strlen(num), 1);
+    copy_str(b, num);
+    int64_t recv_ms = rd_kafka_message_timestamp(m, NULL);
+    if (recv_ms >= 0)
+        st_time_format(recv_ms * 1000, ts, sizeof(ts));
+    copy_str(b, recv_ms >= 0 ? ts : NULL);
+    copy_field(b, se->skewed ? "t" : "f", 1, 1);
 }
 
 static void *events_create(const struct st_analyzer_conf *conf, char *errstr,
@@ -94,6 +109,7 @@ static void events_destroy(void *state)
     if (!p)
         return;
     st_buf_fini(&p->copy);
+    free(p->rows);
     free(p);
 }
 
@@ -110,24 +126,55 @@ static int events_prepare(void *state, PGconn *pg, char *errstr, size_t errsz)
 static void events_stage(void *state, const struct st_sink_event *se)
 {
     struct events_part *p = state;
+    if (p->nrows == p->caprows) {
+        p->caprows = p->caprows ? p->caprows * 2 : 256;
+        p->rows = st_realloc(p->rows, p->caprows * sizeof(*p->rows));
+    }
+    struct row *r = &p->rows[p->nrows++];
+    r->partition = se->msg->partition;
+    r->offset = se->msg->offset;
+    r->start = p->copy.len;
     copy_row(&p->copy, se);
+    r->len = p->copy.len - r->start;
+}
+
+/* A refused message: its staged row, if any, leaves the batch. */
+static void events_skip(void *state, const rd_kafka_message_t *msg, const char *reason)
+{
+    struct events_part *p = state;
+    for (size_t i = 0; i < p->nrows; i++) {
+        struct row *r = &p->rows[i];
+        if (r->partition != msg->partition || r->offset != msg->offset)
+            continue;
+        size_t start = r->start, len = r->len;
+        memmove(p->copy.data + start, p->copy.data + start + len,
+                p->copy.len - start - len);
+        p->copy.len -= len;
+        memmove(r, r + 1, (p->nrows - i - 1) * sizeof(*r));
+        p->nrows--;
+        for (size_t k = i; k < p->nrows; k++)
+            p->rows[k].start -= len;
+        return;
+    }
 }
 
 static void events_end(void *state, int committed)
 {
     struct events_part *p = state;
-    if (committed)
+    if (committed) {
         st_buf_reset(&p->copy);
+        p->nrows = 0;
+    }
 }
 
-static int copy_rows(struct events_part *p, PGconn *pg, const char *sql, char *errstr,
-                     size_t errsz)
+static int copy_rows(const char *data, size_t len, PGconn *pg, const char *sql,
+                     char *errstr, size_t errsz)
 {
     PGresult *res = PQexec(pg, sql);
     if (PQresultStatus(res) != PGRES_COPY_IN)
         return st_sink_result(res, "could not start COPY of events", errstr, errsz);
     PQclear(res);
-    if (PQputCopyData(pg, p->copy.data, (int)p->copy.len) != 1 ||
+    if (PQputCopyData(pg, data, (int)len) != 1 ||
         PQputCopyEnd(pg, NULL) != 1) {
         snprintf(errstr, errsz, "COPY of events failed: %s", PQerrorMessage(pg));
         return ST_SINK_RETRY;
@@ -157,16 +204,49 @@ static int events_write(void *state, PGconn *pg, const struct st_findings *fs,
         snprintf(errstr, errsz, "could not set a savepoint: %s", err);
         return ST_SINK_RETRY;
     }
-    int rc = copy_rows(p, pg, sql_copy_direct, errstr, errsz);
+    int rc = copy_rows(p->copy.data, p->copy.len, pg, sql_copy_direct, errstr, errsz);
     if (rc <= 0)
         return rc;
     if (st_pg_exec(pg, "ROLLBACK TO SAVEPOINT copy_direct", err, sizeof(err))) {
         snprintf(errstr, errsz, "could not roll back to the savepoint: %s", err);
         return ST_SINK_RETRY;
     }
-    if ((rc = copy_rows(p, pg, sql_copy, errstr, errsz)))
+    if ((rc = copy_rows(p->copy.data, p->copy.len, pg, sql_copy, errstr, errsz)))
         return rc < 0 ? rc : ST_SINK_DATA;
     return st_sink_result(PQexec(pg, sql_move), "could not insert events", errstr, errsz);
+}
+
+/* Each row alone, through the staging table as a replay would go, in a
+ * savepoint rolled back whatever happened. A batch is refused rarely, so
+ * four round trips per row are fine. */
+static int events_isolate(void *state, PGconn *pg, st_sink_refused_cb cb, void *arg,
+                          char *errstr, size_t errsz)
+{
+    struct events_part *p = state;
+    char err[512], why[1024];
+    for (size_t i = 0; i < p->nrows; i++) {
+        const struct row *r = &p->rows[i];
+        if (st_pg_exec(pg, "SAVEPOINT probe", err, sizeof(err))) {
+            snprintf(errstr, errsz, "could not set a savepoint: %s", err);
+            return ST_SINK_RETRY;
+        }
+        int rc = copy_rows(p->copy.data + r->start, r->len, pg, sql_copy, why,
+                           sizeof(why));
+        if (rc == 0)
+            rc = st_sink_result(PQexec(pg, sql_move), "could not insert events", why,
+                                sizeof(why));
+        if (rc == ST_SINK_RETRY) {
+            snprintf(errstr, errsz, "%s", why);
+            return rc;
+        }
+        if (rc)
+            cb(arg, r->partition, r->offset, why);
+        if (st_pg_exec(pg, "ROLLBACK TO SAVEPOINT probe", err, sizeof(err))) {
+            snprintf(errstr, errsz, "could not roll back to the savepoint: %s", err);
+            return ST_SINK_RETRY;
+        }
+    }
+    return ST_SINK_OK;
 }
 
 const struct st_sink_part_ops st_sink_events = {
@@ -175,6 +255,8 @@ const struct st_sink_part_ops st_sink_events = {
     .destroy = events_destroy,
     .prepare = events_prepare,
     .stage = events_stage,
+    .skip = events_skip,
     .write = events_write,
+    .isolate = events_isolate,
     .end = events_end,
 };

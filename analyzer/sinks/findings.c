@@ -41,11 +41,13 @@ static const char *sql_finding_events =
  * the same however often and in whatever batches the events were seen */
 static const char *sql_finding_refresh =
     "UPDATE findings f SET event_count = s.n, late_event_count = s.late,"
+    " skewed_event_count = s.skewed,"
     " first_seen = LEAST(f.first_seen, s.first),"
     " last_seen = GREATEST(f.last_seen, s.last),"
     " evidence = jsonb_build_object('event_ids', s.ids, 'trace_ids', s.traces,"
     "   'targets', s.targets)"
     " FROM (SELECT count(*)::int AS n, (count(*) FILTER (WHERE fe.late))::int AS late,"
+    "   (count(*) FILTER (WHERE e.skewed))::int AS skewed,"
     "   min(e.ts) AS first, max(e.ts) AS last,"
     "   jsonb_agg(fe.event_id ORDER BY e.ts, fe.event_id) AS ids,"
     "   coalesce(jsonb_agg(DISTINCT e.trace_id) FILTER (WHERE e.trace_id IS NOT NULL),"

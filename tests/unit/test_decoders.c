@@ -455,7 +455,12 @@ START_TEST(decoder_squid_rejects_what_is_not_a_json_object)
     ck_assert_str_eq(reject_code("squid", "{\"url\":\"http://a/\"}"), ST_REASON_MISSING);
     ck_assert_str_eq(reject_code("squid", "{\"ts\":\"now\",\"url\":\"http://a/\"}"),
                      ST_REASON_TYPE);
+    /* not a finite double: refused by the parser, before the decoder */
     ck_assert_str_eq(reject_code("squid", "{\"ts\":1e400,\"url\":\"http://a/\"}"),
+                     ST_REASON_NUMBER);
+    ck_assert_str_eq(reject_code("squid", "{\"ts\":1e300,\"url\":\"http://a/\"}"),
+                     ST_REASON_TIMESTAMP);
+    ck_assert_str_eq(reject_code("squid", "{\"ts\":253402300800,\"url\":\"http://a/\"}"),
                      ST_REASON_TIMESTAMP);
     ck_assert_str_eq(reject_code("squid", "{\"ts\":-5,\"url\":\"http://a/\"}"),
                      ST_REASON_TIMESTAMP);

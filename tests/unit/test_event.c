@@ -184,6 +184,28 @@ START_TEST(event_rejects_nul_bytes)
 }
 END_TEST
 
+/* The bounds of what PostgreSQL stores are inclusive: the edge values pass. */
+START_TEST(event_accepts_the_edges_of_the_store)
+{
+    const char *tail = "\"source\":{\"kind\":\"proxy\",\"name\":\"p\"},\"task_id\":\"T\","
+                       "\"run_id\":\"R\",\"type\":\"request\",\"attrs\":{\"host\":\"h\"}}";
+    char line[512];
+    snprintf(line, sizeof(line),
+             "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"e\",\"ts\":\"%s\",%s",
+             "1970-01-01T00:00:00Z", tail);
+    ck_assert_str_eq(parse_str(line), "ok");
+    snprintf(line, sizeof(line),
+             "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"e\",\"ts\":\"%s\",%s",
+             "9999-12-31T23:59:59.999999Z", tail);
+    ck_assert_str_eq(parse_str(line), "ok");
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":1.7e308}"), "ok");
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":-1.7e308}"), "ok");
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":1.5e-16382}"), "ok");
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":-1e131073}"), ST_REASON_NUMBER);
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":[1e99999999999]}"), ST_REASON_NUMBER);
+}
+END_TEST
+
 START_TEST(event_rejects_deep_nesting)
 {
     /* 10,000 levels: rejected by the pre-scan before any recursion */
@@ -254,6 +276,7 @@ int main(void)
     tcase_add_test(tc, event_rejects_malformed_json);
     tcase_add_test(tc, event_rejects_invalid_utf8);
     tcase_add_test(tc, event_rejects_nul_bytes);
+    tcase_add_test(tc, event_accepts_the_edges_of_the_store);
     tcase_add_test(tc, event_rejects_deep_nesting);
     tcase_add_test(tc, event_rejects_duplicate_keys);
     tcase_add_test(tc, event_rejects_empty_and_non_object);
