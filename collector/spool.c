@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -24,6 +25,7 @@
 #include "buf.h"
 #include "log.h"
 #include "spool.h"
+#include "timeutil.h"
 
 #define MAGIC 0x31535453u /* "STS1" */
 
@@ -40,6 +42,10 @@ struct segment {
 struct st_spool {
     char *dir;
     int64_t max_bytes, total;
+    int64_t nospace_ms; /* when the disk last said it was full, or 0 */
+    int64_t min_free;   /* spool.min_free_bytes */
+    int64_t statfs_ms;  /* when the free space was last asked */
+    int low_space;      /* it was under min_free then */
     int64_t next_id;
     struct segment *segs; /* oldest first */
     struct segment *cur;  /* the open one, or NULL */
@@ -79,12 +85,13 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, char *errstr,
-                               size_t errsz)
+struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, int64_t min_free,
+                               char *errstr, size_t errsz)
 {
     struct st_spool *s = st_calloc(1, sizeof(*s));
     s->dir = st_strdup(dir);
     s->max_bytes = max_bytes;
+    s->min_free = min_free;
     s->next_id = 1;
     s->fd = -1;
     s->lock_fd = -1;
@@ -174,6 +181,28 @@ static uint32_t get32(const unsigned char *p)
            (uint32_t)p[3] << 24;
 }
 
+/* The disk is full: what was written of the record is taken back, so that
+ * the segment stays a sequence of whole records. */
+static int64_t no_space(struct st_spool *s, const char *what)
+{
+    if (!s->nospace_ms)
+        st_warn("spool \"%s\": %s: %s; pushing back until there is room", s->dir, what,
+                strerror(errno));
+    s->nospace_ms = st_time_mono_ms();
+    if (s->fd >= 0 && s->cur) {
+        if (ftruncate(s->fd, (off_t)s->cur->bytes) < 0 ||
+            lseek(s->fd, (off_t)s->cur->bytes, SEEK_SET) < 0)
+            st_warn("spool \"%s\": could not take back a partial record: %s", s->dir,
+                    strerror(errno));
+    }
+    return -2;
+}
+
+static int out_of_space(int err)
+{
+    return err == ENOSPC || err == EDQUOT;
+}
+
 int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const char *key,
                         size_t keylen, const char *value, size_t len)
 {
@@ -183,6 +212,8 @@ int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const ch
         seg_path(s, s->cur->id, path, sizeof(path));
         s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (s->fd < 0) {
+            if (out_of_space(errno))
+                return no_space(s, "could not create a segment");
             st_error("could not create spool segment \"%s\": %s", path, strerror(errno));
             return -1;
         }
@@ -209,12 +240,17 @@ int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const ch
         ssize_t w = write(s->fd, s->rec.data + off, s->rec.len - off);
         if (w < 0 && errno == EINTR)
             continue;
+        if (w < 0 && out_of_space(errno))
+            return no_space(s, "the disk is full");
         if (w <= 0) {
             st_error("could not write to the spool: %s", strerror(errno));
             return -1;
         }
         off += (size_t)w;
     }
+    if (s->nospace_ms)
+        st_info("spool \"%s\": room on the disk again", s->dir);
+    s->nospace_ms = 0;
     s->cur->bytes += (int64_t)s->rec.len;
     s->cur->records++;
     s->total += (int64_t)s->rec.len;
@@ -309,6 +345,7 @@ void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg)
             seg_path(s, g->id, path, sizeof(path));
             unlink(path);
             s->total -= g->bytes;
+            s->nospace_ms = 0; /* room again, perhaps: the next append says */
             *pp = g->next;
             free(g);
             continue;
@@ -319,9 +356,28 @@ void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg)
     }
 }
 
-int st_spool_full(const struct st_spool *s)
+int st_spool_full(struct st_spool *s)
 {
-    return s->total >= s->max_bytes;
+    int64_t now = st_time_mono_ms();
+    /* the free space is asked at most ten times a second: --input asks
+     * for every line */
+    if (s->min_free > 0 && now - s->statfs_ms >= 100) {
+        struct statvfs vfs;
+        s->statfs_ms = now;
+        if (statvfs(s->dir, &vfs) == 0) {
+            int low = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize < s->min_free;
+            if (low && !s->low_space)
+                st_warn("spool \"%s\": less than spool.min_free_bytes free on its disk: "
+                        "pushing back", s->dir);
+            else if (!low && s->low_space)
+                st_info("spool \"%s\": room on its disk again", s->dir);
+            s->low_space = low;
+        }
+    }
+    /* a full disk is asked again after a second: another program may have
+     * made room */
+    return s->total >= s->max_bytes || s->low_space ||
+           (s->nospace_ms && now - s->nospace_ms < 1000);
 }
 
 int64_t st_spool_bytes(const struct st_spool *s)
@@ -335,4 +391,106 @@ int64_t st_spool_segments(const struct st_spool *s)
     for (const struct segment *g = s->segs; g; g = g->next)
         n++;
     return n;
+}
+
+/* Bytes of segments in dir (0 when it has none or cannot be read). */
+static int64_t segment_bytes(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int64_t bytes = 0;
+    struct dirent *de;
+    if (!d)
+        return 0;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        char path[4096];
+        struct stat st;
+        if (len < 5 || strcmp(de->d_name + len - 4, ".seg"))
+            continue;
+        snprintf(path, sizeof(path), "%.3800s/%.255s", dir, de->d_name);
+        /* an empty segment still says the folder was left with a spool */
+        if (stat(path, &st) == 0)
+            bytes += st.st_size ? st.st_size : 1;
+    }
+    closedir(d);
+    return bytes;
+}
+
+static void mkdir_parents(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(tmp, 0700);
+            *p = '/';
+        }
+}
+
+int64_t st_spool_registry(const char *registry, const char *input, const char *dir)
+{
+    int64_t stranded = 0;
+    struct st_buf keep;
+    char line[8192], tmp[4200];
+    char def[4096];
+
+    if (!registry) {
+        const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+        if (state && *state)
+            snprintf(def, sizeof(def), "%s/sandtrail/collector-spools", state);
+        else if (home && *home)
+            snprintf(def, sizeof(def), "%s/.local/state/sandtrail/collector-spools", home);
+        else
+            return 0;
+        registry = def;
+    }
+    if (!*registry)
+        return 0;
+    st_buf_init(&keep);
+    FILE *f = fopen(registry, "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        char *tab = strchr(line, '\t'), *nl = strchr(line, '\n');
+        if (!tab || !nl)
+            continue;
+        *tab = *nl = '\0';
+        const char *old = line, *who = tab + 1;
+        if (strcmp(who, input) != 0) {
+            st_buf_adds(&keep, old), st_buf_addc(&keep, '\t'), st_buf_adds(&keep, who),
+                st_buf_addc(&keep, '\n');
+            continue;
+        }
+        if (dir && strcmp(old, dir) == 0)
+            continue; /* recorded again below */
+        int64_t bytes = segment_bytes(old);
+        if (!bytes)
+            continue; /* nothing left there: forgotten */
+        stranded += bytes;
+        st_error("spool \"%s\" of an earlier run of this input (%s) still holds %" PRId64
+                 " bytes not acknowledged by Kafka, and %s: set spool.dir=%s to deliver "
+                 "them, or remove the folder to discard them",
+                 old, input, bytes,
+                 dir ? "spool.dir now names another folder" : "spool.dir is now unset",
+                 old);
+        /* kept in the registry: warned at every start until dealt with */
+        st_buf_adds(&keep, old), st_buf_addc(&keep, '\t'), st_buf_adds(&keep, input),
+            st_buf_addc(&keep, '\n');
+    }
+    if (f)
+        fclose(f);
+    if (dir) {
+        st_buf_adds(&keep, dir), st_buf_addc(&keep, '\t'), st_buf_adds(&keep, input),
+            st_buf_addc(&keep, '\n');
+    }
+    /* rewritten whole and renamed into place: never half a registry */
+    mkdir_parents(registry);
+    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", registry, (int)getpid());
+    FILE *o = fopen(tmp, "w");
+    if (!o || fwrite(keep.data ? keep.data : "", 1, keep.len, o) != keep.len ||
+        fclose(o) != 0 || rename(tmp, registry) != 0) {
+        st_warn("could not record the spool in \"%s\": %s", registry, strerror(errno));
+        unlink(tmp);
+    }
+    st_buf_fini(&keep);
+    return stranded;
 }

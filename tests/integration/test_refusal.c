@@ -1,0 +1,221 @@
+/* test_refusal.c: an event Kafka cannot take is one message's problem, not
+ * the collector's (issue 12, item 3). A valid event of 1,000,001 to
+ * 1,048,576 bytes -- under input.max_line_bytes, over what Kafka takes -- is
+ * dead-lettered with its reason; --input reads on and exits 1; a spool
+ * holding a record Kafka refuses dead-letters it and produces the records
+ * after it, once each. Against the real Kafka. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "world.h"
+
+static char dir[128];
+
+/* One valid event; pad > 0 adds an attribute of pad bytes of letters that
+ * do not compress (a broker limit applies to the compressed batch). */
+static void write_event(FILE *f, const char *id, size_t pad)
+{
+    fprintf(f,
+            "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"%s\","
+            "\"ts\":\"2026-11-29T16:00:00Z\",\"source\":{\"kind\":\"sandbox\","
+            "\"name\":\"sbx\"},\"task_id\":\"T-RF\",\"run_id\":\"run-rf\","
+            "\"type\":\"exec\",\"attrs\":{\"command\":\"make\"",
+            id);
+    if (pad) {
+        unsigned x = 12345;
+        fputs(",\"blob\":\"", f);
+        for (size_t i = 0; i < pad; i++) {
+            x = x * 1103515245u + 12345u;
+            fputc(i % 8 == 7 ? ' ' : 'a' + (int)((x >> 16) % 26), f);
+        }
+        fputc('"', f);
+    }
+    fputs("}}\n", f);
+}
+
+/* Events <tag>-0 .. <tag>-(n-1); the one at index big has pad bytes. */
+static void write_input(const char *path, const char *tag, int n, int big, size_t pad)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < n; i++) {
+        char id[64];
+        snprintf(id, sizeof(id), "%s-%04d", tag, i);
+        write_event(f, id, i == big ? pad : 0);
+    }
+    fclose(f);
+}
+
+static int occurrences(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+static void setup_dir(void)
+{
+    char cmd[300];
+    snprintf(dir, sizeof(dir), "/tmp/st_refusal_%d", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s", dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void cleanup_dir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Default settings: the event is over kafka.message_max_bytes (1,000,000,
+ * librdkafka's own default) and under input.max_line_bytes (1,048,576). */
+START_TEST(refusal_oversized_event_is_dead_lettered_and_input_reads_on)
+{
+    struct world w;
+    char in[200], id[32];
+    int n;
+    setup_dir();
+    world_init(&w, "refusal");
+    snprintf(in, sizeof(in), "%s/in.ndjson", dir);
+    write_input(in, "rf", 10, 3, 1020000);
+
+    int st = run(&w, w.name, w.name,
+                 BIN "/collector/sandtrail-collector --input %s -X spool.registry="
+                     " 2>%s/collector.log",
+                 in, dir);
+    char *log = world_slurp(strcat(strcpy((char[200]){0}, dir), "/collector.log"));
+    ck_assert_msg(st == 1, "exit %d (want 1: some rejected):\n%.2000s", st, log);
+    free(log);
+
+    /* every line after it was read and produced */
+    char *events = topic_dump(w.topic, &n);
+    ck_assert_int_eq(n, 9);
+    for (int i = 0; i < 10; i++) {
+        snprintf(id, sizeof(id), "\"rf-%04d\"", i);
+        ck_assert_int_eq(occurrences(events, id), i == 3 ? 0 : 1);
+    }
+    free(events);
+    /* the dead-letter topic has it, with its reason and line, quoted in part */
+    char *dlq = topic_dump(w.dlq, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_ptr_nonnull(strstr(dlq, "\"reason\":\"too_large\""));
+    ck_assert_ptr_nonnull(strstr(dlq, "\"line\":4"));
+    ck_assert_ptr_nonnull(strstr(dlq, "\"raw_truncated\":true"));
+    ck_assert_ptr_nonnull(strstr(dlq, "rf-0003"));
+    ck_assert_int_lt((int)strlen(dlq), 20000);
+    free(dlq);
+    cleanup_dir();
+    world_drop(&w);
+}
+END_TEST
+
+/* A spool holds a record Kafka refuses: written while Kafka was out of reach
+ * by a collector that allowed larger events, replayed by one that does not.
+ * The record is dead-lettered and the records after it leave, each once:
+ * no replay loop on one record. */
+START_TEST(refusal_in_the_spool_is_dead_lettered_and_replay_goes_on)
+{
+    struct world w;
+    char in[200], empty[200], id[32];
+    int n;
+    setup_dir();
+    world_init(&w, "refspool");
+    snprintf(in, sizeof(in), "%s/in.ndjson", dir);
+    snprintf(empty, sizeof(empty), "%s/empty.ndjson", dir);
+    write_input(in, "rs", 10, 3, 1020000);
+    ck_assert_int_eq(system(strcat(strcpy((char[300]){0}, "touch "), empty)), 0);
+
+    /* Kafka out of reach: everything stays in the spool (exit 2) */
+    int st = run(&w, w.name, w.name,
+                 BIN "/collector/sandtrail-collector --input %s -X spool.registry="
+                     " -X spool.dir=%s/spool -X kafka.brokers=127.0.0.1:19099"
+                     " -X kafka.delivery.timeout.ms=1000 -X kafka.message_max_bytes=2000000"
+                     " -X input.max_line_bytes=2000000 2>%s/first.log",
+                 in, dir, dir);
+    ck_assert_int_eq(st, 2);
+
+    /* Kafka within reach, the default limit: the spool is replayed */
+    st = run(&w, w.name, w.name,
+             BIN "/collector/sandtrail-collector --input %s -X spool.registry="
+                 " -X spool.dir=%s/spool 2>%s/second.log",
+             empty, dir, dir);
+    char *log = world_slurp(strcat(strcpy((char[200]){0}, dir), "/second.log"));
+    ck_assert_msg(st == 1, "exit %d (want 1: one refused):\n%.2000s", st, log);
+    ck_assert_ptr_nonnull(strstr(log, "refused=1"));
+    free(log);
+
+    char *events = topic_dump(w.topic, &n);
+    for (int i = 0; i < 10; i++) {
+        snprintf(id, sizeof(id), "\"rs-%04d\"", i);
+        ck_assert_msg(occurrences(events, id) == (i == 3 ? 0 : 1), "%s seen %d times", id,
+                      occurrences(events, id));
+    }
+    free(events);
+    char *dlq = topic_dump(w.dlq, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_ptr_nonnull(strstr(dlq, "\"reason\":\"too_large\""));
+    ck_assert_ptr_nonnull(strstr(dlq, "Kafka refused"));
+    ck_assert_ptr_nonnull(strstr(dlq, "rs-0003"));
+    free(dlq);
+    /* and the spool is empty */
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "test -z \"$(ls %s/spool | grep seg)\"", dir);
+    ck_assert_msg(system(cmd) == 0, "the spool was not emptied");
+    cleanup_dir();
+    world_drop(&w);
+}
+END_TEST
+
+/* The broker's own limit (1,048,588 by default) refuses what the
+ * collector's allowed: a delivery report, not a produce error. Dead-lettered
+ * too; the lines after it are read and produced; exit 1. */
+START_TEST(refusal_by_the_broker_is_dead_lettered)
+{
+    struct world w;
+    char in[200], id[32];
+    int n;
+    setup_dir();
+    world_init(&w, "refbroker");
+    snprintf(in, sizeof(in), "%s/in.ndjson", dir);
+    write_input(in, "rb", 6, 2, 1100000);
+    int st = run(&w, w.name, w.name,
+                 BIN "/collector/sandtrail-collector --input %s -X spool.registry="
+                     " -X kafka.message_max_bytes=2000000 -X input.max_line_bytes=2000000"
+                     " 2>%s/collector.log",
+                 in, dir);
+    ck_assert_int_eq(st, 1);
+    char *events = topic_dump(w.topic, &n);
+    ck_assert_int_eq(n, 5);
+    for (int i = 0; i < 6; i++) {
+        snprintf(id, sizeof(id), "\"rb-%04d\"", i);
+        ck_assert_int_eq(occurrences(events, id), i == 2 ? 0 : 1);
+    }
+    free(events);
+    char *dlq = topic_dump(w.dlq, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_ptr_nonnull(strstr(dlq, "\"reason\":\"too_large\""));
+    ck_assert_ptr_nonnull(strstr(dlq, "rb-0002"));
+    free(dlq);
+    cleanup_dir();
+    world_drop(&w);
+}
+END_TEST
+
+int main(void)
+{
+    if (world_setup())
+        return EXIT_FAILURE;
+    Suite *s = suite_create("refusal");
+    TCase *tc = tcase_create("kafka");
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, refusal_oversized_event_is_dead_lettered_and_input_reads_on);
+    tcase_add_test(tc, refusal_in_the_spool_is_dead_lettered_and_replay_goes_on);
+    tcase_add_test(tc, refusal_by_the_broker_is_dead_lettered);
+    suite_add_tcase(s, tc);
+    return world_run(s);
+}
