@@ -434,6 +434,7 @@ int64_t st_spool_registry(const char *registry, const char *input, const char *d
     struct st_buf keep;
     char line[8192], tmp[4200];
     char def[4096];
+    int changed = dir != NULL;
 
     if (!registry) {
         const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
@@ -455,6 +456,10 @@ int64_t st_spool_registry(const char *registry, const char *input, const char *d
             continue;
         *tab = *nl = '\0';
         const char *old = line, *who = tab + 1;
+        if (strcmp(who, input) != 0 && access(old, F_OK) != 0) {
+            changed = 1; /* its folder is gone: nothing left to strand */
+            continue;
+        }
         if (strcmp(who, input) != 0) {
             st_buf_adds(&keep, old), st_buf_addc(&keep, '\t'), st_buf_adds(&keep, who),
                 st_buf_addc(&keep, '\n');
@@ -463,8 +468,10 @@ int64_t st_spool_registry(const char *registry, const char *input, const char *d
         if (dir && strcmp(old, dir) == 0)
             continue; /* recorded again below */
         int64_t bytes = segment_bytes(old);
-        if (!bytes)
+        if (!bytes) {
+            changed = 1;
             continue; /* nothing left there: forgotten */
+        }
         stranded += bytes;
         st_error("spool \"%s\" of an earlier run of this input (%s) still holds %" PRId64
                  " bytes not acknowledged by Kafka, and %s: set spool.dir=%s to deliver "
@@ -481,6 +488,10 @@ int64_t st_spool_registry(const char *registry, const char *input, const char *d
     if (dir) {
         st_buf_adds(&keep, dir), st_buf_addc(&keep, '\t'), st_buf_adds(&keep, input),
             st_buf_addc(&keep, '\n');
+    }
+    if (!changed) {
+        st_buf_fini(&keep);
+        return stranded;
     }
     /* rewritten whole and renamed into place: never half a registry */
     mkdir_parents(registry);

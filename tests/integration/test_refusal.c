@@ -85,7 +85,7 @@ START_TEST(refusal_oversized_event_is_dead_lettered_and_input_reads_on)
     write_input(in, "rf", 10, 3, 1020000);
 
     int st = run(&w, w.name, w.name,
-                 BIN "/collector/sandtrail-collector --input %s -X spool.registry="
+                 BIN "/collector/sandtrail-collector --input %s "
                      " 2>%s/collector.log",
                  in, dir);
     char *log = world_slurp(strcat(strcpy((char[200]){0}, dir), "/collector.log"));
@@ -132,7 +132,7 @@ START_TEST(refusal_in_the_spool_is_dead_lettered_and_replay_goes_on)
 
     /* Kafka out of reach: everything stays in the spool (exit 2) */
     int st = run(&w, w.name, w.name,
-                 BIN "/collector/sandtrail-collector --input %s -X spool.registry="
+                 BIN "/collector/sandtrail-collector --input %s "
                      " -X spool.dir=%s/spool -X kafka.brokers=127.0.0.1:19099"
                      " -X kafka.delivery.timeout.ms=1000 -X kafka.message_max_bytes=2000000"
                      " -X input.max_line_bytes=2000000 2>%s/first.log",
@@ -141,7 +141,7 @@ START_TEST(refusal_in_the_spool_is_dead_lettered_and_replay_goes_on)
 
     /* Kafka within reach, the default limit: the spool is replayed */
     st = run(&w, w.name, w.name,
-             BIN "/collector/sandtrail-collector --input %s -X spool.registry="
+             BIN "/collector/sandtrail-collector --input %s "
                  " -X spool.dir=%s/spool 2>%s/second.log",
              empty, dir, dir);
     char *log = world_slurp(strcat(strcpy((char[200]){0}, dir), "/second.log"));
@@ -184,7 +184,7 @@ START_TEST(refusal_by_the_broker_is_dead_lettered)
     snprintf(in, sizeof(in), "%s/in.ndjson", dir);
     write_input(in, "rb", 6, 2, 1100000);
     int st = run(&w, w.name, w.name,
-                 BIN "/collector/sandtrail-collector --input %s -X spool.registry="
+                 BIN "/collector/sandtrail-collector --input %s "
                      " -X kafka.message_max_bytes=2000000 -X input.max_line_bytes=2000000"
                      " 2>%s/collector.log",
                  in, dir);
