@@ -419,6 +419,8 @@ static int produce(struct st_producer *p, int dlq, const char *key, const char *
     pthread_mutex_lock(&p->lock);
     if (p->spool && (seg = spool_append(p, dlq, topic, key, keylen, value, len)) < 0)
         rc = -1;
+    else if (p->spool && st_spool_unsent(p->spool, seg))
+        rc = 0; /* behind a record a full queue left: the replay sends both */
     else
         rc = hand_over(p, seg, topic, key, keylen, value, len) < 0 ? -1 : 0;
     if (p->nrefusals)

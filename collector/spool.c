@@ -28,13 +28,17 @@
 #include "timeutil.h"
 
 #define MAGIC 0x31535453u /* "STS1" */
+#define SEGMENT_BYTES (4 << 20)
 
 struct segment {
     int64_t id;
     int64_t bytes;
     int64_t records;
     int64_t outstanding; /* queued in the producer, not yet reported */
-    int failed;          /* a record must be produced again */
+    int failed;          /* a delivery failed: all of it is produced again */
+    int unsent;          /* records from offset resume on were never queued
+                          * (a full producer queue): produced from there */
+    int64_t resume;
     int closed;          /* no more appends */
     struct segment *next;
 };
@@ -51,6 +55,7 @@ struct st_spool {
     struct segment *cur;  /* the open one, or NULL */
     int fd;               /* of cur */
     int lock_fd;          /* DIR/LOCK, held while open: one collector per spool */
+    int64_t last_off;     /* of the record appended last, in cur */
     struct st_buf rec;
 };
 
@@ -207,6 +212,10 @@ int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const ch
                         size_t keylen, const char *value, size_t len)
 {
     char path[4096];
+    /* a long input (--input, a busy tail) is cut into segments that can be
+     * produced again and deleted each on its own */
+    if (s->cur && s->cur->bytes >= SEGMENT_BYTES && st_spool_sync(s) < 0)
+        return -1;
     if (!s->cur) {
         s->cur = seg_add(s, s->next_id);
         seg_path(s, s->cur->id, path, sizeof(path));
@@ -251,6 +260,7 @@ int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const ch
     if (s->nospace_ms)
         st_info("spool \"%s\": room on the disk again", s->dir);
     s->nospace_ms = 0;
+    s->last_off = s->cur->bytes;
     s->cur->bytes += (int64_t)s->rec.len;
     s->cur->records++;
     s->total += (int64_t)s->rec.len;
@@ -279,8 +289,17 @@ void st_spool_queued(struct st_spool *s, int64_t seg, int queued)
         return;
     if (queued)
         g->outstanding++;
-    else
-        g->failed = 1;
+    else if (!g->unsent) {
+        /* the first record left behind; a replay sets resume itself */
+        g->unsent = 1;
+        g->resume = g == s->cur ? s->last_off : 0;
+    }
+}
+
+int st_spool_unsent(const struct st_spool *s, int64_t seg)
+{
+    const struct segment *g = s->cur && s->cur->id == seg ? s->cur : NULL;
+    return g && g->unsent;
 }
 
 void st_spool_delivered(struct st_spool *s, int64_t seg, int ok)
@@ -293,6 +312,9 @@ void st_spool_delivered(struct st_spool *s, int64_t seg, int ok)
         g->failed = 1;
 }
 
+/* Produces g again: all of it after a failed delivery, else from the first
+ * record never queued. Stops at the first fn that returns non-zero, and
+ * remembers where. */
 static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *arg)
 {
     char path[4096];
@@ -309,9 +331,13 @@ static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *a
     while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
         st_buf_add(&data, chunk, n);
     fclose(f);
-    const unsigned char *p = (const unsigned char *)data.data, *end = p + data.len;
+    const unsigned char *start = (const unsigned char *)data.data, *end = start + data.len;
+    const unsigned char *p = start;
+    if (!g->failed && g->resume > 0 && g->resume <= (int64_t)data.len)
+        p += g->resume;
     g->failed = 0;
-    while (p && end - p >= 12 && rc == 0) {
+    g->unsent = 0;
+    while (p && end - p >= 12) {
         uint32_t magic = get32(p), plen = get32(p + 4), crc = get32(p + 8);
         if (magic != MAGIC || (size_t)(end - p - 12) < plen || plen < 7 ||
             (uint32_t)crc32(0L, p + 12, plen) != crc) {
@@ -327,11 +353,14 @@ static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *a
                  (const char *)p + 15);
         const char *key = (const char *)p + 19 + tlen;
         rc = fn(arg, g->id, p[12], topic, key, klen, key + klen, plen - 7 - tlen - klen);
+        if (rc) {
+            g->unsent = 1;
+            g->resume = (int64_t)(p - start);
+            break;
+        }
         p += 12 + plen;
     }
     st_buf_fini(&data);
-    if (rc)
-        g->failed = 1;
     return rc;
 }
 
@@ -340,7 +369,7 @@ void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg)
     struct segment **pp = &s->segs;
     while (*pp) {
         struct segment *g = *pp;
-        if (g->closed && g->outstanding == 0 && !g->failed) {
+        if (g->closed && g->outstanding == 0 && !g->failed && !g->unsent) {
             char path[4096];
             seg_path(s, g->id, path, sizeof(path));
             unlink(path);
@@ -350,8 +379,11 @@ void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg)
             free(g);
             continue;
         }
-        if (g->closed && g->outstanding == 0 && g->failed && fn)
-            replay(s, g, fn, arg);
+        /* a failed delivery waits for every report of the segment (it is
+         * produced again whole); records never queued go at once */
+        if (g->closed && fn &&
+            (g->failed ? g->outstanding == 0 : g->unsent) && replay(s, g, fn, arg))
+            break; /* the queue is full: later segments wait their turn */
         pp = &g->next;
     }
 }

@@ -40,12 +40,18 @@ int st_spool_sync(struct st_spool *s);
 /* A message of segment seg was handed to Kafka (queued) or not. */
 void st_spool_queued(struct st_spool *s, int64_t seg, int queued);
 
+/* 1 when a record of seg (the open segment) was left unqueued: later
+ * records wait behind it, in order, for the replay. */
+int st_spool_unsent(const struct st_spool *s, int64_t seg);
+
 /* Kafka's delivery report for a message of segment seg. */
 void st_spool_delivered(struct st_spool *s, int64_t seg, int ok);
 
-/* Deletes finished segments; for each segment that must be produced again,
- * calls fn for each of its records, in order, and stops at the first fn
- * that returns non-zero (the segment then waits for the next call). */
+/* Deletes finished segments; for each segment that must be produced again
+ * (all of it after a failed delivery, once every report is in; from its
+ * first unqueued record otherwise), calls fn for each of its records, in
+ * order, and stops at the first fn that returns non-zero (the segment goes
+ * on from that record at the next call). */
 typedef int (*st_spool_fn)(void *arg, int64_t seg, int dlq, const char *topic,
                            const char *key, size_t keylen, const char *value, size_t len);
 void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg);
