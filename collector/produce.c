@@ -1,6 +1,7 @@
 /* produce.c: the collector's Kafka producer (see produce.h). */
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@ struct st_producer {
     int topics_missing; /* creation failed or Kafka said unknown topic */
     int64_t topics_tried_ms;
     int64_t nospace_warned_ms;
+    volatile sig_atomic_t *stop; /* ends a wait for room on the disk */
     struct st_buf dlq_rec;
     int64_t timeout_ms;
     struct st_metric *m_latency, *m_errors, *m_delivered;
@@ -287,6 +289,11 @@ void st_producer_set_input(struct st_producer *p, const char *name)
     p->input_name = name;
 }
 
+void st_producer_set_stop(struct st_producer *p, volatile sig_atomic_t *stop)
+{
+    p->stop = stop;
+}
+
 static void spool_maintain(struct st_producer *p);
 
 /* Hands one message to librdkafka. With a spool, the message is already on
@@ -346,6 +353,12 @@ static int64_t spool_append(struct st_producer *p, int dlq, const char *topic,
         int64_t seg = st_spool_append(p->spool, dlq, topic, key, keylen, value, len);
         if (seg != -2)
             return seg;
+        if (p->stop && *p->stop) {
+            /* not spooled, so not acknowledged to the input: HTTP answers
+             * 503, the tail keeps its checkpoint, --input exits 2 */
+            st_error("stopped while the spool's disk was full");
+            return -1;
+        }
         /* the open segment is closed, so that once Kafka has it all it can
          * be deleted and make room */
         st_spool_sync(p->spool);

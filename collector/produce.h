@@ -7,6 +7,7 @@
 #ifndef ST_PRODUCE_H
 #define ST_PRODUCE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,10 @@ struct st_producer *st_producer_new(const struct st_collector_conf *conf,
 /* Names the input in dead-letter records of messages Kafka refused (not
  * copied; default "kafka"). */
 void st_producer_set_input(struct st_producer *p, const char *name);
+
+/* A wait for room on the spool's disk ends (the message not produced, -1)
+ * once *stop is set (not copied; NULL: never). */
+void st_producer_set_stop(struct st_producer *p, volatile sig_atomic_t *stop);
 
 /* Flushes what is queued (bounded by the delivery timeout) and frees. Accepts
  * NULL. */
