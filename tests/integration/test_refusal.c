@@ -206,6 +206,62 @@ START_TEST(refusal_by_the_broker_is_dead_lettered)
 }
 END_TEST
 
+/* Over HTTP: the request holding the event is answered 200, the event
+ * listed as rejected (too_large); the next request is answered 200 too. */
+START_TEST(refusal_over_http_is_listed_and_the_next_request_is_served)
+{
+    struct world w;
+    char batch[200], cmd[900];
+    int n;
+    setup_dir();
+    world_init(&w, "refhttp");
+    snprintf(batch, sizeof(batch), "%s/batch.ndjson", dir);
+    write_input(batch, "rh", 3, 1, 1020000);
+    snprintf(cmd, sizeof(cmd), "echo 'rf-token-0123456789 sandbox sbx' > %s/tokens", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/collector/sandtrail-collector --listen 127.0.0.1:18119"
+                             " -X http.tokens_file=%s/tokens 2>%s/collector.log &"
+                             " echo \\$! > %s/pid",
+                         dir, dir, dir),
+                     0);
+    int up = 0;
+    for (int i = 0; i < 100 && !up; i++) {
+        char *r = world_sh("curl -s -o /dev/null -w '%{http_code}' -X POST "
+                           "http://127.0.0.1:18119/v1/events");
+        up = !strcmp(r, "401");
+        free(r);
+        if (!up)
+            usleep(100000);
+    }
+    ck_assert_msg(up, "the collector did not start");
+    for (int round = 0; round < 2; round++) {
+        snprintf(cmd, sizeof(cmd),
+                 "curl -s -w ' %%{http_code}' --max-time 30 -H 'Authorization: Bearer "
+                 "rf-token-0123456789' --data-binary @%s http://127.0.0.1:18119/v1/events",
+                 batch);
+        char *r = world_sh(cmd);
+        ck_assert_msg(strstr(r, " 200") != NULL, "round %d: %s", round, r);
+        ck_assert_msg(strstr(r, "\"rejected\":1") != NULL, "%s", r);
+        ck_assert_msg(strstr(r, "\"reason\":\"too_large\"") != NULL, "%s", r);
+        free(r);
+    }
+    snprintf(cmd, sizeof(cmd),
+             "pid=$(cat %s/pid); kill $pid; for i in $(seq 1 100); do kill -0 $pid "
+             "2>/dev/null || exit 0; sleep 0.1; done; kill -9 $pid; exit 1",
+             dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char *events = topic_dump(w.topic, &n);
+    ck_assert_int_eq(n, 4); /* rh-0000 and rh-0002, twice */
+    free(events);
+    char *dlq = topic_dump(w.dlq, &n);
+    ck_assert_int_eq(n, 2);
+    free(dlq);
+    cleanup_dir();
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -216,6 +272,7 @@ int main(void)
     tcase_add_test(tc, refusal_oversized_event_is_dead_lettered_and_input_reads_on);
     tcase_add_test(tc, refusal_in_the_spool_is_dead_lettered_and_replay_goes_on);
     tcase_add_test(tc, refusal_by_the_broker_is_dead_lettered);
+    tcase_add_test(tc, refusal_over_http_is_listed_and_the_next_request_is_served);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
