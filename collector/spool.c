@@ -135,7 +135,8 @@ struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, int64_t min_f
         ids[n++] = strtoll(de->d_name, NULL, 10);
     }
     closedir(d);
-    qsort(ids, n, sizeof(*ids), cmp_i64);
+    if (n)
+        qsort(ids, n, sizeof(*ids), cmp_i64);
     for (size_t i = 0; i < n; i++) {
         /* left by an earlier run: produced again, whatever became of it */
         char path[4096];
@@ -237,7 +238,8 @@ int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const ch
     st_buf_addc(&s->rec, (char)(tlen >> 8));
     st_buf_add(&s->rec, topic, tlen);
     put32(&s->rec, (uint32_t)keylen);
-    st_buf_add(&s->rec, key, keylen);
+    if (keylen)
+        st_buf_add(&s->rec, key, keylen);
     st_buf_add(&s->rec, value, len);
     uint32_t crc = (uint32_t)crc32(0L, (const Bytef *)s->rec.data + 12,
                                    (uInt)(s->rec.len - 12));
