@@ -262,6 +262,51 @@ START_TEST(refusal_over_http_is_listed_and_the_next_request_is_served)
 }
 END_TEST
 
+/* --follow: the event is dead-lettered, the lines after it produced, and
+ * the collector still runs (it used to exit, and send it again at every
+ * restart). */
+START_TEST(refusal_while_following_does_not_stop_the_tail)
+{
+    struct world w;
+    char in[200], cmd[900], id[32];
+    int n = 0;
+    setup_dir();
+    world_init(&w, "reffollow");
+    snprintf(in, sizeof(in), "%s/followed.ndjson", dir);
+    write_input(in, "rw", 5, 2, 1020000);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/collector/sandtrail-collector --follow %s -X input.poll_ms=50"
+                             " 2>%s/collector.log & echo \\$! > %s/pid",
+                         in, dir, dir),
+                     0);
+    char *events = NULL;
+    for (int i = 0; i < 60 && n < 4; i++) {
+        usleep(500000);
+        free(events);
+        events = topic_dump(w.topic, &n);
+    }
+    ck_assert_int_eq(n, 4);
+    for (int i = 0; i < 5; i++) {
+        snprintf(id, sizeof(id), "\"rw-%04d\"", i);
+        ck_assert_int_eq(occurrences(events, id), i == 2 ? 0 : 1);
+    }
+    free(events);
+    snprintf(cmd, sizeof(cmd), "kill -0 $(cat %s/pid)", dir);
+    ck_assert_msg(system(cmd) == 0, "the collector stopped");
+    char *dlq = topic_dump(w.dlq, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_ptr_nonnull(strstr(dlq, "\"reason\":\"too_large\""));
+    free(dlq);
+    snprintf(cmd, sizeof(cmd),
+             "pid=$(cat %s/pid); kill $pid; for i in $(seq 1 100); do kill -0 $pid "
+             "2>/dev/null || exit 0; sleep 0.1; done; kill -9 $pid; exit 1",
+             dir);
+    ck_assert_int_eq(system(cmd), 0);
+    cleanup_dir();
+    world_drop(&w);
+}
+END_TEST
+
 /* A failed test leaves no collector behind (nor, here, a mount). */
 static void teardown(void)
 {
@@ -289,6 +334,7 @@ int main(void)
     tcase_add_test(tc, refusal_in_the_spool_is_dead_lettered_and_replay_goes_on);
     tcase_add_test(tc, refusal_by_the_broker_is_dead_lettered);
     tcase_add_test(tc, refusal_over_http_is_listed_and_the_next_request_is_served);
+    tcase_add_test(tc, refusal_while_following_does_not_stop_the_tail);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
