@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "collector.h"
@@ -16,7 +17,6 @@
 #include "produce.h"
 #include "spool.h"
 #include "timeutil.h"
-#include <unistd.h>
 
 /* A message Kafka refused for good, waiting to be dead-lettered (delivery
  * reports only note it: producing from inside one is not allowed). */
@@ -295,6 +295,7 @@ void st_producer_set_stop(struct st_producer *p, volatile sig_atomic_t *stop)
 }
 
 static void spool_maintain(struct st_producer *p);
+static void create_topics(struct st_producer *p);
 
 /* Hands one message to librdkafka. With a spool, the message is already on
  * disk: a full local queue leaves it there for later instead of waiting.
@@ -337,7 +338,9 @@ static int hand_over(struct st_producer *p, int64_t seg, const char *topic,
             st_spool_queued(p->spool, seg, 0);
             return 1;
         }
-        /* back-pressure: wait for deliveries to make room, never drop */
+        /* back-pressure: wait for deliveries to make room (or for the
+         * topic), never drop */
+        create_topics(p);
         rd_kafka_poll(p->rk, 100);
     }
 }

@@ -316,7 +316,7 @@ void st_spool_delivered(struct st_spool *s, int64_t seg, int ok)
 
 /* Produces g again: all of it after a failed delivery, else from the first
  * record never queued. Stops at the first fn that returns non-zero, and
- * remembers where. */
+ * remembers where (returns that value); -1 when g cannot be read. */
 static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *arg)
 {
     char path[4096];
@@ -325,8 +325,12 @@ static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *a
 
     seg_path(s, g->id, path, sizeof(path));
     FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!f) {
+        /* removed by hand, or unreadable: nothing more can come of it */
+        st_error("spool segment \"%s\" cannot be read (%s): skipped", path, strerror(errno));
+        g->failed = g->unsent = 0;
         return -1;
+    }
     st_buf_init(&data);
     char chunk[65536];
     size_t n;
@@ -383,8 +387,8 @@ void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg)
         }
         /* a failed delivery waits for every report of the segment (it is
          * produced again whole); records never queued go at once */
-        if (g->closed && fn &&
-            (g->failed ? g->outstanding == 0 : g->unsent) && replay(s, g, fn, arg))
+        if (g->closed && fn && (g->failed ? g->outstanding == 0 : g->unsent) &&
+            replay(s, g, fn, arg) > 0)
             break; /* the queue is full: later segments wait their turn */
         pp = &g->next;
     }
