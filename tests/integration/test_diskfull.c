@@ -226,6 +226,53 @@ START_TEST(diskfull_http_answers_503_until_there_is_room)
 }
 END_TEST
 
+/* --follow with a full disk: the tail reads nothing more (nothing is
+ * produced, nothing lost) and goes on once there is room. */
+START_TEST(diskfull_tail_waits_until_there_is_room)
+{
+    struct world w;
+    char in[200], cmd[900];
+    int n = 0, twice;
+    mount_small_disk(2000);
+    world_init(&w, "dftail");
+    snprintf(in, sizeof(in), "%s/followed.ndjson", dir);
+    write_input(in, "tw", 50);
+    fill(100);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/collector/sandtrail-collector --follow %s -X input.poll_ms=50"
+                             " -X spool.registry= -X spool.dir=%s/spool"
+                             " -X spool.min_free_bytes=262144 2>%s/collector.log &"
+                             " echo \\$! > %s/pid",
+                         in, mnt, dir, dir),
+                     0);
+    usleep(4000000);
+    char *dump = topic_dump(w.topic, &n);
+    ck_assert_int_eq(present(dump, "tw", 50, &twice), 0);
+    free(dump);
+    snprintf(cmd, sizeof(cmd), "kill -0 $(cat %s/pid)", dir);
+    ck_assert_msg(system(cmd) == 0, "the collector stopped");
+
+    snprintf(cmd, sizeof(cmd), "rm %s/dummy", mnt);
+    ck_assert_int_eq(system(cmd), 0);
+    int found = 0;
+    for (int i = 0; i < 40 && found < 50; i++) {
+        usleep(500000);
+        dump = topic_dump(w.topic, &n);
+        found = present(dump, "tw", 50, &twice);
+        free(dump);
+    }
+    ck_assert_int_eq(found, 50);
+    ck_assert_int_eq(twice, 0);
+    snprintf(cmd, sizeof(cmd),
+             "pid=$(cat %s/pid); kill $pid; for i in $(seq 1 100); do kill -0 $pid "
+             "2>/dev/null || exit 0; sleep 0.1; done; kill -9 $pid; exit 1",
+             dir);
+    ck_assert_int_eq(system(cmd), 0);
+    unmount_small_disk();
+    world_drop(&w);
+}
+END_TEST
+
 /* A failed test leaves no collector behind (nor, here, a mount). */
 static void teardown(void)
 {
@@ -252,6 +299,7 @@ int main(void)
     tcase_add_test(tc, diskfull_input_waits_on_enospc_and_delivers_everything);
     tcase_add_test(tc, diskfull_restart_replays_before_appending);
     tcase_add_test(tc, diskfull_http_answers_503_until_there_is_room);
+    tcase_add_test(tc, diskfull_tail_waits_until_there_is_room);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
