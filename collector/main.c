@@ -277,6 +277,7 @@ int main(int argc, char **argv)
     ing.prod = prod;
     st_producer_set_input(prod, ing.input_name);
     st_producer_set_stop(prod, &stop);
+    st_producer_set_disk_wait(prod, !listen_at); /* HTTP: 503, come back later */
     int rc = listen_at  ? st_input_http(&ing, &stop)
              : followed ? st_input_follow(followed, &ing, &stop)
                         : st_input_file(in, &ing, &stop);

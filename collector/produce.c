@@ -45,6 +45,7 @@ struct st_producer {
     int64_t topics_tried_ms;
     int64_t nospace_warned_ms;
     volatile sig_atomic_t *stop; /* ends a wait for room on the disk */
+    int no_disk_wait;            /* a full disk fails the message at once */
     struct st_buf dlq_rec;
     int64_t timeout_ms;
     struct st_metric *m_latency, *m_errors, *m_delivered;
@@ -294,6 +295,11 @@ void st_producer_set_stop(struct st_producer *p, volatile sig_atomic_t *stop)
     p->stop = stop;
 }
 
+void st_producer_set_disk_wait(struct st_producer *p, int wait)
+{
+    p->no_disk_wait = !wait;
+}
+
 static void spool_maintain(struct st_producer *p);
 static void create_topics(struct st_producer *p);
 
@@ -356,10 +362,12 @@ static int64_t spool_append(struct st_producer *p, int dlq, const char *topic,
         int64_t seg = st_spool_append(p->spool, dlq, topic, key, keylen, value, len);
         if (seg != -2)
             return seg;
-        if (p->stop && *p->stop) {
+        if (p->no_disk_wait || (p->stop && *p->stop)) {
             /* not spooled, so not acknowledged to the input: HTTP answers
              * 503, the tail keeps its checkpoint, --input exits 2 */
-            st_error("stopped while the spool's disk was full");
+            if (!p->no_disk_wait)
+                st_error("stopped while the spool's disk was full");
+            st_spool_sync(p->spool); /* deletable once Kafka has it */
             return -1;
         }
         /* the open segment is closed, so that once Kafka has it all it can

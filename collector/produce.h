@@ -36,6 +36,11 @@ void st_producer_set_input(struct st_producer *p, const char *name);
  * once *stop is set (not copied; NULL: never). */
 void st_producer_set_stop(struct st_producer *p, volatile sig_atomic_t *stop);
 
+/* wait 1 (the default): a full disk under the spool makes produce wait for
+ * room; 0: it fails the message at once (-1), for an input that can tell
+ * its sender to come back (HTTP 503). */
+void st_producer_set_disk_wait(struct st_producer *p, int wait);
+
 /* Flushes what is queued (bounded by the delivery timeout) and frees. Accepts
  * NULL. */
 void st_producer_destroy(struct st_producer *p);

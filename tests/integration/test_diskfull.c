@@ -168,8 +168,10 @@ static int post(const char *batch, char *headers, size_t hsz)
     return status;
 }
 
-/* HTTP with a full disk: 503 and Retry-After, the collector running; 200
- * once the dummy file is gone. Kafka out of reach: only the disk decides. */
+/* HTTP with a full disk (ENOSPC itself, no free-space margin): a batch
+ * that does not fit is answered 503 with Retry-After, and so is every
+ * batch while the disk is full, the collector running; 200 once the dummy
+ * file is gone. Kafka out of reach: only the disk decides. */
 START_TEST(diskfull_http_answers_503_until_there_is_room)
 {
     struct world w;
@@ -177,14 +179,14 @@ START_TEST(diskfull_http_answers_503_until_there_is_room)
     mount_small_disk(2000);
     world_init(&w, "dfhttp");
     snprintf(batch, sizeof(batch), "%s/batch.ndjson", dir);
-    write_input(batch, "h", 200);
+    write_input(batch, "h", 600); /* about 190 KB */
     snprintf(cmd, sizeof(cmd), "echo 'df-token-0123456789 sandbox sbx' > %s/tokens", dir);
     ck_assert_int_eq(system(cmd), 0);
     fill(100);
     ck_assert_int_eq(run(&w, w.name, w.name,
                          BIN "/collector/sandtrail-collector --listen 127.0.0.1:18117"
                              " -X spool.registry= -X http.tokens_file=%s/tokens"
-                             " -X spool.dir=%s/spool -X spool.min_free_bytes=262144"
+                             " -X spool.dir=%s/spool -X spool.min_free_bytes=0"
                              " -X kafka.brokers=127.0.0.1:19099 2>%s/collector.log &"
                              " echo \\$! > %s/pid",
                          dir, mnt, dir, dir),
@@ -206,6 +208,10 @@ START_TEST(diskfull_http_answers_503_until_there_is_room)
     /* still running: pushing back, not exited */
     snprintf(cmd, sizeof(cmd), "kill -0 $(cat %s/pid)", dir);
     ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd), "%s/collector.log", dir);
+    char *log = world_slurp(cmd);
+    ck_assert_msg(strstr(log, "No space left on device") != NULL, "ENOSPC not hit:\n%s", log);
+    free(log);
 
     snprintf(cmd, sizeof(cmd), "rm %s/dummy", mnt);
     ck_assert_int_eq(system(cmd), 0);
