@@ -161,6 +161,27 @@ static void log_redactions(const struct st_ingest *ing)
     st_info("redactions:%s", n ? line : " none");
 }
 
+/* A spool folder this input used before and spool.dir no longer names is
+ * reported (spool.c's registry); the input is named by its mode and
+ * absolute path (or listening address). */
+static void report_stranded(const struct st_collector_conf *conf, const char *mode,
+                            const char *arg, struct st_metrics *metrics)
+{
+    char ident[4200], real[4096];
+    if (strcmp(arg, "-") && strcmp(mode, "--listen") && realpath(arg, real))
+        arg = real;
+    snprintf(ident, sizeof(ident), "%s %s", mode, arg);
+    int64_t bytes = st_spool_registry(conf->spool_registry, ident,
+                                      conf->spool_dir && *conf->spool_dir ? conf->spool_dir
+                                                                          : NULL);
+    st_metric_set(st_metric_get(metrics, ST_METRIC_GAUGE,
+                                "sandtrail_collector_spool_stranded_bytes",
+                                "bytes in a spool folder of an earlier run that spool.dir "
+                                "no longer names",
+                                ""),
+                  bytes);
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -252,20 +273,10 @@ int main(int argc, char **argv)
         status = 78;
         goto out;
     }
-    char ident[4200], real[4096];
-    const char *named = input ? input : followed;
-    snprintf(ident, sizeof(ident), "%s %s", listen_at ? "--listen" : input ? "--input" : "--follow",
-             listen_at ? listen_at
-             : strcmp(named, "-") && realpath(named, real) ? real
-                                                           : named);
-    int64_t stranded = st_spool_registry(
-        conf.spool_registry, ident, conf.spool_dir && *conf.spool_dir ? conf.spool_dir : NULL);
-    st_metric_set(st_metric_get(metrics, ST_METRIC_GAUGE,
-                                "sandtrail_collector_spool_stranded_bytes",
-                                "bytes in a spool folder of an earlier run that spool.dir "
-                                "no longer names",
-                                ""),
-                  stranded);
+    report_stranded(&conf, listen_at  ? "--listen"
+                           : input    ? "--input"
+                                      : "--follow",
+                    listen_at ? listen_at : input ? input : followed, metrics);
     struct st_producer *prod = st_producer_new(&conf, metrics, errstr, sizeof(errstr));
     if (!prod) {
         st_error("%s", errstr);
