@@ -42,6 +42,14 @@ static struct st_spool *open_fresh(void)
     return s;
 }
 
+static void close_and_remove(struct st_spool *s)
+{
+    char cmd[300];
+    st_spool_close(s);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
 static int64_t append(struct st_spool *s, int i)
 {
     char v[16];
@@ -90,7 +98,7 @@ START_TEST(spool_replay_resumes_at_the_first_unqueued_record)
     st_spool_maintain(s, take, &t);
     ck_assert_int_eq(st_spool_segments(s), 0);
     ck_assert_int_eq(st_spool_bytes(s), 0);
-    st_spool_close(s);
+    close_and_remove(s);
 }
 END_TEST
 
@@ -114,7 +122,7 @@ START_TEST(spool_failed_delivery_replays_the_whole_segment)
     ck_assert_int_eq(t.n, 5);
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(t.took[i], i);
-    st_spool_close(s);
+    close_and_remove(s);
 }
 END_TEST
 
