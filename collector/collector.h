@@ -14,6 +14,7 @@ struct st_collector_conf {
     int64_t linger_ms;
     int64_t queue_max_messages; /* kafka.queue.max_messages */
     int64_t queue_max_kbytes;
+    int64_t message_max_bytes; /* kafka.message_max_bytes: larger is too_large */
     int64_t max_line_bytes;
     int64_t workers;       /* input.workers: 0 one per CPU */
     int64_t dlq_raw_bytes;
@@ -33,6 +34,8 @@ struct st_collector_conf {
     int64_t http_max_body;
     char *spool_dir;        /* spool.dir */
     int64_t spool_max_bytes;
+    int64_t spool_min_free_bytes;
+    char *spool_registry;   /* spool.registry: NULL default path, "" off */
 };
 
 #endif

@@ -119,7 +119,15 @@ static void accept_one(struct st_ingest_pool *pool, int exec, struct batch *b, s
             o->kind = OUT_SKIP;
             return;
         }
-        if (a == 0 && source_allowed(in, acc, &rej)) {
+        if (a == 0 && evlen + strlen(key) > (size_t)in->conf->message_max_bytes) {
+            /* Kafka would refuse it: dead-lettered (quoted in part) here,
+             * where its line number is known */
+            rej.code = ST_REASON_TOO_LARGE;
+            snprintf(rej.msg, sizeof(rej.msg),
+                     "event of %zu bytes is larger than kafka.message_max_bytes (%" PRId64
+                     ")",
+                     evlen + strlen(key), in->conf->message_max_bytes);
+        } else if (a == 0 && source_allowed(in, acc, &rej)) {
             o->kind = OUT_EVENT;
             o->key_off = out->len;
             st_buf_add(out, key, strlen(key) + 1);

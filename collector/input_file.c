@@ -18,13 +18,19 @@ int st_input_file(FILE *f, struct st_ingest *in, volatile sig_atomic_t *stop)
     struct st_linereader *lr = st_linereader_new(f, (size_t)in->conf->max_line_bytes);
     const char *line;
     size_t len;
-    int too_long, r, rc = 0;
+    int too_long, r = 0, rc = 0;
 
-    while (!*stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0)
+    while (!*stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0) {
         if (st_ingest_add(in, line, len, too_long) < 0) {
             rc = -1;
             break;
         }
+        /* a full spool (or its disk full): wait until Kafka takes some */
+        while (!*stop && st_producer_full(in->prod)) {
+            st_producer_poll(in->prod);
+            usleep(100000);
+        }
+    }
     if (st_ingest_drain(in) < 0)
         rc = -1;
     if (r < 0) {

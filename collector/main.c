@@ -7,7 +7,9 @@
  *
  * Exit status: 0 every line was accepted and delivered; 1 some lines were
  * rejected (each reported on stderr and delivered to the dead-letter topic);
- * 2 some message could not be delivered to Kafka; 64 usage; 78 configuration. */
+ * 2 some message could not be delivered to Kafka; 64 usage; 78 configuration.
+ * A message Kafka refuses for good (too large, invalid) is dead-lettered and
+ * counts as rejected (1), never as a failure. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -31,6 +33,7 @@
 #include "metrics.h"
 #include "produce.h"
 #include "redact.h"
+#include "spool.h"
 #include "tail.h"
 
 #define C(field) offsetof(struct st_collector_conf, field)
@@ -58,8 +61,16 @@ static const struct st_conf_prop collector_props[] = {
      "fills stalls every worker; Kafka takes acknowledgements in bursts)"},
     {"kafka.queue.max_kbytes", NULL, ST_CONF_INT, C(queue_max_kbytes), 1024, 2097151,
      "262144", "KiB the producer holds in memory before the input waits"},
+    {"kafka.message_max_bytes", NULL, ST_CONF_INT, C(message_max_bytes), 65536,
+     100 * 1024 * 1024, "1000000",
+     "largest event (with its key) produced to Kafka: a larger one is rejected "
+     "(too_large, in the dead-letter topic); must not exceed what the broker and "
+     "topic take (Kafka's message.max.bytes, 1048588 by default). librdkafka's "
+     "message.max.bytes is derived from it"},
     {"input.max_line_bytes", NULL, ST_CONF_INT, C(max_line_bytes), 1024,
-     64 * 1024 * 1024, "1048576", "longest accepted line; longer ones are rejected"},
+     64 * 1024 * 1024, "1048576",
+     "longest line read; longer ones are rejected (line_too_long). An accepted "
+     "event is also held to kafka.message_max_bytes"},
     {"input.format", "SANDTRAIL_INPUT_FORMAT", ST_CONF_STR, C(format), 0, 0, "native",
      "decoder of the input: native (event v1), squid, smokescreen, srt or vault"},
     {"input.source_name", "SANDTRAIL_SOURCE_NAME", ST_CONF_STR, C(source_name), 0, 0,
@@ -92,7 +103,17 @@ static const struct st_conf_prop collector_props[] = {
      "for Kafka)"},
     {"spool.max_bytes", NULL, ST_CONF_INT, C(spool_max_bytes), 1024 * 1024,
      INT64_C(1099511627776), "1073741824",
-     "spool size at which inputs push back (HTTP 503, the tail waits)"},
+     "spool size at which inputs push back (HTTP 503, the tail and --input wait); "
+     "a full disk pushes back the same way"},
+    {"spool.min_free_bytes", NULL, ST_CONF_INT, C(spool_min_free_bytes), 0,
+     INT64_C(1099511627776), "16777216",
+     "free space under which the spool's disk counts as full: inputs push back "
+     "before a write fails (0: only when a write fails with ENOSPC or EDQUOT)"},
+    {"spool.registry", NULL, ST_CONF_STR, C(spool_registry), 0, 0, NULL,
+     "file recording the spool folder each input used last, so that a spool left "
+     "behind when spool.dir is removed or changed is reported at start (default "
+     "$XDG_STATE_HOME/sandtrail/collector-spools or "
+     "~/.local/state/sandtrail/collector-spools; empty: off)"},
     {"input.workers", NULL, ST_CONF_INT, C(workers), 0, 16, "0",
      "threads that decode, redact and validate lines (0: one per CPU); events are "
      "produced in input order whatever the number"},
@@ -138,6 +159,27 @@ static void log_redactions(const struct st_ingest *ing)
                                   st_ingest_rule_name(ing, i), (unsigned long long)hits);
     }
     st_info("redactions:%s", n ? line : " none");
+}
+
+/* A spool folder this input used before and spool.dir no longer names is
+ * reported (spool.c's registry); the input is named by its mode and
+ * absolute path (or listening address). */
+static void report_stranded(const struct st_collector_conf *conf, const char *mode,
+                            const char *arg, struct st_metrics *metrics)
+{
+    char ident[4200], real[4096];
+    if (strcmp(arg, "-") && strcmp(mode, "--listen") && realpath(arg, real))
+        arg = real;
+    snprintf(ident, sizeof(ident), "%s %s", mode, arg);
+    int64_t bytes = st_spool_registry(conf->spool_registry, ident,
+                                      conf->spool_dir && *conf->spool_dir ? conf->spool_dir
+                                                                          : NULL);
+    st_metric_set(st_metric_get(metrics, ST_METRIC_GAUGE,
+                                "sandtrail_collector_spool_stranded_bytes",
+                                "bytes in a spool folder of an earlier run that spool.dir "
+                                "no longer names",
+                                ""),
+                  bytes);
 }
 
 int main(int argc, char **argv)
@@ -187,6 +229,16 @@ int main(int argc, char **argv)
                                  sizeof(errstr)))
         goto conf_error;
 
+    /* a dead-letter record quotes at most dlq.raw_bytes, each byte escaped
+     * to at most 6: it must always fit in a Kafka message */
+    if (conf.dlq_raw_bytes * 6 + 4096 > conf.message_max_bytes) {
+        snprintf(errstr, sizeof(errstr),
+                 "dlq.raw_bytes (%" PRId64 ") is too large for kafka.message_max_bytes "
+                 "(%" PRId64 "): a dead-letter record could not be produced",
+                 conf.dlq_raw_bytes, conf.message_max_bytes);
+        goto conf_error;
+    }
+
     FILE *in = !input ? NULL : strcmp(input, "-") == 0 ? stdin : fopen(input, "rb");
     if (input && !in) {
         st_error("could not open input \"%s\": %s", input, strerror(errno));
@@ -221,6 +273,10 @@ int main(int argc, char **argv)
         status = 78;
         goto out;
     }
+    report_stranded(&conf, listen_at  ? "--listen"
+                           : input    ? "--input"
+                                      : "--follow",
+                    listen_at ? listen_at : input ? input : followed, metrics);
     struct st_producer *prod = st_producer_new(&conf, metrics, errstr, sizeof(errstr));
     if (!prod) {
         st_error("%s", errstr);
@@ -230,6 +286,9 @@ int main(int argc, char **argv)
         goto out;
     }
     ing.prod = prod;
+    st_producer_set_input(prod, ing.input_name);
+    st_producer_set_stop(prod, &stop);
+    st_producer_set_disk_wait(prod, !listen_at); /* HTTP: 503, come back later */
     int rc = listen_at  ? st_input_http(&ing, &stop)
              : followed ? st_input_follow(followed, &ing, &stop)
                         : st_input_file(in, &ing, &stop);
@@ -241,10 +300,13 @@ int main(int argc, char **argv)
         st_producer_flush(prod, spooled ? 2000 : (int)conf.delivery_timeout_ms + 5000);
     struct st_producer_stats ps;
     st_producer_stats(prod, &ps);
+    /* replayed records are not failures: "retried" counts the deliveries
+     * that failed and were kept in the spool, "failed" what is lost */
     st_info("lines=%ld accepted=%ld rejected=%ld skipped=%ld delivered=%" PRId64
-            " failed=%" PRId64 " undelivered=%" PRId64,
-            rs.lines, rs.accepted, rs.rejected, rs.skipped, ps.delivered, ps.failed,
-            undelivered);
+            " refused=%" PRId64 " retried=%" PRId64 " replayed=%" PRId64 " failed=%" PRId64
+            " undelivered=%" PRId64 " spool_bytes=%" PRId64,
+            rs.lines, rs.accepted, rs.rejected, rs.skipped, ps.delivered, ps.refused,
+            ps.retried, ps.replayed, ps.failed, undelivered, ps.spool_bytes);
     log_redactions(&ing);
     st_ingest_fini(&ing);
     st_producer_destroy(prod);
@@ -252,8 +314,8 @@ int main(int argc, char **argv)
     st_metrics_destroy(metrics);
     if (rc || (!spooled && (undelivered || ps.failed)))
         status = 2;
-    else if (rs.rejected)
-        status = 1;
+    else if (rs.rejected || ps.refused)
+        status = 1; /* a line Kafka refused is dead-lettered, as a rejected one */
     else
         status = 0;
 out:

@@ -7,8 +7,16 @@
 #ifndef ST_PRODUCE_H
 #define ST_PRODUCE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Reasons of dead-letter records for messages Kafka cannot take: larger
+ * than kafka.message_max_bytes (refused before Kafka sees it, or by Kafka),
+ * or refused by Kafka for another reason of its own (invalid record, ...).
+ * Such a refusal concerns one message: it never stops the collector. */
+#define ST_REASON_TOO_LARGE "too_large"
+#define ST_REASON_KAFKA_REFUSED "kafka_refused"
 
 struct st_collector_conf;
 struct st_metrics;
@@ -20,12 +28,28 @@ struct st_producer *st_producer_new(const struct st_collector_conf *conf,
                                     struct st_metrics *metrics, char *errstr,
                                     size_t errsz);
 
+/* Names the input in dead-letter records of messages Kafka refused (not
+ * copied; default "kafka"). */
+void st_producer_set_input(struct st_producer *p, const char *name);
+
+/* A wait for room on the spool's disk ends (the message not produced, -1)
+ * once *stop is set (not copied; NULL: never). */
+void st_producer_set_stop(struct st_producer *p, volatile sig_atomic_t *stop);
+
+/* wait 1 (the default): a full disk under the spool makes produce wait for
+ * room; 0: it fails the message at once (-1), for an input that can tell
+ * its sender to come back (HTTP 503). */
+void st_producer_set_disk_wait(struct st_producer *p, int wait);
+
 /* Flushes what is queued (bounded by the delivery timeout) and frees. Accepts
  * NULL. */
 void st_producer_destroy(struct st_producer *p);
 
 /* Queues one accepted event (value copied). Blocks while the local queue is
- * full. Returns 0, or -1 on a fatal producer error. */
+ * full, or, with a spool, while its disk is full. A message Kafka refuses
+ * for good (too large, invalid) is sent to the dead-letter topic with its
+ * reason instead: that is not an error. Returns 0, or -1 on a fatal
+ * producer error. */
 int st_producer_event(struct st_producer *p, const char *key, const char *value,
                       size_t len);
 
@@ -46,13 +70,21 @@ void st_producer_poll(struct st_producer *p);
 /* 1 when the spool is at spool.max_bytes: inputs must push back. */
 int st_producer_full(struct st_producer *p);
 
-/* Waits until every queued message has a delivery report, or timeout_ms.
- * Returns the number of messages that failed or are still undelivered: 0
- * means everything queued so far is durably in Kafka. */
+/* Waits until every queued message has a delivery report, or timeout_ms;
+ * with a spool, until the spool is empty (what a full queue left there
+ * produced again, everything acknowledged). Returns what is still
+ * undelivered (without a spool the messages that failed or have no report,
+ * with one the bytes left in the spool): 0 means everything produced so far
+ * is durably in Kafka (or, refused by it, in the dead-letter topic). */
 int64_t st_producer_flush(struct st_producer *p, int timeout_ms);
 
 struct st_producer_stats {
-    int64_t queued, delivered, failed;
+    int64_t queued, delivered;
+    int64_t failed;      /* lost: no spool, or a refused dead-letter record */
+    int64_t retried;     /* failed deliveries kept in the spool, produced again */
+    int64_t refused;     /* refused by Kafka for good, dead-lettered */
+    int64_t replayed;    /* records produced again from the spool */
+    int64_t spool_bytes; /* still in the spool */
 };
 void st_producer_stats(const struct st_producer *p, struct st_producer_stats *s);
 

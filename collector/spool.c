@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -24,15 +25,20 @@
 #include "buf.h"
 #include "log.h"
 #include "spool.h"
+#include "timeutil.h"
 
 #define MAGIC 0x31535453u /* "STS1" */
+#define SEGMENT_BYTES (4 << 20)
 
 struct segment {
     int64_t id;
     int64_t bytes;
     int64_t records;
     int64_t outstanding; /* queued in the producer, not yet reported */
-    int failed;          /* a record must be produced again */
+    int failed;          /* a delivery failed: all of it is produced again */
+    int unsent;          /* records from offset resume on were never queued
+                          * (a full producer queue): produced from there */
+    int64_t resume;
     int closed;          /* no more appends */
     struct segment *next;
 };
@@ -40,11 +46,16 @@ struct segment {
 struct st_spool {
     char *dir;
     int64_t max_bytes, total;
+    int64_t nospace_ms; /* when the disk last said it was full, or 0 */
+    int64_t min_free;   /* spool.min_free_bytes */
+    int64_t statfs_ms;  /* when the free space was last asked */
+    int low_space;      /* it was under min_free then */
     int64_t next_id;
     struct segment *segs; /* oldest first */
     struct segment *cur;  /* the open one, or NULL */
     int fd;               /* of cur */
     int lock_fd;          /* DIR/LOCK, held while open: one collector per spool */
+    int64_t last_off;     /* of the record appended last, in cur */
     struct st_buf rec;
 };
 
@@ -79,12 +90,13 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, char *errstr,
-                               size_t errsz)
+struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, int64_t min_free,
+                               char *errstr, size_t errsz)
 {
     struct st_spool *s = st_calloc(1, sizeof(*s));
     s->dir = st_strdup(dir);
     s->max_bytes = max_bytes;
+    s->min_free = min_free;
     s->next_id = 1;
     s->fd = -1;
     s->lock_fd = -1;
@@ -123,7 +135,8 @@ struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, char *errstr,
         ids[n++] = strtoll(de->d_name, NULL, 10);
     }
     closedir(d);
-    qsort(ids, n, sizeof(*ids), cmp_i64);
+    if (n)
+        qsort(ids, n, sizeof(*ids), cmp_i64);
     for (size_t i = 0; i < n; i++) {
         /* left by an earlier run: produced again, whatever became of it */
         char path[4096];
@@ -174,15 +187,43 @@ static uint32_t get32(const unsigned char *p)
            (uint32_t)p[3] << 24;
 }
 
+/* The disk is full: what was written of the record is taken back, so that
+ * the segment stays a sequence of whole records. */
+static int64_t no_space(struct st_spool *s, const char *what)
+{
+    if (!s->nospace_ms)
+        st_warn("spool \"%s\": %s: %s; pushing back until there is room", s->dir, what,
+                strerror(errno));
+    s->nospace_ms = st_time_mono_ms();
+    if (s->fd >= 0 && s->cur) {
+        if (ftruncate(s->fd, (off_t)s->cur->bytes) < 0 ||
+            lseek(s->fd, (off_t)s->cur->bytes, SEEK_SET) < 0)
+            st_warn("spool \"%s\": could not take back a partial record: %s", s->dir,
+                    strerror(errno));
+    }
+    return -2;
+}
+
+static int out_of_space(int err)
+{
+    return err == ENOSPC || err == EDQUOT;
+}
+
 int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const char *key,
                         size_t keylen, const char *value, size_t len)
 {
     char path[4096];
+    /* a long input (--input, a busy tail) is cut into segments that can be
+     * produced again and deleted each on its own */
+    if (s->cur && s->cur->bytes >= SEGMENT_BYTES && st_spool_sync(s) < 0)
+        return -1;
     if (!s->cur) {
         s->cur = seg_add(s, s->next_id);
         seg_path(s, s->cur->id, path, sizeof(path));
         s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (s->fd < 0) {
+            if (out_of_space(errno))
+                return no_space(s, "could not create a segment");
             st_error("could not create spool segment \"%s\": %s", path, strerror(errno));
             return -1;
         }
@@ -197,7 +238,8 @@ int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const ch
     st_buf_addc(&s->rec, (char)(tlen >> 8));
     st_buf_add(&s->rec, topic, tlen);
     put32(&s->rec, (uint32_t)keylen);
-    st_buf_add(&s->rec, key, keylen);
+    if (keylen)
+        st_buf_add(&s->rec, key, keylen);
     st_buf_add(&s->rec, value, len);
     uint32_t crc = (uint32_t)crc32(0L, (const Bytef *)s->rec.data + 12,
                                    (uInt)(s->rec.len - 12));
@@ -209,12 +251,18 @@ int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const ch
         ssize_t w = write(s->fd, s->rec.data + off, s->rec.len - off);
         if (w < 0 && errno == EINTR)
             continue;
+        if (w < 0 && out_of_space(errno))
+            return no_space(s, "the disk is full");
         if (w <= 0) {
             st_error("could not write to the spool: %s", strerror(errno));
             return -1;
         }
         off += (size_t)w;
     }
+    if (s->nospace_ms)
+        st_info("spool \"%s\": room on the disk again", s->dir);
+    s->nospace_ms = 0;
+    s->last_off = s->cur->bytes;
     s->cur->bytes += (int64_t)s->rec.len;
     s->cur->records++;
     s->total += (int64_t)s->rec.len;
@@ -243,8 +291,17 @@ void st_spool_queued(struct st_spool *s, int64_t seg, int queued)
         return;
     if (queued)
         g->outstanding++;
-    else
-        g->failed = 1;
+    else if (!g->unsent) {
+        /* the first record left behind; a replay sets resume itself */
+        g->unsent = 1;
+        g->resume = g == s->cur ? s->last_off : 0;
+    }
+}
+
+int st_spool_unsent(const struct st_spool *s, int64_t seg)
+{
+    const struct segment *g = s->cur && s->cur->id == seg ? s->cur : NULL;
+    return g && g->unsent;
 }
 
 void st_spool_delivered(struct st_spool *s, int64_t seg, int ok)
@@ -257,6 +314,9 @@ void st_spool_delivered(struct st_spool *s, int64_t seg, int ok)
         g->failed = 1;
 }
 
+/* Produces g again: all of it after a failed delivery, else from the first
+ * record never queued. Stops at the first fn that returns non-zero, and
+ * remembers where (returns that value); -1 when g cannot be read. */
 static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *arg)
 {
     char path[4096];
@@ -265,17 +325,25 @@ static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *a
 
     seg_path(s, g->id, path, sizeof(path));
     FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!f) {
+        /* removed by hand, or unreadable: nothing more can come of it */
+        st_error("spool segment \"%s\" cannot be read (%s): skipped", path, strerror(errno));
+        g->failed = g->unsent = 0;
         return -1;
+    }
     st_buf_init(&data);
     char chunk[65536];
     size_t n;
     while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
         st_buf_add(&data, chunk, n);
     fclose(f);
-    const unsigned char *p = (const unsigned char *)data.data, *end = p + data.len;
+    const unsigned char *start = (const unsigned char *)data.data, *end = start + data.len;
+    const unsigned char *p = start;
+    if (!g->failed && g->resume > 0 && g->resume <= (int64_t)data.len)
+        p += g->resume;
     g->failed = 0;
-    while (p && end - p >= 12 && rc == 0) {
+    g->unsent = 0;
+    while (p && end - p >= 12) {
         uint32_t magic = get32(p), plen = get32(p + 4), crc = get32(p + 8);
         if (magic != MAGIC || (size_t)(end - p - 12) < plen || plen < 7 ||
             (uint32_t)crc32(0L, p + 12, plen) != crc) {
@@ -291,11 +359,14 @@ static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *a
                  (const char *)p + 15);
         const char *key = (const char *)p + 19 + tlen;
         rc = fn(arg, g->id, p[12], topic, key, klen, key + klen, plen - 7 - tlen - klen);
+        if (rc) {
+            g->unsent = 1;
+            g->resume = (int64_t)(p - start);
+            break;
+        }
         p += 12 + plen;
     }
     st_buf_fini(&data);
-    if (rc)
-        g->failed = 1;
     return rc;
 }
 
@@ -304,24 +375,47 @@ void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg)
     struct segment **pp = &s->segs;
     while (*pp) {
         struct segment *g = *pp;
-        if (g->closed && g->outstanding == 0 && !g->failed) {
+        if (g->closed && g->outstanding == 0 && !g->failed && !g->unsent) {
             char path[4096];
             seg_path(s, g->id, path, sizeof(path));
             unlink(path);
             s->total -= g->bytes;
+            s->nospace_ms = 0; /* room again, perhaps: the next append says */
             *pp = g->next;
             free(g);
             continue;
         }
-        if (g->closed && g->outstanding == 0 && g->failed && fn)
-            replay(s, g, fn, arg);
+        /* a failed delivery waits for every report of the segment (it is
+         * produced again whole); records never queued go at once */
+        if (g->closed && fn && (g->failed ? g->outstanding == 0 : g->unsent) &&
+            replay(s, g, fn, arg) > 0)
+            break; /* the queue is full: later segments wait their turn */
         pp = &g->next;
     }
 }
 
-int st_spool_full(const struct st_spool *s)
+int st_spool_full(struct st_spool *s)
 {
-    return s->total >= s->max_bytes;
+    int64_t now = st_time_mono_ms();
+    /* the free space is asked at most ten times a second: --input asks
+     * for every line */
+    if (s->min_free > 0 && now - s->statfs_ms >= 100) {
+        struct statvfs vfs;
+        s->statfs_ms = now;
+        if (statvfs(s->dir, &vfs) == 0) {
+            int low = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize < s->min_free;
+            if (low && !s->low_space)
+                st_warn("spool \"%s\": less than spool.min_free_bytes free on its disk: "
+                        "pushing back", s->dir);
+            else if (!low && s->low_space)
+                st_info("spool \"%s\": room on its disk again", s->dir);
+            s->low_space = low;
+        }
+    }
+    /* a full disk is asked again after a second: another program may have
+     * made room */
+    return s->total >= s->max_bytes || s->low_space ||
+           (s->nospace_ms && now - s->nospace_ms < 1000);
 }
 
 int64_t st_spool_bytes(const struct st_spool *s)
@@ -335,4 +429,117 @@ int64_t st_spool_segments(const struct st_spool *s)
     for (const struct segment *g = s->segs; g; g = g->next)
         n++;
     return n;
+}
+
+/* Bytes of segments in dir (0 when it has none or cannot be read). */
+static int64_t segment_bytes(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int64_t bytes = 0;
+    struct dirent *de;
+    if (!d)
+        return 0;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        char path[4096];
+        struct stat st;
+        if (len < 5 || strcmp(de->d_name + len - 4, ".seg"))
+            continue;
+        snprintf(path, sizeof(path), "%.3800s/%.255s", dir, de->d_name);
+        /* an empty segment still says the folder was left with a spool */
+        if (stat(path, &st) == 0)
+            bytes += st.st_size ? st.st_size : 1;
+    }
+    closedir(d);
+    return bytes;
+}
+
+static void mkdir_parents(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(tmp, 0700);
+            *p = '/';
+        }
+}
+
+int64_t st_spool_registry(const char *registry, const char *input, const char *dir)
+{
+    int64_t stranded = 0;
+    struct st_buf keep;
+    char line[8192], tmp[4200];
+    char def[4096];
+    int changed = dir != NULL;
+
+    if (!registry) {
+        const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+        if (state && *state)
+            snprintf(def, sizeof(def), "%s/sandtrail/collector-spools", state);
+        else if (home && *home)
+            snprintf(def, sizeof(def), "%s/.local/state/sandtrail/collector-spools", home);
+        else
+            return 0;
+        registry = def;
+    }
+    if (!*registry)
+        return 0;
+    st_buf_init(&keep);
+    FILE *f = fopen(registry, "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        char *tab = strchr(line, '\t'), *nl = strchr(line, '\n');
+        if (!tab || !nl)
+            continue;
+        *tab = *nl = '\0';
+        const char *old = line, *who = tab + 1;
+        if (strcmp(who, input) != 0 && access(old, F_OK) != 0) {
+            changed = 1; /* its folder is gone: nothing left to strand */
+            continue;
+        }
+        if (strcmp(who, input) != 0) {
+            st_buf_adds(&keep, old), st_buf_addc(&keep, '\t'), st_buf_adds(&keep, who),
+                st_buf_addc(&keep, '\n');
+            continue;
+        }
+        if (dir && strcmp(old, dir) == 0)
+            continue; /* recorded again below */
+        int64_t bytes = segment_bytes(old);
+        if (!bytes) {
+            changed = 1;
+            continue; /* nothing left there: forgotten */
+        }
+        stranded += bytes;
+        st_error("spool \"%s\" of an earlier run of this input (%s) still holds %" PRId64
+                 " bytes not acknowledged by Kafka, and %s: set spool.dir=%s to deliver "
+                 "them, or remove the folder to discard them",
+                 old, input, bytes,
+                 dir ? "spool.dir now names another folder" : "spool.dir is now unset",
+                 old);
+        /* kept in the registry: warned at every start until dealt with */
+        st_buf_adds(&keep, old), st_buf_addc(&keep, '\t'), st_buf_adds(&keep, input),
+            st_buf_addc(&keep, '\n');
+    }
+    if (f)
+        fclose(f);
+    if (dir) {
+        st_buf_adds(&keep, dir), st_buf_addc(&keep, '\t'), st_buf_adds(&keep, input),
+            st_buf_addc(&keep, '\n');
+    }
+    if (!changed) {
+        st_buf_fini(&keep);
+        return stranded;
+    }
+    /* rewritten whole and renamed into place: never half a registry */
+    mkdir_parents(registry);
+    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", registry, (int)getpid());
+    FILE *o = fopen(tmp, "w");
+    if (!o || fwrite(keep.data ? keep.data : "", 1, keep.len, o) != keep.len ||
+        fclose(o) != 0 || rename(tmp, registry) != 0) {
+        st_warn("could not record the spool in \"%s\": %s", registry, strerror(errno));
+        unlink(tmp);
+    }
+    st_buf_fini(&keep);
+    return stranded;
 }

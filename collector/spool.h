@@ -9,7 +9,9 @@
  * again later, and every segment found at start (a crash, or Kafka down at
  * exit) is produced again. Kafka may so see a message twice; its event_id
  * makes the copy a duplicate that PostgreSQL drops. When the spool holds
- * spool.max_bytes the inputs push back (HTTP 503, the tail waits). */
+ * spool.max_bytes, or its disk is full (ENOSPC, EDQUOT), the inputs push
+ * back (HTTP 503 with Retry-After, the tail and --input wait); nothing is
+ * dropped and the collector does not exit. */
 #ifndef ST_SPOOL_H
 #define ST_SPOOL_H
 
@@ -18,12 +20,17 @@
 
 struct st_spool;
 
-struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, char *errstr,
-                               size_t errsz);
+/* Opens (creates) the spool in dir; what an earlier run left there is to
+ * be produced again. It is full at max_bytes, or when its disk has less
+ * than min_free bytes free (0: only a failed write says). NULL with errstr
+ * set when dir cannot be used or another collector holds it. */
+struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, int64_t min_free,
+                               char *errstr, size_t errsz);
 void st_spool_close(struct st_spool *s); /* accepts NULL */
 
-/* Appends one message; returns the id of its segment (> 0), or -1 on an
- * I/O error. Not yet durable: see st_spool_sync. */
+/* Appends one message; returns the id of its segment (> 0), -2 when the
+ * disk is full (nothing of the record is kept: append it again later), or
+ * -1 on another I/O error. Not yet durable: see st_spool_sync. */
 int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const char *key,
                         size_t keylen, const char *value, size_t len);
 
@@ -33,18 +40,36 @@ int st_spool_sync(struct st_spool *s);
 /* A message of segment seg was handed to Kafka (queued) or not. */
 void st_spool_queued(struct st_spool *s, int64_t seg, int queued);
 
+/* 1 when a record of seg (the open segment) was left unqueued: later
+ * records wait behind it, in order, for the replay. */
+int st_spool_unsent(const struct st_spool *s, int64_t seg);
+
 /* Kafka's delivery report for a message of segment seg. */
 void st_spool_delivered(struct st_spool *s, int64_t seg, int ok);
 
-/* Deletes finished segments; for each segment that must be produced again,
- * calls fn for each of its records, in order, and stops at the first fn
- * that returns non-zero (the segment then waits for the next call). */
+/* Deletes finished segments; for each segment that must be produced again
+ * (all of it after a failed delivery, once every report is in; from its
+ * first unqueued record otherwise), calls fn for each of its records, in
+ * order, and stops at the first fn that returns non-zero (the segment goes
+ * on from that record at the next call). */
 typedef int (*st_spool_fn)(void *arg, int64_t seg, int dlq, const char *topic,
                            const char *key, size_t keylen, const char *value, size_t len);
 void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg);
 
-int st_spool_full(const struct st_spool *s);
+/* 1 at spool.max_bytes, with less than min_free bytes free on its disk, or
+ * for a second after the disk was found full. */
+int st_spool_full(struct st_spool *s);
 int64_t st_spool_bytes(const struct st_spool *s);
 int64_t st_spool_segments(const struct st_spool *s);
+
+/* The registry (a file of lines "<spool folder>\t<input>") remembers the
+ * spool each input last used, so that a spool left behind when spool.dir
+ * is removed or changed is not forgotten: for each earlier folder of this
+ * input that still holds segments, an error names it and what to do; then
+ * dir (NULL: no spool) is recorded for the input. Returns the bytes so
+ * stranded. registry NULL: $XDG_STATE_HOME/sandtrail/collector-spools (or
+ * ~/.local/state/...); "": does nothing. Never fails (a registry that
+ * cannot be written is a warning). */
+int64_t st_spool_registry(const char *registry, const char *input, const char *dir);
 
 #endif
