@@ -419,7 +419,8 @@ static int at_end(struct st_tail *t)
         t->size_seen = (int64_t)st.st_size;
     if (t->trunc_fd >= 0)
         return after_copy(t);
-    if ((int64_t)st.st_size < roff)
+    /* shrunk, or truncated and written again up to where we are */
+    if ((int64_t)st.st_size < roff || head_changed(t))
         return truncated(t);
     if ((int64_t)st.st_size > roff)
         return 1; /* written since the read */
