@@ -319,6 +319,10 @@ static int truncated(struct st_tail *t)
     struct cand *c;
     size_t n = list_cands(t, &c);
 
+    if (t->trunc_fd >= 0) { /* the copy itself changed: nothing sane to go back to */
+        close(t->trunc_fd);
+        t->trunc_fd = -1;
+    }
     sha256(t->head, t->head_len, fp);
     for (size_t i = n; i-- > 0;) { /* newest first */
         if (c[i].live || (c[i].dev == t->dev && c[i].ino == t->ino) ||
@@ -399,9 +403,13 @@ static int next_file(struct st_tail *t, const struct stat *cur)
     if (next < n && data && idle) {
         if (t->end > t->start && !t->skipping) {
             rc = 2;
-        } else if (open_file(t, c[next].name, 0, 0) == 0) {
-            st_info("rotated file read to its end: reading \"%s\"", c[next].name);
-            rc = 1;
+        } else {
+            char *done = st_strdup(t->name);
+            if (open_file(t, c[next].name, 0, 0) == 0) {
+                st_info("\"%s\" read to its end: reading \"%s\"", done, c[next].name);
+                rc = 1;
+            }
+            free(done);
         }
     }
     cands_free(c, n);
@@ -504,7 +512,8 @@ static int resume(struct st_tail *t, int kind, const struct ckpt *ck)
 
     if (kind == CKPT_OLD) {
         for (i = 0; i < n; i++)
-            if (c[i].ino == ck->ino && c[i].size >= ck->pos && starts_line(c[i].name, ck->pos))
+            if (c[i].ino == ck->ino && c[i].size >= ck->pos &&
+                starts_line(c[i].name, ck->pos))
                 break;
         if (i < n) {
             st_warn("checkpoint \"%s\" is in the old format (inode and offset): taking "
@@ -577,7 +586,8 @@ struct st_tail *st_tail_open(const char *path, const char *ckpt_path,
     t->buf = st_malloc(t->cap);
     if (opts->metrics)
         t->m_at_risk = st_metric_get(
-            opts->metrics, ST_METRIC_COUNTER, "sandtrail_collector_tail_bytes_at_risk_total",
+            opts->metrics, ST_METRIC_COUNTER,
+            "sandtrail_collector_tail_bytes_at_risk_total",
             "bytes of a followed file that may be lost: truncated before they were read "
             "(copytruncate)",
             "");

@@ -24,6 +24,7 @@
 #define METRICS_PORT "19483"
 
 static char dir[128], collector_log[192], path[200], ckpt[240];
+static int main_pid; /* collectors started: /tmp/st_rot_<main_pid>.pids */
 
 struct writer {
     int fd;
@@ -133,7 +134,41 @@ static int start(struct world *w)
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(fscanf(f, "%d", &pid), 1);
     fclose(f);
+    snprintf(pidf, sizeof(pidf), "/tmp/st_rot_%d.pids", main_pid);
+    f = fopen(pidf, "a");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%d\n", pid);
+    fclose(f);
     return pid;
+}
+
+/* Stops the collectors a failed test left running. */
+static void stop_leftovers(void)
+{
+    char pidf[64];
+    int pid;
+    snprintf(pidf, sizeof(pidf), "/tmp/st_rot_%d.pids", main_pid);
+    FILE *f = fopen(pidf, "r");
+    if (!f)
+        return;
+    while (fscanf(f, "%d", &pid) == 1) {
+        /* still ours: the pid may have been given to another process */
+        char proc[64], cmd[4096];
+        snprintf(proc, sizeof(proc), "/proc/%d/cmdline", pid);
+        FILE *pf = fopen(proc, "r");
+        if (!pf)
+            continue;
+        size_t n = fread(cmd, 1, sizeof(cmd) - 1, pf);
+        fclose(pf);
+        for (size_t i = 0; i < n; i++)
+            if (!cmd[i])
+                cmd[i] = ' ';
+        cmd[n] = '\0';
+        if (strstr(cmd, "sandtrail-collector") && strstr(cmd, "/tmp/st_rot_"))
+            kill(pid, SIGKILL);
+    }
+    fclose(f);
+    unlink(pidf);
 }
 
 static void stop(int pid, int sig)
@@ -435,5 +470,8 @@ int main(void)
     tcase_add_test(tc, rotation_copytruncate_collector_killed);
     tcase_add_test(tc, rotation_truncated_line_counted_at_risk);
     suite_add_tcase(s, tc);
-    return world_run(s);
+    main_pid = (int)getpid();
+    int status = world_run(s);
+    stop_leftovers();
+    return status;
 }
