@@ -315,6 +315,7 @@ static int truncated(struct st_tail *t)
 {
     int64_t roff = t->pos + (int64_t)(t->end - t->start); /* read up to */
     int64_t partial = t->skipping ? 0 : (int64_t)(t->end - t->start);
+    int64_t seen = t->size_seen; /* of the truncated file, before it shrank */
     unsigned char fp[32];
     struct cand *c;
     size_t n = list_cands(t, &c);
@@ -323,10 +324,14 @@ static int truncated(struct st_tail *t)
         close(t->trunc_fd);
         t->trunc_fd = -1;
     }
-    sha256(t->head, t->head_len, fp);
     for (size_t i = n; i-- > 0;) { /* newest first */
+        /* a copy may be shorter than the head we saw: compare what it has */
+        size_t len = c[i].size < (int64_t)t->head_len ? (size_t)c[i].size : t->head_len;
         if (c[i].live || (c[i].dev == t->dev && c[i].ino == t->ino) ||
-            c[i].size <= roff || !fp_matches(c[i].name, t->head_len, fp))
+            c[i].size <= roff)
+            continue;
+        sha256(t->head, len, fp);
+        if (!fp_matches(c[i].name, len, fp))
             continue;
         int copy = open(c[i].name, O_RDONLY | O_CLOEXEC), self = t->fd;
         if (copy < 0)
@@ -340,7 +345,7 @@ static int truncated(struct st_tail *t)
         st_warn("\"%s\" was truncated: reading the %" PRId64 " bytes not read yet "
                 "from its copy \"%s\", then \"%s\" from the start",
                 t->path, c[i].size - roff, c[i].name, t->path);
-        at_risk(t, max0(t->size_seen - c[i].size),
+        at_risk(t, max0(seen - c[i].size),
                 "seen in the file but missing from its copy");
         cands_free(c, n);
         return 1;
@@ -349,7 +354,7 @@ static int truncated(struct st_tail *t)
     st_warn("\"%s\" was truncated at offset %" PRId64 " and no copy holds what follows: "
             "reading it again from the start",
             t->path, roff);
-    at_risk(t, max0(t->size_seen - roff) + partial,
+    at_risk(t, max0(seen - roff) + partial,
             "truncated before they were read, or a line cut by the truncation");
     int fd = dup(t->fd);
     if (fd < 0 || adopt(t, fd, t->name, 0, 0) < 0) {

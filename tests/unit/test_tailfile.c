@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "metrics.h"
 #include "tail.h"
 
 static char dir[64], path[128], ckpt[160];
@@ -183,6 +184,41 @@ START_TEST(tail_copytruncate_reads_the_copy_first)
 }
 END_TEST
 
+/* Lines written after the copy and seen before the truncation are lost:
+ * counted at risk, and nothing torn is handed out. */
+START_TEST(tail_bytes_missing_from_the_copy_counted_at_risk)
+{
+    char err[256], r1[160], cmd[512], text[64];
+    struct st_metrics *m = st_metrics_new();
+    struct st_tail_opts o = {.max_line = 16, .rotated_glob = "FILE.[0-9]*",
+                             .grace_ms = 0, .metrics = m};
+    snprintf(r1, sizeof(r1), "%s.1", path);
+    for (int i = 1; i <= 20; i++) {
+        snprintf(text, sizeof(text), "k%02d\n", i);
+        put(path, i == 1 ? "w" : "a", text);
+        if (i == 10) { /* the copy holds k01..k10 */
+            snprintf(cmd, sizeof(cmd), "cp %s %s", path, r1);
+            ck_assert_int_eq(system(cmd), 0);
+        }
+    }
+    struct st_tail *t = st_tail_open(path, ckpt, &o, err, sizeof(err));
+    ck_assert_ptr_nonnull(t);
+    ck_assert_str_eq(next(t), "k01"); /* 17 of 80 bytes read, all 80 seen */
+    ck_assert_int_eq(truncate(path, 0), 0);
+    put(path, "a", "n1\n");
+    for (int i = 2; i <= 10; i++) {
+        snprintf(text, sizeof(text), "k%02d", i);
+        ck_assert_str_eq(next(t), text);
+    }
+    ck_assert_str_eq(next(t), "n1");
+    char *r = st_metrics_render(m);
+    ck_assert_ptr_nonnull(strstr(r, "\nsandtrail_collector_tail_bytes_at_risk_total 40\n"));
+    free(r);
+    st_tail_close(t);
+    st_metrics_destroy(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tailfile");
@@ -194,6 +230,7 @@ int main(void)
     tcase_add_test(tc, tail_resumes_in_a_file_rotated_twice);
     tcase_add_test(tc, tail_rotated_file_last_line_without_newline);
     tcase_add_test(tc, tail_copytruncate_reads_the_copy_first);
+    tcase_add_test(tc, tail_bytes_missing_from_the_copy_counted_at_risk);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
