@@ -28,6 +28,8 @@ struct st_collector_conf {
     char *checkpoint;      /* input.checkpoint (--follow) */
     int64_t checkpoint_lines;
     int64_t poll_ms;
+    char *rotated_pattern;  /* input.rotated_pattern (--follow) */
+    int64_t rotate_grace_ms;
     char *metrics_listen;
     char *http_listen;      /* http.listen (--listen) */
     char *http_tokens_file;

@@ -57,8 +57,13 @@ int st_input_follow(const char *path, struct st_ingest *in, volatile sig_atomic_
         snprintf(ckpt, sizeof(ckpt), "%s", conf->checkpoint);
     else
         snprintf(ckpt, sizeof(ckpt), "%s.sandtrail.pos", path);
-    struct st_tail *t = st_tail_open(path, ckpt, (size_t)conf->max_line_bytes, errstr,
-                                     sizeof(errstr));
+    struct st_tail_opts topts = {
+        .max_line = (size_t)conf->max_line_bytes,
+        .rotated_glob = conf->rotated_pattern,
+        .grace_ms = conf->rotate_grace_ms,
+        .metrics = in->metrics,
+    };
+    struct st_tail *t = st_tail_open(path, ckpt, &topts, errstr, sizeof(errstr));
     if (!t) {
         st_error("%s", errstr);
         return -1;

@@ -90,6 +90,12 @@ static const struct st_conf_prop collector_props[] = {
      "--follow: lines between waits for delivery and checkpoints"},
     {"input.poll_ms", NULL, ST_CONF_INT, C(poll_ms), 10, 60000, "200",
      "--follow: how often to look for new lines and rotation at the end of the file"},
+    {"input.rotated_pattern", NULL, ST_CONF_STR, C(rotated_pattern), 0, 0, "FILE.[0-9]*",
+     "--follow: glob of the rotated files, FILE standing for the followed file's name, "
+     "relative to its folder (\"\": none); compressed ones (.gz, ...) are skipped"},
+    {"input.rotate_grace_ms", NULL, ST_CONF_INT, C(rotate_grace_ms), 0, 3600000, "2000",
+     "--follow: how long a renamed file must stay still, once a newer one has data, "
+     "before it is left"},
     {"metrics.listen", "SANDTRAIL_COLLECTOR_METRICS", ST_CONF_STR, C(metrics_listen), 0,
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"http.listen", "SANDTRAIL_HTTP_LISTEN", ST_CONF_STR, C(http_listen), 0, 0, "",
