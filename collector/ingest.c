@@ -84,6 +84,7 @@ struct st_ingest_pool {
     int cur;                    /* the batch being filled */
     uint64_t seq;
     struct st_buf scratch[MAX_WORKERS]; /* per executor: a dead-letter record */
+    uint64_t *absorbed; /* redactions of st_ingest_absorb'ed instances, per rule */
 };
 
 /* --- accepting: any executor ------------------------------------------- */
@@ -467,6 +468,7 @@ void st_ingest_fini(struct st_ingest *in)
     }
     for (int r = 0; r < MAX_WORKERS; r++)
         st_buf_fini(&pool->scratch[r]);
+    free(pool->absorbed);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->work);
     pthread_cond_destroy(&pool->done);
@@ -490,10 +492,23 @@ const char *st_ingest_rule_name(const struct st_ingest *in, size_t i)
 
 uint64_t st_ingest_rule_hits(const struct st_ingest *in, size_t i)
 {
-    uint64_t hits = 0;
+    uint64_t hits = in->pool->absorbed ? in->pool->absorbed[i] : 0;
     for (int k = 0; k < in->pool->nexec; k++)
         hits += st_redact_rule_hits(st_accept_redactor(in->pool->acc[k]), i);
     return hits;
+}
+
+void st_ingest_absorb(struct st_ingest *in, const struct st_ingest *other)
+{
+    size_t n = st_ingest_nrules(in);
+    if (!in->pool->absorbed)
+        in->pool->absorbed = st_calloc(n + 1, sizeof(*in->pool->absorbed));
+    for (size_t i = 0; i < n; i++)
+        in->pool->absorbed[i] += st_ingest_rule_hits(other, i);
+    in->stats.lines += other->stats.lines;
+    in->stats.accepted += other->stats.accepted;
+    in->stats.rejected += other->stats.rejected;
+    in->stats.skipped += other->stats.skipped;
 }
 
 void st_ingest_sync_metrics(struct st_ingest *in)

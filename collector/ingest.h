@@ -76,6 +76,11 @@ int st_ingest_add(struct st_ingest *in, const char *line, size_t len, int too_lo
  * producer failed for good. */
 int st_ingest_drain(struct st_ingest *in);
 
+/* Adds other's counts (stats, redactions) to in's, for a run's summary
+ * (the HTTP input's lanes, before they are finished). Neither may be in
+ * use. */
+void st_ingest_absorb(struct st_ingest *in, const struct st_ingest *other);
+
 /* Brings the redaction counters of the metrics up to date. */
 void st_ingest_sync_metrics(struct st_ingest *in);
 

@@ -609,11 +609,7 @@ out:
     for (int k = 0; k < h.nlanes; k++) {
         struct lane *l = &h.lanes[k];
         if (l->owned && l->in) {
-            /* the run's totals, for the caller's summary */
-            in->stats.lines += l->in->stats.lines;
-            in->stats.accepted += l->in->stats.accepted;
-            in->stats.rejected += l->in->stats.rejected;
-            in->stats.skipped += l->in->stats.skipped;
+            st_ingest_absorb(in, l->in); /* the run's totals, for the summary */
             st_ingest_fini(l->in);
             free(l->in);
         }
