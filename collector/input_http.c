@@ -573,7 +573,6 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
                 l->in = NULL;
                 goto out;
             }
-            l->in->prod = in->prod;
         }
         l->synced = st_calloc(st_ingest_nrules(l->in) + 1, sizeof(*l->synced));
         for (size_t i = 0; i < st_ingest_nrules(l->in); i++)
