@@ -11,7 +11,9 @@
  * thread, which reads, helps, and produces the outcomes strictly in input
  * order. While one batch is being accepted the caller fills the next, so
  * reading and producing overlap the accepting. Everything that touches the
- * producer, the metrics and stderr happens on the calling thread. */
+ * producer, the metrics and stderr happens on the calling thread. One
+ * st_ingest serves one calling thread at a time; inputs that take lines on
+ * several threads at once (HTTP) use one st_ingest per thread. */
 #ifndef ST_INGEST_H
 #define ST_INGEST_H
 
@@ -48,6 +50,10 @@ struct st_ingest {
     const char *allow_kind, *allow_name;
     st_ingest_reject_fn *on_reject;
     void *on_reject_arg;
+    /* 0: every rejected line is dead-lettered and reported on stderr; else
+     * only the first dlq_max until the caller resets dlq_count, the rest
+     * only counted (stats, metrics, on_reject) */
+    long dlq_max, dlq_count;
     struct st_ingest_stats stats;
     struct st_ingest_pool *pool; /* owned */
     struct st_metric *m_lines, *m_accepted, *m_skipped;
@@ -69,6 +75,11 @@ int st_ingest_add(struct st_ingest *in, const char *line, size_t len, int too_lo
 /* Accepts and produces every line added so far. Returns 0, or -1 when the
  * producer failed for good. */
 int st_ingest_drain(struct st_ingest *in);
+
+/* Adds other's counts (stats, redactions) to in's, for a run's summary
+ * (the HTTP input's lanes, before they are finished). Neither may be in
+ * use. */
+void st_ingest_absorb(struct st_ingest *in, const struct st_ingest *other);
 
 /* Brings the redaction counters of the metrics up to date. */
 void st_ingest_sync_metrics(struct st_ingest *in);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -57,6 +58,7 @@ struct st_producer {
      * every public function holds this lock (delivery reports run inside
      * them, on the calling thread) */
     pthread_mutex_t lock;
+    pthread_cond_t tracked_done; /* a tracked request's last report came */
 };
 
 /* Kafka's answers that concern this one message only: it can never be
@@ -108,21 +110,55 @@ static void note_refusal(struct st_producer *p, const char *topic, int64_t seg,
     snprintf(r->topic, sizeof(r->topic), "%s", topic);
 }
 
+/* The messages of one request (HTTP without a spool), so that its answer
+ * depends on its own messages only, not on every message since the start
+ * (one failure for good must not make every later request fail). Guarded
+ * by the producer's lock: delivery reports run inside it. */
+struct st_delivery {
+    int64_t pending, failed;
+    int orphaned; /* its waiter gave up: the last report frees it */
+};
+
+/* The request whose messages this thread is producing (st_producer_track). */
+static __thread struct st_delivery *tracking;
+
+/* One of a tracked request's messages is settled (delivered, failed, or
+ * refused and so dead-lettered): the last one wakes its waiter, or frees
+ * the tracker its waiter gave up on. Under the producer's lock. */
+static void settle(struct st_producer *p, struct st_delivery *d, int failed)
+{
+    d->failed += failed;
+    if (--d->pending == 0) {
+        if (d->orphaned)
+            free(d);
+        else
+            pthread_cond_broadcast(&p->tracked_done);
+    }
+}
+
 /* Delivery reports run on the thread that polls, so plain counters do. */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct st_producer *p = opaque;
-    int64_t seg = (int64_t)(intptr_t)m->_private;
+    /* the opaque is the spool segment, or without a spool the tracked
+     * request's st_delivery (NULL when untracked) */
+    int64_t seg = p->spool ? (int64_t)(intptr_t)m->_private : 0;
+    struct st_delivery *d = p->spool ? NULL : m->_private;
     const char *reason = m->err ? refusal_reason(m->err) : NULL;
     if (reason) {
-        /* its spool record is settled once it is dead-lettered */
+        /* its spool record is settled once it is dead-lettered; for its
+         * request it is settled now (dead-lettered, not failed) */
         p->refused_queued++;
         note_refusal(p, rd_kafka_topic_name(m->rkt), seg, m->err, reason, m->payload,
                      m->len);
+        if (d)
+            settle(p, d, 0);
         return;
     }
     if (p->spool)
         st_spool_delivered(p->spool, seg, !m->err);
+    else if (d)
+        settle(p, d, m->err != 0);
     if (p->m_latency) {
         int64_t us = rd_kafka_message_latency(m);
         if (us >= 0)
@@ -166,11 +202,17 @@ struct st_producer *st_producer_new(const struct st_collector_conf *conf,
     st_buf_init(&p->dlq_rec);
     p->conf = conf;
     p->input_name = "kafka";
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->tracked_done, &ca);
+    pthread_condattr_destroy(&ca);
     if (conf->spool_dir && *conf->spool_dir) {
         p->spool = st_spool_open(conf->spool_dir, conf->spool_max_bytes,
                                  conf->spool_min_free_bytes, errstr, errsz);
         if (!p->spool) {
             pthread_mutex_destroy(&p->lock);
+            pthread_cond_destroy(&p->tracked_done);
             free(p);
             return NULL;
         }
@@ -256,6 +298,7 @@ fail:
     st_spool_close(p->spool);
     st_buf_fini(&p->dlq_rec);
     pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->tracked_done);
     free(p);
     return NULL;
 }
@@ -282,6 +325,7 @@ void st_producer_destroy(struct st_producer *p)
     free(p->refusals);
     st_buf_fini(&p->dlq_rec);
     pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->tracked_done);
     free(p);
 }
 
@@ -331,7 +375,9 @@ static int hand_over(struct st_producer *p, int64_t seg, const char *topic,
         if (reason) {
             if (p->spool)
                 st_spool_queued(p->spool, seg, 1); /* settled when dead-lettered */
-            note_refusal(p, topic, seg, err, reason, value, len);
+            else if (seg)
+                settle(p, (struct st_delivery *)(intptr_t)seg, 0); /* no report comes */
+            note_refusal(p, topic, p->spool ? seg : 0, err, reason, value, len);
             return 0;
         }
         if (topic_missing(err))
@@ -441,12 +487,21 @@ static int produce(struct st_producer *p, int dlq, const char *key, const char *
     int rc;
 
     pthread_mutex_lock(&p->lock);
-    if (p->spool && (seg = spool_append(p, dlq, topic, key, keylen, value, len)) < 0)
+    if (p->spool && (seg = spool_append(p, dlq, topic, key, keylen, value, len)) < 0) {
         rc = -1;
-    else if (p->spool && st_spool_unsent(p->spool, seg))
+    } else if (p->spool && st_spool_unsent(p->spool, seg)) {
         rc = 0; /* behind a record a full queue left: the replay sends both */
-    else
+    } else if (!p->spool && tracking) {
+        /* counted before: its report may come inside hand_over's poll */
+        tracking->pending++;
+        rc = hand_over(p, (int64_t)(intptr_t)tracking, topic, key, keylen, value, len) < 0
+                 ? -1
+                 : 0;
+        if (rc)
+            tracking->pending--;
+    } else {
         rc = hand_over(p, seg, topic, key, keylen, value, len) < 0 ? -1 : 0;
+    }
     if (p->nrefusals)
         drain_refusals(p);
     pthread_mutex_unlock(&p->lock);
@@ -568,6 +623,51 @@ int64_t st_producer_flush(struct st_producer *p, int timeout_ms)
         left = st_spool_segments(p->spool) ? st_spool_bytes(p->spool) : 0;
     else
         left = p->queued - p->delivered - p->refused_queued;
+    pthread_mutex_unlock(&p->lock);
+    return left;
+}
+
+struct st_delivery *st_producer_track(struct st_producer *p)
+{
+    if (p->spool)
+        return NULL;
+    tracking = st_calloc(1, sizeof(*tracking));
+    return tracking;
+}
+
+int64_t st_producer_track_wait(struct st_producer *p, struct st_delivery *d,
+                               int timeout_ms)
+{
+    tracking = NULL;
+    if (!d)
+        return 0;
+    struct timespec until;
+    int64_t deadline = st_time_mono_ms() + timeout_ms;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        char err[256];
+        rd_kafka_poll(p->rk, 0);
+        if (d->pending == 0 || st_time_mono_ms() >= deadline)
+            break;
+        if (rd_kafka_fatal_error(p->rk, err, sizeof(err))) {
+            st_error("fatal Kafka producer error: %s", err);
+            break;
+        }
+        /* the lock is free while we wait: other requests produce; a 50 ms
+         * tick serves the reports when no other thread polls */
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += 50 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&p->tracked_done, &p->lock, &until);
+    }
+    int64_t left = d->pending + d->failed;
+    if (d->pending)
+        d->orphaned = 1;
+    else
+        free(d);
     pthread_mutex_unlock(&p->lock);
     return left;
 }
