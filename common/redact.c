@@ -14,6 +14,7 @@
  * that a marker does not match them in a later pass either. */
 #include <assert.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,8 +186,8 @@ static const struct rule_def rule_defs[NRULES] = {
         .pattern = "(?<![A-Za-z0-9_.-])(?:hv[sbr]\\.[A-Za-z0-9_-]{24,}"
                    "|[sb]\\.(?=[a-z0-9]{0,23}[A-Z])(?=[A-Z0-9]{0,23}[a-z])"
                    "[A-Za-z0-9]{24}(?![A-Za-z0-9_-]))",
-        .keywords = {"hvs.", "hvb.", "hvr.", " s.", "\"s.", "'s.", "=s.",
-                     ":s.", " b.", "\"b.", "=b.", ":b."},
+        .keywords = {"hvs.", "hvb.", "hvr.", ": s.", "\"s.", "'s.", "=s.",
+                     ":s.", ": b.", "\"b.", "=b.", ":b."},
         .starts = {"s.", "b."}},
     [R_NPM_TOKEN] = {
         .name = "npm_token",
@@ -278,12 +279,15 @@ static const struct rule_def rule_defs[NRULES] = {
     [R_SECRET_ASSIGNMENT] = {
         .name = "secret_assignment",
         .pattern = "(?<![A-Za-z0-9_.-])(?<!\\[REDACTED:)(?<!//)"
-                   "[A-Za-z0-9_.-]{0,64}?"
-                   "(?:(?i:secret|token|password|passwd|pwd)"
-                   "|(?<!public|primary|sort|cache|partition|foreign|"
-                   "idempotency|dedup|routing|message|object|row|PUBLIC)"
-                   "(?i:[_.-]key)|(?<=[a-z0-9])(?:Key|Secret|Token|Password))"
-                   "(?![A-Za-z0-9_.-])" SEP
+                   "[A-Za-z0-9_.-]{1,64}+"
+                   "(?<=(?i)secret|token|password|passwd|pwd|[_.-]key"
+                   "|(?-i)[a-z0-9]Key|[a-z0-9]Secret|[a-z0-9]Token"
+                   "|[a-z0-9]Password)"
+                   "(?<!(?i)public[_.-]key|primary[_.-]key|sort[_.-]key"
+                   "|cache[_.-]key|partition[_.-]key|foreign[_.-]key"
+                   "|idempotency[_.-]key|dedup[_.-]key|routing[_.-]key"
+                   "|message[_.-]key|object[_.-]key|row[_.-]key)"
+                   SEP
                    "((?![$%]\\{|\\$\\(|\\{\\{)"
                    "[^\\x00-\\x20\\x7f\"'\\\\`,;&<>\\[\\]{}|]{8,}+)",
         .check = check_assignment,
@@ -386,6 +390,16 @@ struct st_redactor {
     cJSON *entries; /* its new "redactions" array, made at the first entry */
 };
 
+/* Byte classes for the passes over every string (init_classes): base64
+ * value + 1 (0 when not a base64 char, standard or URL-safe), and flags. */
+enum { C_B64 = 0x7F, C_HEX = 0x80, C_TRIGGER = 0x100 };
+static uint16_t cls[256];
+static void init_classes(void);
+/* prefilter's pair bits beyond the keywords' 1 and 2: either byte starts a
+ * decoding; both are base64 chars. FORMS in its result: see prefilter. */
+enum { P_TRIGGER = 4, P_B64 = 8, P_NONHEX = 16 };
+#define FORMS BIT(63)
+
 /* ---- set-up ------------------------------------------------------------ */
 
 static unsigned char ascii_lower(unsigned char c)
@@ -437,6 +451,7 @@ static void build_prefilter(struct st_redactor *r)
         }
         for (size_t k = 0; k < 2 && d->starts[k]; k++) {
             assert(r->nstarts < sizeof(r->starts) / sizeof(r->starts[0]));
+            assert(strlen(d->starts[k]) == 2);
             r->starts[r->nstarts++] = (struct keyword){
                 d->starts[k], strlen(d->starts[k]), 0, i};
         }
@@ -463,6 +478,16 @@ static void build_prefilter(struct st_redactor *r)
     for (size_t k = 0; k < r->nkws; k++)
         if (r->kws[k].len < 3)
             r->step = 1;
+    for (unsigned a = 0; a < 256; a++)
+        for (unsigned b = 0; b < 256; b++) {
+            uint8_t *t = &r->pairs[a << 8 | b];
+            if ((cls[a] | cls[b]) & C_TRIGGER)
+                *t |= P_TRIGGER;
+            if ((cls[a] & C_B64) && (cls[b] & C_B64))
+                *t |= P_B64;
+            if (!(cls[a] & C_HEX) || !(cls[b] & C_HEX))
+                *t |= P_NONHEX;
+        }
     for (size_t k = 0; k < r->nkws; k++) {
         const unsigned char *w = (const unsigned char *)r->kws[k].s;
         /* bytes 0,1 mark a start here; bytes 1,2 a start one byte before */
@@ -568,6 +593,8 @@ struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
         }
     }
 
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, init_classes);
     r = st_calloc(1, sizeof(*r));
     r->fp_len = conf->fp_hex_len ? conf->fp_hex_len : ST_REDACT_FP_DEFAULT;
     st_buf_init(&r->out);
@@ -720,8 +747,6 @@ void st_redact_fingerprint(const struct st_redactor *r, const char *v,
 
 /* ---- matching ------------------------------------------------------------ */
 
-/* The set of rules (bits) whose keywords occur in s[0..len). Every keyword
- * is at least 2 bytes long (canaries 8). */
 /* Whether some keyword (of rule or canary) starts at p[i]: sets its rule's
  * bit in *mask. */
 static void keyword_at(const struct st_redactor *r, const unsigned char *p, size_t len,
@@ -730,43 +755,59 @@ static void keyword_at(const struct st_redactor *r, const unsigned char *p, size
     uint32_t n = r->bucket_len[p[i]];
     const struct keyword *k = r->kws + r->bucket_start[p[i]];
     for (uint32_t j = 0; j < n; j++) {
+        const unsigned char *w = (const unsigned char *)k[j].s;
+        size_t x = 1;
         if ((*mask & BIT(k[j].rule)) || k[j].len > len - i)
             continue;
-        if (k[j].icase) {
-            size_t x = 1;
-            while (x < k[j].len &&
-                   ascii_lower(p[i + x]) == ascii_lower((unsigned char)k[j].s[x]))
+        /* inline: most candidates differ in their second or third byte */
+        if (k[j].icase)
+            while (x < k[j].len && ascii_lower(p[i + x]) == ascii_lower(w[x]))
                 x++;
-            if (x == k[j].len)
-                *mask |= BIT(k[j].rule);
-        } else if (memcmp(p + i + 1, k[j].s + 1, k[j].len - 1) == 0) {
+        else
+            while (x < k[j].len && p[i + x] == w[x])
+                x++;
+        if (x == k[j].len)
             *mask |= BIT(k[j].rule);
-        }
     }
 }
 
+/* The set of rules (bits) whose keywords occur in s[0..len), and FORMS when
+ * s may have another form to scan: a byte that starts a decoding, or a run
+ * of base64 chars that may be ST_REDACT_B64_MIN long (scan_forms looks
+ * closer). One pass over the pairs of bytes serves both. */
 static uint64_t prefilter(const struct st_redactor *r, const char *s,
                           size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
     uint64_t mask = 0;
+    size_t run = 0;
+    unsigned any = 0, nonhex = 0;
 
-    for (size_t k = 0; k < r->nstarts; k++)
-        if (len >= r->starts[k].len &&
-            memcmp(s, r->starts[k].s, r->starts[k].len) == 0)
+    /* every start is 2 bytes (asserted in build_prefilter) */
+    for (size_t k = 0; k < r->nstarts && len >= 2; k++)
+        if (p[0] == (unsigned char)r->starts[k].s[0] &&
+            p[1] == (unsigned char)r->starts[k].s[1])
             mask |= BIT(r->starts[k].rule);
     /* a keyword of 3 or more bytes starting at an even offset shows its
      * first pair at an even offset, one starting at an odd offset its
      * second pair */
     for (size_t i = 0; i + 1 < len; i += r->step) {
         unsigned t = r->pairs[(unsigned)p[i] << 8 | p[i + 1]];
-        if (!t)
+        any |= t;
+        /* a run of lowercase hex only is not worth decoding */
+        run = t & P_B64 ? run + r->step : 0;
+        nonhex = t & P_B64 ? nonhex | t : 0;
+        if (run + 2 >= ST_REDACT_B64_MIN && (nonhex & P_NONHEX))
+            any |= P_TRIGGER;
+        if (!(t & 3))
             continue;
         if ((t & 2) && i > 0 && r->step == 2)
             keyword_at(r, p, len, i - 1, &mask);
         if (t & 1)
             keyword_at(r, p, len, i, &mask);
     }
+    if ((any & P_TRIGGER) || (len % 2 && (cls[p[len - 1]] & C_TRIGGER)))
+        mask |= FORMS;
     return mask;
 }
 
@@ -1240,7 +1281,7 @@ static int decode_view(struct st_redactor *r, struct view *v, const char *s,
     int changed = 0;
     size_t i = 0;
 
-    while (i < len && !decode_trigger((unsigned char)s[i]))
+    while (i < len && !(cls[(unsigned char)s[i]] & C_TRIGGER))
         i++;
     if (i == len)
         return 0;
@@ -1263,14 +1304,24 @@ static int decode_view(struct st_redactor *r, struct view *v, const char *s,
     return changed;
 }
 
+static void init_classes(void)
+{
+    static const char b64[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; i++)
+        cls[(unsigned char)b64[i]] = (uint16_t)(i + 1);
+    cls['-'] = 63;
+    cls['_'] = 64;
+    for (const char *h = "0123456789abcdef"; *h; h++)
+        cls[(unsigned char)*h] |= C_HEX;
+    for (int c = 0; c < 256; c++)
+        if (decode_trigger((unsigned char)c))
+            cls[c] |= C_TRIGGER;
+}
+
 static int b64val(unsigned char c)
 {
-    return c >= 'A' && c <= 'Z'   ? c - 'A'
-           : c >= 'a' && c <= 'z' ? c - 'a' + 26
-           : c >= '0' && c <= '9' ? c - '0' + 52
-           : c == '+' || c == '-' ? 62
-           : c == '/' || c == '_' ? 63
-                                  : -1;
+    return (cls[c] & C_B64) - 1;
 }
 
 static void scan_forms(struct st_redactor *r, const char *s, size_t len,
@@ -1310,23 +1361,32 @@ static void scan_base64(struct st_redactor *r, const char *t, size_t tlen,
         }
         size_t b = i;
         int hexonly = 1;
-        while (i < tlen && b64val((unsigned char)t[i]) >= 0)
-            hexonly &= lower_hex(t[i++]);
+        while (i < tlen && (cls[(unsigned char)t[i]] & C_B64))
+            hexonly &= (cls[(unsigned char)t[i++]] & C_HEX) != 0;
         size_t e = i;
         while (i < tlen && t[i] == '=' && i - e < 2)
             i++;
         if (e - b < ST_REDACT_B64_MIN || hexonly)
             continue;
+        /* a secret is text: the blob is left at its first bytes when they
+         * are not (a path such as /usr/lib/x86_64-linux-gnu, binary) */
         unsigned acc = 0, bits = 0;
+        int text = 1;
         st_buf_reset(&r->blob);
-        for (size_t k = b; k < e; k++) {
+        for (size_t k = b; k < e && text; k++) {
             acc = acc << 6 | (unsigned)b64val((unsigned char)t[k]);
             bits += 6;
             if (bits >= 8) {
+                unsigned char c = (unsigned char)(acc >> (bits - 8));
                 bits -= 8;
-                st_buf_addc(&r->blob, (char)(acc >> bits & 0xFF));
+                if (r->blob.len < 12 && !((c >= 0x20 && c < 0x7F) ||
+                                          c == '\t' || c == '\n' || c == '\r'))
+                    text = 0;
+                st_buf_addc(&r->blob, (char)c);
             }
         }
+        if (!text)
+            continue;
         size_t before = r->nm, first = before;
         scan_forms(r, r->blob.data, r->blob.len,
                    prefilter(r, r->blob.data, r->blob.len), NULL, 0, 0, 1);
@@ -1417,22 +1477,6 @@ static void scan_forms(struct st_redactor *r, const char *s, size_t len,
         scan_base64(r, t, tlen, map);
 }
 
-/* Whether s[0..len) has a form other than itself to scan: something to
- * decode, or a base64 run long enough. One pass, no allocation. */
-static int has_forms(const char *s, size_t len)
-{
-    size_t run = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (decode_trigger(c))
-            return 1;
-        run = b64val(c) >= 0 ? run + 1 : 0;
-        if (run >= ST_REDACT_B64_MIN)
-            return 1;
-    }
-    return 0;
-}
-
 static int match_cmp(const void *a, const void *b)
 {
     const struct match *x = a, *y = b;
@@ -1492,7 +1536,7 @@ static size_t redact_string(struct st_redactor *r, const char *s, size_t len,
         kmask = 0;
     r->nm = 0;
     if (!mask && !(kmask & r->keyed) &&
-        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !has_forms(s, len))
+        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !(mask & FORMS))
         return 0;
     scan_forms(r, s, len, mask, name, namelen, kmask, 0);
     if (!r->nm)

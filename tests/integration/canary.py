@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,6 +54,50 @@ def secrets():
     return out
 
 
+def pct_all(s):
+    """Every byte percent-encoded: no rule sees the plain value."""
+    return "".join("%%%02X" % b for b in s.encode())
+
+
+def json_u(s):
+    """Every other char a JSON \\u escape, '/' as \\/ (raw JSON text)."""
+    return "".join(("\\u%04x" % ord(c)) if i % 2 else c
+                   for i, c in enumerate(s)).replace("/", "\\/")
+
+
+def encoded():
+    """Encoded forms of some secrets (issue 14 item 3), and markers sent by a
+    source (item 4): (rule, value as put into a field, raw-line rewrite or
+    None, strings that must appear nowhere). The decoded secret must get the
+    same marker and fingerprint as the plain one."""
+    sec = dict(secrets())
+    gh, aws = sec["github_token"], sec["aws_secret_key"]
+    canary = sec["canary"]
+    zw = gh[:10] + "\u200b" + gh[10:20] + "\u00ad" + gh[20:]
+    out = [
+        # a percent-encoded AWS secret in a logged URL query (%2F, %2B)
+        ("aws_secret_key", "GET /s3?aws_secret_access_key=%s&x=1"
+         % urllib.parse.quote(aws, safe=""), None,
+         [urllib.parse.quote(aws, safe="")]),
+        # a URL-encoded bearer token
+        ("bearer", "h=" + pct_all("Authorization: Bearer " + sec["bearer"]), None,
+         [pct_all(sec["bearer"])]),
+        # base64 of a GitHub token
+        ("github_token", "echo %s | base64 -d" % base64.b64encode(gh.encode()).decode(),
+         None, [base64.b64encode(gh.encode()).decode()]),
+        # zero-width characters inside a token (JSON-escaped in the line)
+        ("github_token", "x %s y" % zw, None, [gh[:10] + "\u200b" + gh[10:20]]),
+        # a token split by \u escapes and \/ (raw JSON text: the text pass
+        # over a rejected line must decode it)
+        ("aws_secret_key", "aws_secret_access_key=@AWSU@", ("@AWSU@", json_u(aws)),
+         [json_u(aws)]),
+        ("github_token", "x @GHU@ y", ("@GHU@", json_u(gh)), [json_u(gh)]),
+        # a source's own marker around the canary
+        ("canary", "[REDACTED:canary:%s]" % canary, None, []),
+    ]
+    return out
+
+
 def in_context(rule, value):
     """The secret as a source would write it."""
     if rule == "private_key":
@@ -62,6 +107,10 @@ def in_context(rule, value):
         return "Authorization: Bearer " + value
     if rule == "url_userinfo":
         return "https://deploy:%s@git.example.com/r.git" % value
+    if rule == "aws_secret_key":
+        return "aws_secret_access_key=" + value
+    if rule == "vault_token":
+        return "X-Vault-Token: " + value
     return "x " + value + " y"
 
 
@@ -143,8 +192,13 @@ def get(doc, path):
 
 def lines_for(fmt, inp, forbidden):
     out = []
-    for rule, value in secrets():
-        v = in_context(rule, value)
+    cases = [(rule, in_context(rule, value), None) for rule, value in secrets()]
+    for rule, v, rewrite, bad in encoded():
+        cases.append((rule, v, rewrite))
+        # as sent, and as a dead-letter record quotes it (JSON-escaped)
+        forbidden.update((rule + "-encoded", b) for b in bad)
+        forbidden.update((rule + "-encoded", json.dumps(b)[1:-1]) for b in bad)
+    for rule, v, rewrite in cases:
         for t in templates(fmt, inp):
             for path in leaves(t):
                 if fmt == "srt" and path == ("encodedCommand",):
@@ -155,13 +209,18 @@ def lines_for(fmt, inp, forbidden):
                     doc = put(t, path, enc)
                 else:
                     doc = put(t, path, v)
-                out.append(json.dumps(doc, separators=(",", ":")))
+                out.append(dump(doc, rewrite))
             for path in objects(t):
                 doc = json.loads(json.dumps(t))
                 obj = get(doc, path)
                 obj[v] = "k"
-                out.append(json.dumps(doc, separators=(",", ":")))
+                out.append(dump(doc, rewrite))
     return out
+
+
+def dump(doc, rewrite):
+    line = json.dumps(doc, separators=(",", ":"))
+    return line.replace(*rewrite) if rewrite else line
 
 
 def collector(coll, mode, arg, fmt, inp, extra, sinks):

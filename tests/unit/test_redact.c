@@ -177,7 +177,7 @@ static const struct rule_case rule_cases[] = {
     {"vault_token", "recovery: ", "hvr.Xk9mP2qR7tV4wY8zB3cD6fG1hJ5k",
      " (generate-root)", NULL},
     {"vault_token", "X-Vault-Token: ", "s.Xk9mP2qR7tV4wY8zB3cD6fG1", "", NULL},
-    {"vault_token", "legacy batch ", "b.AAAAAQJx7Yq3mK9pL2vR8tW4", " used",
+    {"vault_token", "batch token: ", "b.AAAAAQJx7Yq3mK9pL2vR8tW4", " used",
      NULL},
     {"npm_token", "//registry.npmjs.org/:_authToken=",
      "npm_Xk9mP2qR7tV4wY8zB3cD6fG1hJ5kL0nM4pQ2", "\n", NULL},
