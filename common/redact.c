@@ -278,11 +278,8 @@ static const struct rule_def rule_defs[NRULES] = {
      * placeholder). Names such as public_key or sort_key are not secrets. */
     [R_SECRET_ASSIGNMENT] = {
         .name = "secret_assignment",
-        .pattern = "(?<![A-Za-z0-9_.-])(?<!\\[REDACTED:)(?<!//)"
-                   "[A-Za-z0-9_.-]{1,64}+"
-                   "(?<=(?i)secret|token|password|passwd|pwd|[_.-]key"
-                   "|(?-i)[a-z0-9]Key|[a-z0-9]Secret|[a-z0-9]Token"
-                   "|[a-z0-9]Password)"
+        .pattern = "(?i:secret|token|passw(?:or)?d|pwd|(?<=[_.-])key"
+                   "|(?<=[a-z0-9])(?-i:Key))(?![A-Za-z0-9_.-])"
                    "(?<!(?i)public[_.-]key|primary[_.-]key|sort[_.-]key"
                    "|cache[_.-]key|partition[_.-]key|foreign[_.-]key"
                    "|idempotency[_.-]key|dedup[_.-]key|routing[_.-]key"
@@ -1118,6 +1115,19 @@ static int check_assignment(const char *subj, size_t slen, size_t g0,
     size_t n = g1 - g0;
     int kinds[4] = {0};
 
+    /* the name the value is assigned to: not a rule name in one of our
+     * markers, nor the user of a URL (//x-access-token:<token>@host is
+     * url_userinfo's) */
+    size_t b = g0, lim = g0 > 256 ? g0 - 256 : 0;
+    while (b > lim && strchr("\\\"' \t\r\n=:>", subj[b - 1]))
+        b--;
+    while (b > lim && (cls[(unsigned char)subj[b - 1]] & C_B64 ||
+                       subj[b - 1] == '.') &&
+           subj[b - 1] != '/' && subj[b - 1] != '+')
+        b--;
+    if ((b >= 10 && memcmp(subj + b - 10, ST_REDACT_MARKER_OPEN, 10) == 0) ||
+        (b >= 2 && subj[b - 1] == '/' && subj[b - 2] == '/'))
+        return 0;
     (void)slen;
     /* already hashed (Vault's audit log HMACs every secret it logs) */
     if ((n > 12 && memcmp(v, "hmac-sha256:", 12) == 0) ||
@@ -1173,16 +1183,26 @@ static int hex4(const char *p)
     return v;
 }
 
-static void view_add(struct view *v, unsigned char c, size_t from)
+/* Appends s[0..n) to v, byte i having come from offset from + i (step 0:
+ * every byte from offset from). */
+static void view_add_run(struct view *v, const char *s, size_t n, size_t from,
+                         int step)
 {
-    if (v->text.len + 2 > v->cap) {
-        v->cap = v->cap ? v->cap * 2 : 256;
-        while (v->cap < v->text.len + 2)
+    if (v->text.len + n + 1 > v->cap) {
+        v->cap = v->cap ? v->cap : 256;
+        while (v->cap < v->text.len + n + 1)
             v->cap *= 2;
         v->map = st_realloc(v->map, v->cap * sizeof(*v->map));
     }
-    v->map[v->text.len] = from;
-    st_buf_addc(&v->text, (char)c);
+    for (size_t i = 0; i < n; i++)
+        v->map[v->text.len + i] = from + (step ? i : 0);
+    st_buf_add(&v->text, s, n);
+}
+
+static void view_add(struct view *v, unsigned char c, size_t from)
+{
+    char b = (char)c;
+    view_add_run(v, &b, 1, from, 0);
 }
 
 /* The bytes that start a decoding: '%', '\\', and the lead bytes of the
@@ -1217,6 +1237,14 @@ static int decode_escapes(struct st_redactor *r, const char *s, size_t len)
     st_buf_reset(&t->text);
     for (size_t i = 0; i < len;) {
         unsigned char c = (unsigned char)s[i];
+        if (c != '%' && c != '\\') {
+            size_t j = i + 1;
+            while (j < len && s[j] != '%' && s[j] != '\\')
+                j++;
+            view_add_run(t, s + i, j - i, i, 1);
+            i = j;
+            continue;
+        }
         if (c == '%' && len - i >= 3 && hexval((unsigned char)s[i + 1]) >= 0 &&
             hexval((unsigned char)s[i + 2]) >= 0) {
             view_add(t, (unsigned char)(hexval((unsigned char)s[i + 1]) << 4 |
@@ -1226,7 +1254,7 @@ static int decode_escapes(struct st_redactor *r, const char *s, size_t len)
             changed = 1;
             continue;
         }
-        if (c == '\\' && len - i >= 2 && strchr("/\\\"", s[i + 1])) {
+        if (c == '\\' && len - i >= 2 && s[i + 1] == '/') {
             view_add(t, (unsigned char)s[i + 1], i);
             i += 2;
             changed = 1;
@@ -1270,38 +1298,55 @@ static int decode_escapes(struct st_redactor *r, const char *s, size_t len)
     return changed;
 }
 
+/* Whether an encoded unit starts at p[0..n): "%XX", "\\/", "\\uXXXX" or
+ * a zero-width character. */
+static int decodable_at(const char *p, size_t n)
+{
+    if (p[0] == '%')
+        return n >= 3 && hexval((unsigned char)p[1]) >= 0 &&
+               hexval((unsigned char)p[2]) >= 0;
+    if (p[0] == '\\')
+        return n >= 2 && (p[1] == '/' || (p[1] == 'u' && n >= 6 && hex4(p + 2) >= 0));
+    return zero_width((const unsigned char *)p, n) > 0;
+}
+
 /* v = the decoded view of s[0..len): escapes undone (decode_escapes), then
  * zero-width characters dropped, v->map giving each byte's offset in s.
  * Returns 0, without making v, when s has nothing to decode. */
 static int decode_view(struct st_redactor *r, struct view *v, const char *s,
                        size_t len)
 {
-    const unsigned char *t;
-    size_t n;
-    int changed = 0;
-    size_t i = 0;
+    const char *t;
+    size_t n, i = 0;
 
-    while (i < len && !(cls[(unsigned char)s[i]] & C_TRIGGER))
+    /* most strings with a '%', '\\' or non-ASCII byte encode nothing */
+    while (i < len && !((cls[(unsigned char)s[i]] & C_TRIGGER) &&
+                        decodable_at(s + i, len - i)))
         i++;
     if (i == len)
         return 0;
-    changed = decode_escapes(r, s, len);
-    t = (const unsigned char *)r->tmp.text.data;
+    decode_escapes(r, s, len);
+    t = r->tmp.text.data;
     n = r->tmp.text.len;
     st_buf_reset(&v->text);
     for (i = 0; i < n;) {
-        size_t z = zero_width(t + i, n - i);
+        size_t z = zero_width((const unsigned char *)t + i, n - i), j;
         if (z) {
             i += z;
-            changed = 1;
             continue;
         }
-        view_add(v, t[i], r->tmp.map[i]);
-        i++;
+        for (j = i + 1; j < n && !(cls[(unsigned char)t[j]] & C_TRIGGER); j++)
+            ;
+        /* map through tmp's map: bytes from a plain run keep their step */
+        size_t from = v->text.len;
+        view_add_run(v, t + i, j - i, 0, 0);
+        for (size_t k = 0; k < j - i; k++)
+            v->map[from + k] = r->tmp.map[i + k];
+        i = j;
     }
     view_add(v, 0, len);
     v->text.len--;
-    return changed;
+    return 1;
 }
 
 static void init_classes(void)

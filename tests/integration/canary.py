@@ -45,13 +45,19 @@ METRICS = "127.0.0.1:18096"
 KIND = {"squid": "proxy", "smokescreen": "proxy", "srt": "sandbox", "vault": "broker"}
 
 
+# shapes this test adds to tests/data/canary/secrets.txt (which
+# test_redaction's fixed events also cover)
+EXTRA = [("aws_secret_key", "Zq8uV3mK/7tYp2Lx+R4wN9bC6dF1gH5jS0eA2oIu"),
+         ("vault_token", "hvs.CAESIKx9Qm2Lp7Rt4Wv8Zc1Tn6Yb3Hd5Jf0Gk")]
+
+
 def secrets():
     out = []
     with open(os.path.join(DATA, "secrets.txt")) as f:
         for line in f:
             rule, value = line.rstrip("\n").split("\t")
             out.append((rule, value))
-    return out
+    return out + EXTRA
 
 
 def pct_all(s):
@@ -92,8 +98,11 @@ def encoded():
         ("aws_secret_key", "aws_secret_access_key=@AWSU@", ("@AWSU@", json_u(aws)),
          [json_u(aws)]),
         ("github_token", "x @GHU@ y", ("@GHU@", json_u(gh)), [json_u(gh)]),
-        # a source's own marker around the canary
+        # a source's own marker around the canary, and one whose rule holds
+        # terminal escapes (an OSC 52 clipboard write): as a member name it
+        # also reaches token_write's summaries
         ("canary", "[REDACTED:canary:%s]" % canary, None, []),
+        ("canary", "[REDACTED:\x1b]52;c;ZXZpbA==\x07:0123456789abcdef]", None, []),
     ]
     return out
 

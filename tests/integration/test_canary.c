@@ -132,6 +132,18 @@ START_TEST(canary_every_format_every_input)
     }
     ck_assert_int_ge(nforbidden, 14);
 
+    /* a marker with terminal escapes sent by a source reached no finding,
+     * and `sandtrail findings` prints no raw control character */
+    ck_assert_ptr_null(strchr(sinks[3], '\x1b'));
+    char clicmd[1024];
+    snprintf(clicmd, sizeof(clicmd), "SANDTRAIL_PG_DSN='%s' " BIN "/cli/sandtrail findings",
+             w.dsn);
+    char *cli = world_sh(clicmd);
+    ck_assert_ptr_nonnull(strstr(cli, "token_write"));
+    ck_assert_ptr_null(strchr(cli, '\x1b'));
+    ck_assert_ptr_null(strchr(cli, '\x07'));
+    free(cli);
+
     /* every format and input shows every rule's marker, and one secret
      * has one fingerprint everywhere */
     char *c = check(dir, sinks[0]);
