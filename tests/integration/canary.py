@@ -39,8 +39,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DATA = os.path.join(ROOT, "tests", "data", "canary")
 FORMATS = ("native", "squid", "smokescreen", "srt", "vault")
 INPUTS = ("file", "follow", "http")
-HTTP = "127.0.0.1:18095"
-METRICS = "127.0.0.1:18096"
+# ports of our own, so that runs of this test in other checkouts at the same
+# time do not post to each other's collectors
+_PORT = 21000 + (os.getpid() % 4000) * 2
+HTTP = "127.0.0.1:%d" % _PORT
+METRICS = "127.0.0.1:%d" % (_PORT + 1)
 # the source each format's events claim, for the HTTP tokens
 KIND = {"squid": "proxy", "smokescreen": "proxy", "srt": "sandbox", "vault": "broker"}
 
