@@ -4,6 +4,7 @@
 
 #include <openssl/evp.h>
 
+#include "escape.h"
 #include "findings.h"
 #include "log.h"
 
@@ -101,7 +102,14 @@ struct st_finding *st_findings_update(struct st_findings *fs, const char *id,
     if (last_us > f->last_us)
         f->last_us = last_us;
     free(f->summary);
-    f->summary = st_strdup(summary);
+    /* summaries quote event data (paths, hosts, commands): their control
+     * characters are stored escaped, so no reader's terminal acts on them */
+    struct st_buf b;
+    st_buf_init(&b);
+    st_escape_ctl(&b, summary, strlen(summary), 0);
+    st_buf_addc(&b, '\0');
+    f->summary = st_strdup(b.data);
+    st_buf_fini(&b);
     return f;
 }
 

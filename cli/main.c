@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
+#include "escape.h"
 #include "event.h"
 #include "log.h"
 #include "pg.h"
@@ -31,6 +33,21 @@ static const char *pg_dsn(void)
                   "host=127.0.0.1 port=15433 user=sandtrail dbname=sandtrail");
 }
 
+/* Everything printed that came from data (findings, events, error texts)
+ * goes through here: its control characters are written as escapes, so a
+ * summary holding ESC sequences cannot drive the terminal. The result is
+ * valid until the next call with the same slot (0..7). */
+static const char *safe(int slot, const char *s, int json)
+{
+    static struct st_buf bufs[8];
+    struct st_buf *b = &bufs[slot];
+
+    st_buf_reset(b);
+    st_escape_ctl(b, s, strlen(s), json);
+    st_buf_addc(b, '\0');
+    return b->data;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: sandtrail migrate\n"
@@ -45,7 +62,7 @@ static int cmd_migrate(void)
     PGconn *pg = st_pg_connect(pg_dsn(), errstr, sizeof(errstr));
     if (!pg || st_pg_migrate(pg, env_or("SANDTRAIL_SQL_DIR", SANDTRAIL_SQL_DIR),
                              &applied, errstr, sizeof(errstr))) {
-        st_error("%s", errstr);
+        st_error("%s", safe(0, errstr, 0));
         PQfinish(pg);
         return 1;
     }
@@ -77,7 +94,7 @@ static int cmd_findings(int argc, char **argv)
     }
     PGconn *pg = st_pg_connect(pg_dsn(), errstr, sizeof(errstr));
     if (!pg) {
-        st_error("%s", errstr);
+        st_error("%s", safe(0, errstr, 0));
         return 1;
     }
     const char *params[2] = {run, detector};
@@ -97,7 +114,7 @@ static int cmd_findings(int argc, char **argv)
                " ORDER BY first_seen, finding_id",
         2, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        st_error("could not read findings: %s", PQresultErrorMessage(res));
+        st_error("could not read findings: %s", safe(0, PQresultErrorMessage(res), 0));
         PQclear(res);
         PQfinish(pg);
         return 1;
@@ -105,14 +122,16 @@ static int cmd_findings(int argc, char **argv)
     int rows = PQntuples(res);
     if (json) {
         for (int i = 0; i < rows; i++)
-            printf("%s\n", PQgetvalue(res, i, 0));
+            printf("%s\n", safe(0, PQgetvalue(res, i, 0), 1));
     } else {
         printf("%-19s %-8s %-12s %-12s %-20s %6s  %s\n", "DETECTOR", "SEVERITY", "TASK",
                "RUN", "FIRST SEEN", "EVENTS", "SUMMARY");
         for (int i = 0; i < rows; i++)
-            printf("%-19s %-8s %-12s %-12s %-20s %6s  %s\n", PQgetvalue(res, i, 0),
-                   PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
-                   PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), PQgetvalue(res, i, 6));
+            printf("%-19s %-8s %-12s %-12s %-20s %6s  %s\n",
+                   safe(0, PQgetvalue(res, i, 0), 0), safe(1, PQgetvalue(res, i, 1), 0),
+                   safe(2, PQgetvalue(res, i, 2), 0), safe(3, PQgetvalue(res, i, 3), 0),
+                   safe(4, PQgetvalue(res, i, 4), 0), safe(5, PQgetvalue(res, i, 5), 0),
+                   safe(6, PQgetvalue(res, i, 6), 0));
         printf("(%d finding%s)\n", rows, rows == 1 ? "" : "s");
     }
     PQclear(res);
@@ -129,7 +148,7 @@ static int cmd_validate(const char *path)
     long lineno = 0, bad = 0, good = 0;
 
     if (!f) {
-        st_error("could not open \"%s\"", path);
+        st_error("could not open \"%s\"", safe(0, path, 0));
         return 66;
     }
     while ((len = getline(&line, &cap, f)) >= 0) {
@@ -141,7 +160,8 @@ static int cmd_validate(const char *path)
         if (len == 0)
             continue;
         if (st_event_parse(&ev, line, (size_t)len, &rej)) {
-            printf("%s:%ld: %s: %s\n", path, lineno, rej.code, rej.msg);
+            printf("%s:%ld: %s: %s\n", safe(0, path, 0), lineno, safe(1, rej.code, 0),
+                   safe(2, rej.msg, 0));
             bad++;
         } else {
             st_event_fini(&ev);

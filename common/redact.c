@@ -12,6 +12,9 @@
  * Markers are inserted only in step 4, after all matching, so a marker is
  * never scanned in the pass that inserted it; the patterns are written so
  * that a marker does not match them in a later pass either. */
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +33,11 @@
 /* Rules, in priority order: when two matches start at the same byte and end
  * at the same byte, the rule listed first names the redaction. Literal rules
  * come first (a planted canary is more telling than its shape), generic
- * rules (jwt, bearer, url_userinfo) last. */
+ * rules (jwt, bearer, url_userinfo, secret_assignment) last. */
 enum {
     R_CANARY,
     R_CREDENTIAL,
+    R_MARKER,
     R_PRIVATE_KEY,
     R_AWS_ACCESS_KEY,
     R_AWS_SECRET_KEY,
@@ -45,41 +49,85 @@ enum {
     R_ANTHROPIC_KEY,
     R_OPENAI_KEY,
     R_GOOGLE_API_KEY,
+    R_VAULT_TOKEN,
+    R_NPM_TOKEN,
+    R_PYPI_TOKEN,
+    R_HUGGINGFACE_TOKEN,
+    R_DOCKER_HUB_TOKEN,
+    R_AZURE_STORAGE_KEY,
+    R_AZURE_SAS,
+    R_GCP_SERVICE_ACCOUNT,
+    R_DATABRICKS_TOKEN,
+    R_TWILIO_KEY,
+    R_SENDGRID_KEY,
     R_JWT,
     R_BEARER,
     R_URL_USERINFO,
+    R_SECRET_ASSIGNMENT,
     NRULES
 };
 
-#define MAX_KEYWORDS 6
+#define MAX_KEYWORDS 12
+
+struct st_redactor;
 
 struct rule_def {
     const char *name;
-    /* PCRE2 pattern, or NULL for a literal rule. When the pattern has a
-     * capture group, only group 1 is redacted (the credential after "Bearer",
-     * the password of a URL); otherwise the whole match is. */
+    /* PCRE2 pattern, or NULL for a literal rule or one with a scanner. When
+     * the pattern has a capture group, only group 1 is redacted (the
+     * credential after "Bearer", the password of a URL); otherwise the whole
+     * match is. */
     const char *pattern;
+    /* A hand-written matcher instead of a pattern, where a regex cannot be
+     * both right and linear in its input (s is not NUL-terminated). */
+    void (*scan)(struct st_redactor *r, unsigned rule, const char *s,
+                 size_t len);
+    /* Checks a pattern's match (group g0..g1 of subj[0..slen)) before it is
+     * kept: entropy, placeholders, context. NULL keeps every match. */
+    int (*check)(const char *subj, size_t slen, size_t g0, size_t g1);
     /* Literals of which at least one occurs in every match (prefilter). */
     const char *keywords[MAX_KEYWORDS];
+    /* Literals that select the rule when the string starts with them. */
+    const char *starts[2];
     int icase; /* keywords compared ignoring ASCII case */
+    /* each keyword stands for itself followed by one lowercase hex digit
+     * (so 2-byte prefixes such as "SK" keep the prefilter's 3-byte step) */
+    int kw_hex;
     /* Also tried on "<member name>=<value>", for secrets that are recognised
      * by the name they are stored under: {"AWS_SECRET_ACCESS_KEY": "..."}. */
     int keyed;
 };
 
+static void scan_private_key(struct st_redactor *r, unsigned rule,
+                             const char *s, size_t len);
+static void scan_forged_marker(struct st_redactor *r, unsigned rule,
+                               const char *s, size_t len);
+static int check_assignment(const char *subj, size_t slen, size_t g0,
+                            size_t g1);
+static int check_sas(const char *subj, size_t slen, size_t g0, size_t g1);
+
+/* What may separate a member name from its value: "k=v", "k: v",
+ * "\"k\": \"v\"", "k => 'v'", with JSON's escaped quotes in a raw line. */
+#define SEP "[\\\\\"'\\s]{0,4}(?:=>|:=|[:=])[\\\\\"'\\s]{0,4}"
+
 /* clang-format off */
 static const struct rule_def rule_defs[NRULES] = {
     [R_CANARY] = {.name = "canary"},
     [R_CREDENTIAL] = {.name = "credential"},
+    /* "[REDACTED:" arriving in input that is not exactly a marker of ours
+     * (a rule name we have, a fingerprint of our length): replaced whole, so
+     * a rule text holding escapes or a secret does not pass as a marker. */
+    [R_MARKER] = {
+        .name = "forged_marker",
+        .scan = scan_forged_marker,
+        .keywords = {ST_REDACT_MARKER_OPEN}},
     /* A whole PEM block, with real or literal "\n" line breaks. When the END
      * line is missing (a line cut short) the base64 body is taken to the end
-     * of the run, so a truncated key does not leak either. */
+     * of the run, so a truncated key does not leak either. A scanner: the
+     * regex for this was quadratic on repeated BEGIN lines. */
     [R_PRIVATE_KEY] = {
         .name = "private_key",
-        .pattern = "-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-                   "(?:[\\s\\S]*?"
-                   "-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-                   "|(?:[A-Za-z0-9+/=:,.\\s-]|\\\\[rn])*)",
+        .scan = scan_private_key,
         .keywords = {"-----BEGIN"}},
     [R_AWS_ACCESS_KEY] = {
         .name = "aws_access_key",
@@ -130,6 +178,71 @@ static const struct rule_def rule_defs[NRULES] = {
         .name = "google_api_key",
         .pattern = "(?<![A-Za-z0-9_-])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])",
         .keywords = {"AIza"}},
+    /* Vault: service (hvs.), batch (hvb.) and recovery (hvr.) tokens, and
+     * the legacy s./b. + 24 base62 chars (mixed case: "s.getPropertyName..."
+     * style identifiers are rarely exactly 24 chars, never after a word). */
+    [R_VAULT_TOKEN] = {
+        .name = "vault_token",
+        .pattern = "(?<![A-Za-z0-9_.-])(?:hv[sbr]\\.[A-Za-z0-9_-]{24,}"
+                   "|[sb]\\.(?=[a-z0-9]{0,23}[A-Z])(?=[A-Z0-9]{0,23}[a-z])"
+                   "[A-Za-z0-9]{24}(?![A-Za-z0-9_-]))",
+        .keywords = {"hvs.", "hvb.", "hvr.", ": s.", "\"s.", "'s.", "=s.",
+                     ":s.", ": b.", "\"b.", "=b.", ":b."},
+        .starts = {"s.", "b."}},
+    [R_NPM_TOKEN] = {
+        .name = "npm_token",
+        .pattern = "(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])",
+        .keywords = {"npm_"}},
+    /* PyPI API tokens are macaroons whose base64 starts with the encoded
+     * location "pypi.org" */
+    [R_PYPI_TOKEN] = {
+        .name = "pypi_token",
+        .pattern = "pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}",
+        .keywords = {"pypi-AgEIcHlwaS5vcmc"}},
+    [R_HUGGINGFACE_TOKEN] = {
+        .name = "huggingface_token",
+        .pattern = "(?<![A-Za-z0-9_])(?:hf|api_org)_(?=[a-z]{0,33}[A-Z])"
+                   "(?=[A-Z]{0,33}[a-z])[A-Za-z]{34}(?![A-Za-z0-9])",
+        .keywords = {"hf_", "api_org_"}},
+    [R_DOCKER_HUB_TOKEN] = {
+        .name = "docker_hub_token",
+        .pattern = "(?<![A-Za-z0-9_])dckr_(?:pat|oat)_[A-Za-z0-9_-]{20,}",
+        .keywords = {"dckr_pat_", "dckr_oat_"}},
+    /* 64 bytes of key, base64: 86 chars and "==" */
+    [R_AZURE_STORAGE_KEY] = {
+        .name = "azure_storage_key",
+        .pattern = "(?i:AccountKey)[\\\\\"'\\s]{0,4}[:=][\\\\\"'\\s]{0,4}"
+                   "([A-Za-z0-9+/]{86}==)",
+        .keywords = {"accountkey"}, .icase = 1},
+    /* a shared access signature: sig= an HMAC-SHA256 in base64 (43 chars
+     * and '='), in a query that also has the expiry se= (check_sas) */
+    [R_AZURE_SAS] = {
+        .name = "azure_sas",
+        .pattern = "(?<![A-Za-z0-9_])sig=([A-Za-z0-9+/]{43}=?)"
+                   "(?![A-Za-z0-9+/=])",
+        .check = check_sas,
+        .keywords = {"sig="}},
+    /* a GCP service-account key file: its private_key_id (the key itself is
+     * a PEM block, rule private_key) */
+    [R_GCP_SERVICE_ACCOUNT] = {
+        .name = "gcp_service_account",
+        .pattern = "private_key_id" SEP "([0-9a-f]{40})(?![A-Za-z0-9])",
+        .keywords = {"private_key_id"}, .keyed = 1},
+    [R_DATABRICKS_TOKEN] = {
+        .name = "databricks_token",
+        .pattern = "(?<![A-Za-z0-9_])dapi[0-9a-f]{32}(?:-[0-9])?"
+                   "(?![A-Za-z0-9])",
+        .keywords = {"dapi"}},
+    /* API key SID (SK) and account SID (AC): 32 lowercase hex */
+    [R_TWILIO_KEY] = {
+        .name = "twilio_key",
+        .pattern = "(?<![A-Za-z0-9])(?:SK|AC)[0-9a-f]{32}(?![A-Za-z0-9])",
+        .keywords = {"SK", "AC"}, .kw_hex = 1},
+    [R_SENDGRID_KEY] = {
+        .name = "sendgrid_key",
+        .pattern = "(?<![A-Za-z0-9_-])SG\\.[A-Za-z0-9_-]{22}"
+                   "\\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])",
+        .keywords = {"SG."}},
     /* header.payload.signature, the header starting {" (eyJ); up to two more
      * segments for a JWE. */
     [R_JWT] = {
@@ -149,19 +262,38 @@ static const struct rule_def rule_defs[NRULES] = {
                    "(?=[A-Za-z0-9_~+/-][a-z._~+/-]*[A-Z0-9])"
                    "[A-Za-z0-9_~+/-]+(?:\\.[A-Za-z0-9_~+/-]+)*=*)",
         .keywords = {"bearer", "basic"}, .icase = 1},
-    /* scheme://user:password@host: only the password. The password may hold
-     * '@' (taken up to the last one before the host) but not start a
-     * marker. Lengths are bounded so a long run of letters stays linear. */
+    /* scheme://user:password@host (postgres, mysql, mongodb+srv, redis,
+     * amqp, ...): only the password. The password may hold '@' (taken up to
+     * the last one before the host) but not start a marker. Lengths are
+     * bounded so a long run of letters stays linear. */
     [R_URL_USERINFO] = {
         .name = "url_userinfo",
-        .pattern = "[A-Za-z][A-Za-z0-9+.-]{0,31}://"
+        .pattern = "(?<![A-Za-z0-9])[A-Za-z][A-Za-z0-9+.-]{0,31}://"
                    "[^\\s/?#@:\\[\\]\"'<>]{0,256}:"
                    "(?!\\[REDACTED:)([^\\s/?#\"'<>]{1,256})@",
         .keywords = {"://"}},
+    /* NAME_SECRET / _TOKEN / _KEY / _PASSWORD = value, as env, JSON or YAML
+     * (and a member of that name in an event): the value when it looks
+     * random (check_assignment: Shannon entropy, character classes, no
+     * placeholder). Names such as public_key or sort_key are not secrets. */
+    [R_SECRET_ASSIGNMENT] = {
+        .name = "secret_assignment",
+        .pattern = "(?i:secret|token|passw(?:or)?d|pwd|(?<=[_.-])key"
+                   "|(?<=[a-z0-9])(?-i:Key))(?![A-Za-z0-9_.-])"
+                   "(?<!(?i)public[_.-]key|primary[_.-]key|sort[_.-]key"
+                   "|cache[_.-]key|partition[_.-]key|foreign[_.-]key"
+                   "|idempotency[_.-]key|dedup[_.-]key|routing[_.-]key"
+                   "|message[_.-]key|object[_.-]key|row[_.-]key)"
+                   SEP
+                   "((?![$%]\\{|\\$\\(|\\{\\{)"
+                   "[^\\x00-\\x20\\x7f\"'\\\\`,;&<>\\[\\]{}|]{8,}+)",
+        .check = check_assignment,
+        .keywords = {"secret", "token", "password", "passwd", "pwd", "key"},
+        .icase = 1, .keyed = 1},
 };
 /* clang-format on */
 
-#define BIT(i) (1u << (i))
+#define BIT(i) ((uint64_t)1 << (i))
 
 struct rule {
     pcre2_code *code; /* NULL for literal rules */
@@ -189,6 +321,14 @@ struct literal {
     size_t len;
 };
 
+/* A decoded form of a string: its bytes, and for each byte the offset in the
+ * string of the encoded unit it came from (map[len] = the string's length). */
+struct view {
+    struct st_buf text;
+    size_t *map;
+    size_t cap;
+};
+
 struct st_redactor {
     struct rule rules[NRULES];
     uint64_t hits[NRULES];
@@ -205,7 +345,12 @@ struct st_redactor {
      * start: most of a string is dismissed by one lookup per two bytes */
     uint8_t pairs[65536];
     unsigned step; /* 2, or 1 when a keyword is shorter than 3 bytes */
-    uint32_t keyed; /* rules with rule_def.keyed */
+    uint64_t keyed; /* rules with rule_def.keyed */
+    struct keyword starts[4]; /* rule_def.starts */
+    size_t nstarts;
+    char **kwstore; /* keywords made at set-up (kw_hex) */
+    size_t nkwstore;
+    int off[NRULES]; /* fault.redact_rule_off */
 
     pcre2_match_data *md;
     pcre2_match_context *mctx;
@@ -220,6 +365,10 @@ struct st_redactor {
     struct st_buf out;     /* the redacted string */
     struct st_buf scratch; /* "<name>=<value>" for keyed rules */
     struct st_buf path;    /* path of a redaction, built when recorded */
+    /* decoded forms: views[0] of the string, views[1] of a base64 blob in
+     * it; tmp is the first decoding step of either */
+    struct view views[2], tmp;
+    struct st_buf blob; /* a base64 blob, decoded */
     /* the members and elements from the root down to the string being
      * redacted, kept as pointers: most events redact nothing, so the path
      * text is only made for a redaction */
@@ -237,6 +386,16 @@ struct st_redactor {
     cJSON *doc;     /* the event being redacted */
     cJSON *entries; /* its new "redactions" array, made at the first entry */
 };
+
+/* Byte classes for the passes over every string (init_classes): base64
+ * value + 1 (0 when not a base64 char, standard or URL-safe), and flags. */
+enum { C_B64 = 0x7F, C_HEX = 0x80, C_TRIGGER = 0x100 };
+static uint16_t cls[256];
+static void init_classes(void);
+/* prefilter's pair bits beyond the keywords' 1 and 2: either byte starts a
+ * decoding; both are base64 chars. FORMS in its result: see prefilter. */
+enum { P_TRIGGER = 4, P_B64 = 8, P_NONHEX = 16 };
+#define FORMS BIT(63)
 
 /* ---- set-up ------------------------------------------------------------ */
 
@@ -267,11 +426,33 @@ static void build_prefilter(struct st_redactor *r)
     struct keyword *all = NULL;
     size_t nall = 0, capall = 0;
 
-    for (unsigned i = 0; i < NRULES; i++)
-        for (size_t k = 0; k < MAX_KEYWORDS && rule_defs[i].keywords[k]; k++)
-            add_keyword(&all, &nall, &capall, rule_defs[i].keywords[k],
-                        strlen(rule_defs[i].keywords[k]), rule_defs[i].icase,
-                        i);
+    for (unsigned i = 0; i < NRULES; i++) {
+        const struct rule_def *d = &rule_defs[i];
+        for (size_t k = 0; k < MAX_KEYWORDS && d->keywords[k]; k++) {
+            size_t len = strlen(d->keywords[k]);
+            if (!d->kw_hex) {
+                add_keyword(&all, &nall, &capall, d->keywords[k], len,
+                            d->icase, i);
+                continue;
+            }
+            for (const char *h = "0123456789abcdef"; *h; h++) {
+                char *w = st_malloc(len + 2);
+                memcpy(w, d->keywords[k], len);
+                w[len] = *h;
+                w[len + 1] = '\0';
+                r->kwstore = st_realloc(r->kwstore,
+                                        (r->nkwstore + 1) * sizeof(char *));
+                r->kwstore[r->nkwstore++] = w;
+                add_keyword(&all, &nall, &capall, w, len + 1, d->icase, i);
+            }
+        }
+        for (size_t k = 0; k < 2 && d->starts[k]; k++) {
+            assert(r->nstarts < sizeof(r->starts) / sizeof(r->starts[0]));
+            assert(strlen(d->starts[k]) == 2);
+            r->starts[r->nstarts++] = (struct keyword){
+                d->starts[k], strlen(d->starts[k]), 0, i};
+        }
+    }
     for (size_t i = 0; i < r->ncanaries; i++)
         add_keyword(&all, &nall, &capall, r->canaries[i].s,
                     r->canaries[i].len, 0, R_CANARY);
@@ -294,6 +475,16 @@ static void build_prefilter(struct st_redactor *r)
     for (size_t k = 0; k < r->nkws; k++)
         if (r->kws[k].len < 3)
             r->step = 1;
+    for (unsigned a = 0; a < 256; a++)
+        for (unsigned b = 0; b < 256; b++) {
+            uint8_t *t = &r->pairs[a << 8 | b];
+            if ((cls[a] | cls[b]) & C_TRIGGER)
+                *t |= P_TRIGGER;
+            if ((cls[a] & C_B64) && (cls[b] & C_B64))
+                *t |= P_B64;
+            if (!(cls[a] & C_HEX) || !(cls[b] & C_HEX))
+                *t |= P_NONHEX;
+        }
     for (size_t k = 0; k < r->nkws; k++) {
         const unsigned char *w = (const unsigned char *)r->kws[k].s;
         /* bytes 0,1 mark a start here; bytes 1,2 a start one byte before */
@@ -399,11 +590,17 @@ struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
         }
     }
 
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, init_classes);
     r = st_calloc(1, sizeof(*r));
     r->fp_len = conf->fp_hex_len ? conf->fp_hex_len : ST_REDACT_FP_DEFAULT;
     st_buf_init(&r->out);
     st_buf_init(&r->scratch);
     st_buf_init(&r->path);
+    for (int i = 0; i < 2; i++)
+        st_buf_init(&r->views[i].text);
+    st_buf_init(&r->tmp.text);
+    st_buf_init(&r->blob);
     r->ncanaries = conf->ncanaries;
     r->canaries = st_calloc(r->ncanaries, sizeof(*r->canaries));
     for (size_t i = 0; i < r->ncanaries; i++) {
@@ -415,16 +612,16 @@ struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
         goto err;
     if (conf->fault_rule_off && *conf->fault_rule_off) {
         unsigned i = 0;
-        while (i < NRULES && !(rule_defs[i].pattern &&
-                               !strcmp(rule_defs[i].name, conf->fault_rule_off)))
+        while (i < NRULES &&
+               !((rule_defs[i].pattern || rule_defs[i].scan) &&
+                 !strcmp(rule_defs[i].name, conf->fault_rule_off)))
             i++;
         if (i == NRULES) {
             snprintf(errstr, errsz, "no redaction rule is named \"%.64s\"",
                      conf->fault_rule_off);
             goto err;
         }
-        pcre2_code_free(r->rules[i].code);
-        r->rules[i].code = NULL;
+        r->off[i] = 1;
     }
     build_prefilter(r);
     for (unsigned i = 0; i < NRULES; i++)
@@ -457,6 +654,9 @@ void st_redactor_destroy(struct st_redactor *r)
         free(r->canaries[i].s);
     free(r->canaries);
     free(r->kws);
+    for (size_t i = 0; i < r->nkwstore; i++)
+        free(r->kwstore[i]);
+    free(r->kwstore);
     pcre2_match_data_free(r->md);
     pcre2_match_context_free(r->mctx);
     pcre2_jit_stack_free(r->jstack);
@@ -467,6 +667,13 @@ void st_redactor_destroy(struct st_redactor *r)
     st_buf_fini(&r->out);
     st_buf_fini(&r->scratch);
     st_buf_fini(&r->path);
+    for (int i = 0; i < 2; i++) {
+        st_buf_fini(&r->views[i].text);
+        free(r->views[i].map);
+    }
+    st_buf_fini(&r->tmp.text);
+    free(r->tmp.map);
+    st_buf_fini(&r->blob);
     free(r);
 }
 
@@ -537,64 +744,83 @@ void st_redact_fingerprint(const struct st_redactor *r, const char *v,
 
 /* ---- matching ------------------------------------------------------------ */
 
-/* The set of rules (bits) whose keywords occur in s[0..len). Every keyword
- * is at least 2 bytes long (canaries 8). */
 /* Whether some keyword (of rule or canary) starts at p[i]: sets its rule's
  * bit in *mask. */
 static void keyword_at(const struct st_redactor *r, const unsigned char *p, size_t len,
-                       size_t i, uint32_t *mask)
+                       size_t i, uint64_t *mask)
 {
     uint32_t n = r->bucket_len[p[i]];
     const struct keyword *k = r->kws + r->bucket_start[p[i]];
     for (uint32_t j = 0; j < n; j++) {
+        const unsigned char *w = (const unsigned char *)k[j].s;
+        size_t x = 1;
         if ((*mask & BIT(k[j].rule)) || k[j].len > len - i)
             continue;
-        if (k[j].icase) {
-            size_t x = 1;
-            while (x < k[j].len &&
-                   ascii_lower(p[i + x]) == ascii_lower((unsigned char)k[j].s[x]))
+        /* inline: most candidates differ in their second or third byte */
+        if (k[j].icase)
+            while (x < k[j].len && ascii_lower(p[i + x]) == ascii_lower(w[x]))
                 x++;
-            if (x == k[j].len)
-                *mask |= BIT(k[j].rule);
-        } else if (memcmp(p + i + 1, k[j].s + 1, k[j].len - 1) == 0) {
+        else
+            while (x < k[j].len && p[i + x] == w[x])
+                x++;
+        if (x == k[j].len)
             *mask |= BIT(k[j].rule);
-        }
     }
 }
 
-static uint32_t prefilter(const struct st_redactor *r, const char *s,
+/* The set of rules (bits) whose keywords occur in s[0..len), and FORMS when
+ * s may have another form to scan: a byte that starts a decoding, or a run
+ * of base64 chars that may be ST_REDACT_B64_MIN long (scan_forms looks
+ * closer). One pass over the pairs of bytes serves both. */
+static uint64_t prefilter(const struct st_redactor *r, const char *s,
                           size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
-    uint32_t mask = 0;
+    uint64_t mask = 0;
+    size_t run = 0;
+    unsigned any = 0, nonhex = 0;
 
+    /* every start is 2 bytes (asserted in build_prefilter) */
+    for (size_t k = 0; k < r->nstarts && len >= 2; k++)
+        if (p[0] == (unsigned char)r->starts[k].s[0] &&
+            p[1] == (unsigned char)r->starts[k].s[1])
+            mask |= BIT(r->starts[k].rule);
     /* a keyword of 3 or more bytes starting at an even offset shows its
      * first pair at an even offset, one starting at an odd offset its
      * second pair */
     for (size_t i = 0; i + 1 < len; i += r->step) {
         unsigned t = r->pairs[(unsigned)p[i] << 8 | p[i + 1]];
-        if (!t)
+        any |= t;
+        /* a run of lowercase hex only is not worth decoding */
+        run = t & P_B64 ? run + r->step : 0;
+        nonhex = t & P_B64 ? nonhex | t : 0;
+        if (run + 2 >= ST_REDACT_B64_MIN && (nonhex & P_NONHEX))
+            any |= P_TRIGGER;
+        if (!(t & 3))
             continue;
         if ((t & 2) && i > 0 && r->step == 2)
             keyword_at(r, p, len, i - 1, &mask);
         if (t & 1)
             keyword_at(r, p, len, i, &mask);
     }
+    if ((any & P_TRIGGER) || (len % 2 && (cls[p[len - 1]] & C_TRIGGER)))
+        mask |= FORMS;
     return mask;
 }
 
-static void push_match(struct st_redactor *r, size_t start, size_t end,
-                       unsigned rule)
+static struct match *push_match(struct st_redactor *r, size_t start,
+                                 size_t end, unsigned rule)
 {
     if (r->nm == r->capm) {
         r->capm = r->capm ? r->capm * 2 : 16;
         r->m = st_realloc(r->m, r->capm * sizeof(*r->m));
     }
-    r->m[r->nm].start = start;
-    r->m[r->nm].end = end;
-    r->m[r->nm].rule = rule;
-    r->m[r->nm].fp[0] = '\0';
-    r->nm++;
+    struct match *m = &r->m[r->nm++];
+    m->start = start;
+    m->end = end;
+    m->rule = rule;
+    m->fp[0] = '\0'; /* made by build() unless set here */
+    return m;
 }
 
 /* Runs rule i over subj[0..slen) and records the matches that lie at or after
@@ -625,51 +851,601 @@ static void run_regex(struct st_redactor *r, unsigned i, const char *subj,
             break;
         }
         size_t gs = ov[2 * ru->group], ge = ov[2 * ru->group + 1];
-        if (gs != PCRE2_UNSET && ge > gs && gs >= skip)
+        if (gs != PCRE2_UNSET && ge > gs && gs >= skip &&
+            (!rule_defs[i].check || rule_defs[i].check(subj, slen, gs, ge)))
             push_match(r, gs - skip, ge - skip, i);
         off = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
     }
 }
 
-/* Whether s[start..end) lies inside a marker "[REDACTED:rule:hex]" (a
- * canary may be a word that markers hold). */
-static int in_marker(const char *s, size_t len, size_t start, size_t end)
+/* ---- markers ------------------------------------------------------------- */
+
+static int is_rule_name(const char *s, size_t n)
 {
-    static const char open[] = "[REDACTED:";
-    const size_t olen = sizeof(open) - 1;
+    for (unsigned i = 0; i < NRULES; i++)
+        if (strlen(rule_defs[i].name) == n && memcmp(rule_defs[i].name, s, n) == 0)
+            return 1;
+    return 0;
+}
+
+static int lower_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+/* The length of the marker of ours that starts at s[b]: "[REDACTED:", one of
+ * our rule names, ':', exactly fp_len lowercase hex chars, ']'; 0 when
+ * s[b..) is anything else. *fp_at (when not NULL) is set to the offset of
+ * the fingerprint from b. Only such a marker is left alone in input: any
+ * other "[REDACTED:" is rule forged_marker's. */
+static size_t own_marker(const struct st_redactor *r, const char *s,
+                         size_t len, size_t b, size_t *fp_at)
+{
+    const size_t olen = sizeof(ST_REDACT_MARKER_OPEN) - 1;
+    size_t n, f;
+
+    if (len - b < olen || memcmp(s + b, ST_REDACT_MARKER_OPEN, olen) != 0)
+        return 0;
+    n = b + olen;
+    while (n < len && n - b - olen < 32 &&
+           ((s[n] >= 'a' && s[n] <= 'z') || s[n] == '_'))
+        n++;
+    if (n >= len || s[n] != ':' || !is_rule_name(s + b + olen, n - b - olen))
+        return 0;
+    f = ++n;
+    while (n < len && n - f <= (size_t)r->fp_len && lower_hex(s[n]))
+        n++;
+    if (n - f != (size_t)r->fp_len || n >= len ||
+        s[n] != ST_REDACT_MARKER_CLOSE[0])
+        return 0;
+    if (fp_at)
+        *fp_at = f - b;
+    return n + 1 - b;
+}
+
+/* Rule forged_marker: every "[REDACTED:" in s that does not start a marker
+ * of ours, up to its ']' (at most 128 bytes, and not past a '[', where a
+ * marker of ours may start). */
+static void scan_forged_marker(struct st_redactor *r, unsigned rule,
+                               const char *s, size_t len)
+{
+    const size_t olen = sizeof(ST_REDACT_MARKER_OPEN) - 1;
+    size_t off = 0;
+    const char *p;
+
+    while (off < len &&
+           (p = memmem(s + off, len - off, ST_REDACT_MARKER_OPEN, olen))) {
+        size_t b = (size_t)(p - s), n = own_marker(r, s, len, b, NULL);
+        if (n) {
+            off = b + n;
+            continue;
+        }
+        size_t e = b + olen;
+        while (e < len && e - b < 128 && s[e] != ']' && s[e] != '[')
+            e++;
+        if (e < len && s[e] == ']')
+            e++;
+        push_match(r, b, e, rule);
+        off = e;
+    }
+}
+
+/* Where s[start..end) lies in a marker of ours: 0 outside one; 1 within its
+ * "[REDACTED:<rule>:" (a canary may be a word that markers are made of);
+ * 2 when it reaches into the fingerprint, which then is not ours but a
+ * source's "[REDACTED:canary:<the canary>]": the marker [*ms, *me) is the
+ * match. */
+static int in_marker(const struct st_redactor *r, const char *s, size_t len,
+                     size_t start, size_t end, size_t *ms, size_t *me)
+{
     const size_t lim = start > 128 ? start - 128 : 0;
-    size_t b = start, e;
+    size_t b = start, fp_at = 0, n;
 
     while (s[b] != '[') {
         if (b == lim || (s[b] == ']' && b < start))
             return 0;
         b--;
     }
-    if (len - b < olen || memcmp(s + b, open, olen) != 0)
+    n = own_marker(r, s, len, b, &fp_at);
+    if (!n || end > b + n)
         return 0;
-    e = b + olen;
-    while (e < len && ((s[e] >= 'a' && s[e] <= 'z') || s[e] == '_'))
-        e++;
-    if (e == b + olen || e >= len || s[e] != ':')
-        return 0;
-    e++;
-    while (e < len && ((s[e] >= 'a' && s[e] <= 'f') ||
-                       (s[e] >= '0' && s[e] <= '9')))
-        e++;
-    return e < len && s[e] == ']' && end <= e + 1;
+    if (end <= b + fp_at)
+        return 1;
+    *ms = b;
+    *me = b + n;
+    return 2;
 }
 
 static void find_literal(struct st_redactor *r, unsigned rule, const char *s,
                          size_t len, const char *lit, size_t litlen)
 {
-    size_t off = 0;
+    size_t off = 0, ms = 0, me = 0;
     const char *p;
 
     while (off < len && (p = memmem(s + off, len - off, lit, litlen))) {
         size_t start = (size_t)(p - s);
-        if (!in_marker(s, len, start, start + litlen))
+        switch (in_marker(r, s, len, start, start + litlen, &ms, &me)) {
+        case 0:
             push_match(r, start, start + litlen, rule);
+            break;
+        case 2:
+            fingerprint(r, lit, litlen, push_match(r, ms, me, rule)->fp);
+            break;
+        }
         off = start + litlen;
+    }
+}
+
+/* ---- private keys -------------------------------------------------------- */
+
+static int pem_space(unsigned char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+static int pem_body(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c >= '0' && c <= '9') || pem_space(c) || strchr("+/=:,.-", c);
+}
+
+/* The end of "<kw>[A-Z0-9 ]{0,40}PRIVATE KEY( BLOCK)?-----" at s[i..), or
+ * 0 when that is not there. Bounded work. */
+static size_t pem_line(const char *s, size_t len, size_t i, const char *kw,
+                       size_t kwlen)
+{
+    static const char pk[] = "PRIVATE KEY", blk[] = " BLOCK-----";
+    size_t h = i + kwlen;
+
+    if (len - i < kwlen || memcmp(s + i, kw, kwlen) != 0)
+        return 0;
+    for (size_t j = h; j < len && j - h <= 40; j++) {
+        if (len - j >= 11 && memcmp(s + j, pk, 11) == 0) {
+            size_t e = j + 11;
+            if (len - e >= 11 && memcmp(s + e, blk, 11) == 0)
+                return e + 11;
+            if (len - e >= 5 && memcmp(s + e, "-----", 5) == 0)
+                return e + 5;
+        }
+        if (!((s[j] >= 'A' && s[j] <= 'Z') || (s[j] >= '0' && s[j] <= '9') ||
+              s[j] == ' '))
+            break;
+    }
+    return 0;
+}
+
+/* Rule private_key: from a BEGIN line to the first END line after it, or,
+ * with no END line (a line cut short), over the run of base64, spaces and
+ * literal "\n" after it. The next END line is searched once for all the
+ * BEGIN lines before it, so repeated BEGIN lines cost one pass (the regex
+ * this replaces searched to the end of the string from each: quadratic). */
+static void scan_private_key(struct st_redactor *r, unsigned rule,
+                             const char *s, size_t len)
+{
+    size_t pos = 0, end_from = 0, end_at = 0, end_to = 0;
+    int have_end = 0, no_end = 0;
+    const char *p;
+
+    while (pos < len && (p = memmem(s + pos, len - pos, "-----BEGIN", 10))) {
+        size_t b = (size_t)(p - s), h = pem_line(s, len, b, "-----BEGIN", 10);
+        size_t e;
+
+        if (!h) {
+            pos = b + 1;
+            continue;
+        }
+        if (!no_end && (!have_end || end_at < h)) {
+            size_t from = end_from > h ? end_from : h;
+            const char *q;
+            have_end = 0;
+            while (from < len &&
+                   (q = memmem(s + from, len - from, "-----END", 8))) {
+                size_t a = (size_t)(q - s);
+                from = a + 1;
+                if ((end_to = pem_line(s, len, a, "-----END", 8))) {
+                    have_end = 1;
+                    end_at = a;
+                    break;
+                }
+            }
+            end_from = from;
+            no_end = !have_end;
+        }
+        if (have_end && end_at >= h) {
+            e = end_to;
+        } else {
+            e = h;
+            while (e < len) {
+                if (pem_body((unsigned char)s[e]))
+                    e++;
+                else if (s[e] == '\\' && e + 1 < len &&
+                         (s[e + 1] == 'n' || s[e + 1] == 'r'))
+                    e += 2;
+                else
+                    break;
+            }
+        }
+        push_match(r, b, e, rule);
+        pos = e;
+    }
+}
+
+/* ---- checks -------------------------------------------------------------- */
+
+/* Whether v[0..n) holds w (lowercase) ignoring ASCII case. */
+static int holds_word(const char *v, size_t n, const char *w)
+{
+    size_t wl = strlen(w);
+    for (size_t i = 0; i + wl <= n; i++) {
+        size_t k = 0;
+        while (k < wl && ascii_lower((unsigned char)v[i + k]) == (unsigned char)w[k])
+            k++;
+        if (k == wl)
+            return 1;
+    }
+    return 0;
+}
+
+double st_redact_entropy(const char *v, size_t n)
+{
+    size_t counts[256] = {0};
+    double h = 0;
+
+    for (size_t i = 0; i < n; i++)
+        counts[(unsigned char)v[i]]++;
+    for (int c = 0; c < 256; c++) {
+        if (counts[c]) {
+            double q = (double)counts[c] / (double)n;
+            h -= q * log2(q);
+        }
+    }
+    return h;
+}
+
+/* Rule secret_assignment keeps a value that looks random: two kinds of
+ * character at least (lowercase, uppercase, digit, other), Shannon entropy
+ * of ST_REDACT_ENTROPY_MIN bits per char or more, and no placeholder word. */
+static int check_assignment(const char *subj, size_t slen, size_t g0,
+                            size_t g1)
+{
+    static const char *const placeholders[] = {
+        "changeme", "change_me", "change-me", "example", "placeholder",
+        "redacted", "dummy", "your_", "your-", "xxxxx", "*****", "sample"};
+    const char *v = subj + g0;
+    size_t n = g1 - g0;
+    int kinds[4] = {0};
+
+    /* the name the value is assigned to: not a rule name in one of our
+     * markers, nor the user of a URL (//x-access-token:<token>@host is
+     * url_userinfo's) */
+    size_t b = g0, lim = g0 > 256 ? g0 - 256 : 0;
+    while (b > lim && strchr("\\\"' \t\r\n=:>", subj[b - 1]))
+        b--;
+    while (b > lim && (cls[(unsigned char)subj[b - 1]] & C_B64 ||
+                       subj[b - 1] == '.') &&
+           subj[b - 1] != '/' && subj[b - 1] != '+')
+        b--;
+    if ((b >= 10 && memcmp(subj + b - 10, ST_REDACT_MARKER_OPEN, 10) == 0) ||
+        (b >= 2 && subj[b - 1] == '/' && subj[b - 2] == '/'))
+        return 0;
+    (void)slen;
+    /* already hashed (Vault's audit log HMACs every secret it logs) */
+    if ((n > 12 && memcmp(v, "hmac-sha256:", 12) == 0) ||
+        (n > 7 && memcmp(v, "sha256:", 7) == 0))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        kinds[c >= 'a' && c <= 'z'   ? 0
+              : c >= 'A' && c <= 'Z' ? 1
+              : c >= '0' && c <= '9' ? 2
+                                     : 3] = 1;
+    }
+    if (kinds[0] + kinds[1] + kinds[2] + kinds[3] < 2 ||
+        st_redact_entropy(v, n) < ST_REDACT_ENTROPY_MIN)
+        return 0;
+    for (size_t i = 0; i < sizeof(placeholders) / sizeof(placeholders[0]); i++)
+        if (holds_word(v, n, placeholders[i]))
+            return 0;
+    return 1;
+}
+
+/* Rule azure_sas keeps a sig= whose query (within 1 kB around it) also has
+ * the expiry se=. */
+static int check_sas(const char *subj, size_t slen, size_t g0, size_t g1)
+{
+    size_t from = g0 > 1024 ? g0 - 1024 : 0, to = g1 + 1024 < slen ? g1 + 1024 : slen;
+    for (size_t i = from + 1; i + 3 <= to; i++)
+        if ((subj[i - 1] == '?' || subj[i - 1] == '&') &&
+            memcmp(subj + i, "se=", 3) == 0)
+            return 1;
+    return 0;
+}
+
+/* ---- encoded forms ------------------------------------------------------- */
+
+static int hexval(unsigned char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+static int hex4(const char *p)
+{
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval((unsigned char)p[i]);
+        if (h < 0)
+            return -1;
+        v = v << 4 | h;
+    }
+    return v;
+}
+
+/* Appends s[0..n) to v, byte i having come from offset from + i (step 0:
+ * every byte from offset from). */
+static void view_add_run(struct view *v, const char *s, size_t n, size_t from,
+                         int step)
+{
+    if (v->text.len + n + 1 > v->cap) {
+        v->cap = v->cap ? v->cap : 256;
+        while (v->cap < v->text.len + n + 1)
+            v->cap *= 2;
+        v->map = st_realloc(v->map, v->cap * sizeof(*v->map));
+    }
+    for (size_t i = 0; i < n; i++)
+        v->map[v->text.len + i] = from + (step ? i : 0);
+    st_buf_add(&v->text, s, n);
+}
+
+static void view_add(struct view *v, unsigned char c, size_t from)
+{
+    char b = (char)c;
+    view_add_run(v, &b, 1, from, 0);
+}
+
+/* The bytes that start a decoding: '%', '\\', and the lead bytes of the
+ * zero-width characters (U+00AD, U+200B-D, U+2060, U+FEFF). */
+static int decode_trigger(unsigned char c)
+{
+    return c == '%' || c == '\\' || c == 0xC2 || c == 0xE2 || c == 0xEF;
+}
+
+/* The length of the zero-width character at p[0..n), 0 if none. */
+static size_t zero_width(const unsigned char *p, size_t n)
+{
+    if (n >= 2 && p[0] == 0xC2 && p[1] == 0xAD)
+        return 2;
+    if (n >= 3 && p[0] == 0xE2 && p[1] == 0x80 && p[2] >= 0x8B && p[2] <= 0x8D)
+        return 3;
+    if (n >= 3 && p[0] == 0xE2 && p[1] == 0x81 && p[2] == 0xA0)
+        return 3;
+    if (n >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF)
+        return 3;
+    return 0;
+}
+
+/* Step 1 of decoding into r->tmp: percent-encoding, and JSON's \uXXXX
+ * (surrogate pairs joined), \/, \\ and \". Returns whether anything was
+ * decoded. */
+static int decode_escapes(struct st_redactor *r, const char *s, size_t len)
+{
+    struct view *t = &r->tmp;
+    int changed = 0;
+
+    st_buf_reset(&t->text);
+    for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c != '%' && c != '\\') {
+            size_t j = i + 1;
+            while (j < len && s[j] != '%' && s[j] != '\\')
+                j++;
+            view_add_run(t, s + i, j - i, i, 1);
+            i = j;
+            continue;
+        }
+        if (c == '%' && len - i >= 3 && hexval((unsigned char)s[i + 1]) >= 0 &&
+            hexval((unsigned char)s[i + 2]) >= 0) {
+            view_add(t, (unsigned char)(hexval((unsigned char)s[i + 1]) << 4 |
+                                        hexval((unsigned char)s[i + 2])),
+                     i);
+            i += 3;
+            changed = 1;
+            continue;
+        }
+        if (c == '\\' && len - i >= 2 && s[i + 1] == '/') {
+            view_add(t, (unsigned char)s[i + 1], i);
+            i += 2;
+            changed = 1;
+            continue;
+        }
+        int cp;
+        if (c == '\\' && len - i >= 6 && s[i + 1] == 'u' &&
+            (cp = hex4(s + i + 2)) >= 0) {
+            size_t next = i + 6;
+            int lo;
+            if (cp >= 0xD800 && cp <= 0xDBFF && len - i >= 12 &&
+                s[i + 6] == '\\' && s[i + 7] == 'u' &&
+                (lo = hex4(s + i + 8)) >= 0xDC00 && lo <= 0xDFFF) {
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                next = i + 12;
+            }
+            if (cp < 0x80) {
+                view_add(t, (unsigned char)cp, i);
+            } else if (cp < 0x800) {
+                view_add(t, (unsigned char)(0xC0 | cp >> 6), i);
+                view_add(t, (unsigned char)(0x80 | (cp & 0x3F)), i);
+            } else if (cp < 0x10000) {
+                view_add(t, (unsigned char)(0xE0 | cp >> 12), i);
+                view_add(t, (unsigned char)(0x80 | (cp >> 6 & 0x3F)), i);
+                view_add(t, (unsigned char)(0x80 | (cp & 0x3F)), i);
+            } else {
+                view_add(t, (unsigned char)(0xF0 | cp >> 18), i);
+                view_add(t, (unsigned char)(0x80 | (cp >> 12 & 0x3F)), i);
+                view_add(t, (unsigned char)(0x80 | (cp >> 6 & 0x3F)), i);
+                view_add(t, (unsigned char)(0x80 | (cp & 0x3F)), i);
+            }
+            i = next;
+            changed = 1;
+            continue;
+        }
+        view_add(t, c, i);
+        i++;
+    }
+    view_add(t, 0, len); /* map[len]; the NUL is not counted */
+    t->text.len--;
+    return changed;
+}
+
+/* Whether an encoded unit starts at p[0..n): "%XX", "\\/", "\\uXXXX" or
+ * a zero-width character. */
+static int decodable_at(const char *p, size_t n)
+{
+    if (p[0] == '%')
+        return n >= 3 && hexval((unsigned char)p[1]) >= 0 &&
+               hexval((unsigned char)p[2]) >= 0;
+    if (p[0] == '\\')
+        return n >= 2 && (p[1] == '/' || (p[1] == 'u' && n >= 6 && hex4(p + 2) >= 0));
+    return zero_width((const unsigned char *)p, n) > 0;
+}
+
+/* v = the decoded view of s[0..len): escapes undone (decode_escapes), then
+ * zero-width characters dropped, v->map giving each byte's offset in s.
+ * Returns 0, without making v, when s has nothing to decode. */
+static int decode_view(struct st_redactor *r, struct view *v, const char *s,
+                       size_t len)
+{
+    const char *t;
+    size_t n, i = 0;
+
+    /* most strings with a '%', '\\' or non-ASCII byte encode nothing */
+    while (i < len && !((cls[(unsigned char)s[i]] & C_TRIGGER) &&
+                        decodable_at(s + i, len - i)))
+        i++;
+    if (i == len)
+        return 0;
+    decode_escapes(r, s, len);
+    t = r->tmp.text.data;
+    n = r->tmp.text.len;
+    st_buf_reset(&v->text);
+    for (i = 0; i < n;) {
+        size_t z = zero_width((const unsigned char *)t + i, n - i), j;
+        if (z) {
+            i += z;
+            continue;
+        }
+        for (j = i + 1; j < n && !(cls[(unsigned char)t[j]] & C_TRIGGER); j++)
+            ;
+        /* map through tmp's map: bytes from a plain run keep their step */
+        size_t from = v->text.len;
+        view_add_run(v, t + i, j - i, 0, 0);
+        for (size_t k = 0; k < j - i; k++)
+            v->map[from + k] = r->tmp.map[i + k];
+        i = j;
+    }
+    view_add(v, 0, len);
+    v->text.len--;
+    return 1;
+}
+
+static void init_classes(void)
+{
+    static const char b64[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; i++)
+        cls[(unsigned char)b64[i]] = (uint16_t)(i + 1);
+    cls['-'] = 63;
+    cls['_'] = 64;
+    for (const char *h = "0123456789abcdef"; *h; h++)
+        cls[(unsigned char)*h] |= C_HEX;
+    for (int c = 0; c < 256; c++)
+        if (decode_trigger((unsigned char)c))
+            cls[c] |= C_TRIGGER;
+}
+
+static int b64val(unsigned char c)
+{
+    return (cls[c] & C_B64) - 1;
+}
+
+static void scan_forms(struct st_redactor *r, const char *s, size_t len,
+                       uint64_t mask, const char *name, size_t namelen,
+                       uint64_t kmask, int depth);
+
+/* Sets the fingerprint of match m, found in text t (a decoded form), from
+ * the bytes it matched there: one secret, one fingerprint, however it was
+ * encoded. */
+static void fingerprint_match(struct st_redactor *r, struct match *m,
+                              const char *t)
+{
+    if (m->fp[0])
+        return;
+    if (m->rule == R_PRIVATE_KEY)
+        fingerprint_key(r, t + m->start, m->end - m->start, m->fp);
+    else
+        fingerprint(r, t + m->start, m->end - m->start, m->fp);
+}
+
+/* Every run of ST_REDACT_B64_MIN or more base64 chars (standard or URL-safe)
+ * in t[0..tlen) is decoded and scanned; when the decoded bytes hold a
+ * secret the whole run is replaced, named after the first secret's rule
+ * and fingerprinted as that secret. map (NULL for none) takes t's offsets
+ * to the string's; len is the string's length. Runs of lowercase hex only
+ * (digests, fingerprints in markers) are skipped: base64 of text always
+ * has an uppercase letter. */
+static void scan_base64(struct st_redactor *r, const char *t, size_t tlen,
+                        const size_t *map)
+{
+    size_t i = 0;
+
+    while (i < tlen) {
+        if (b64val((unsigned char)t[i]) < 0) {
+            i++;
+            continue;
+        }
+        size_t b = i;
+        int hexonly = 1;
+        while (i < tlen && (cls[(unsigned char)t[i]] & C_B64))
+            hexonly &= (cls[(unsigned char)t[i++]] & C_HEX) != 0;
+        size_t e = i;
+        while (i < tlen && t[i] == '=' && i - e < 2)
+            i++;
+        if (e - b < ST_REDACT_B64_MIN || hexonly)
+            continue;
+        /* a secret is text: the blob is left at its first bytes when they
+         * are not (a path such as /usr/lib/x86_64-linux-gnu, binary) */
+        unsigned acc = 0, bits = 0;
+        int text = 1;
+        st_buf_reset(&r->blob);
+        for (size_t k = b; k < e && text; k++) {
+            acc = acc << 6 | (unsigned)b64val((unsigned char)t[k]);
+            bits += 6;
+            if (bits >= 8) {
+                unsigned char c = (unsigned char)(acc >> (bits - 8));
+                bits -= 8;
+                if (r->blob.len < 12 && !((c >= 0x20 && c < 0x7F) ||
+                                          c == '\t' || c == '\n' || c == '\r'))
+                    text = 0;
+                st_buf_addc(&r->blob, (char)c);
+            }
+        }
+        if (!text)
+            continue;
+        size_t before = r->nm, first = before;
+        scan_forms(r, r->blob.data, r->blob.len,
+                   prefilter(r, r->blob.data, r->blob.len), NULL, 0, 0, 1);
+        if (r->nm == before)
+            continue;
+        for (size_t k = before + 1; k < r->nm; k++)
+            if (r->m[k].start < r->m[first].start)
+                first = k;
+        struct match inner = r->m[first];
+        fingerprint_match(r, &inner, r->blob.data);
+        r->nm = before;
+        struct match *m =
+            push_match(r, map ? map[b] : b, map ? map[i] : i, inner.rule);
+        memcpy(m->fp, inner.fp, sizeof(m->fp));
     }
 }
 
@@ -677,14 +1453,18 @@ static void find_literal(struct st_redactor *r, unsigned rule, const char *s,
  * bytes) is the member name the string is stored under, or NULL, and kmask
  * the rules whose keywords it holds. */
 static void collect(struct st_redactor *r, const char *s, size_t len,
-                    uint32_t mask, const char *name, size_t namelen,
-                    uint32_t kmask)
+                    uint64_t mask, const char *name, size_t namelen,
+                    uint64_t kmask)
 {
-    r->nm = 0;
     for (unsigned i = 0; i < NRULES; i++) {
-        if (!r->rules[i].code)
+        if (r->off[i])
             continue;
-        if (rule_defs[i].keyed && name && (kmask & BIT(i))) {
+        if (rule_defs[i].scan) {
+            if (mask & BIT(i))
+                rule_defs[i].scan(r, i, s, len);
+        } else if (!r->rules[i].code) {
+            continue;
+        } else if (rule_defs[i].keyed && name && (kmask & BIT(i))) {
             /* one run over "<name>=<value>" also finds what the value
              * alone holds */
             st_buf_reset(&r->scratch);
@@ -702,6 +1482,44 @@ static void collect(struct st_redactor *r, const char *s, size_t len,
                          r->canaries[i].len);
     if (r->cred && r->credlen >= ST_REDACT_CANARY_MIN)
         find_literal(r, R_CREDENTIAL, s, len, r->cred, r->credlen);
+    /* Hook: a matcher that is not a rule (e.g. the fingerprints of issued
+     * credentials tested on candidate substrings) goes here: it sees every
+     * form of the string (as sent, decoded, base64 content) and records its
+     * matches with push_match, in s's offsets. */
+}
+
+/* Steps 1-2 over every form of s[0..len): the string as it is; its decoded
+ * view, when it has percent-encoding, JSON escapes or zero-width characters;
+ * and (depth 0 only) the content of the base64 blobs in it. A match in a
+ * decoded form is recorded over the encoded bytes it came from, with the
+ * fingerprint of its decoded bytes. */
+static void scan_forms(struct st_redactor *r, const char *s, size_t len,
+                       uint64_t mask, const char *name, size_t namelen,
+                       uint64_t kmask, int depth)
+{
+    struct view *v = &r->views[depth];
+    const char *t = s;
+    size_t tlen = len;
+    const size_t *map = NULL;
+
+    collect(r, s, len, mask, name, namelen, kmask);
+    if (decode_view(r, v, s, len)) {
+        size_t before = r->nm;
+        collect(r, v->text.data, v->text.len,
+                prefilter(r, v->text.data, v->text.len), name, namelen,
+                kmask);
+        for (size_t i = before; i < r->nm; i++) {
+            struct match *m = &r->m[i];
+            fingerprint_match(r, m, v->text.data);
+            m->start = v->map[m->start];
+            m->end = v->map[m->end];
+        }
+        t = v->text.data;
+        tlen = v->text.len;
+        map = v->map;
+    }
+    if (depth == 0)
+        scan_base64(r, t, tlen, map);
 }
 
 static int match_cmp(const void *a, const void *b)
@@ -730,7 +1548,9 @@ static void resolve(struct st_redactor *r)
     r->nm = kept;
 }
 
-/* Step 4: r->out = s with every kept match replaced by its marker. */
+/* Step 4: r->out = s with every kept match replaced by its marker, the one
+ * form of which is ST_REDACT_MARKER_OPEN rule ':' fingerprint
+ * ST_REDACT_MARKER_CLOSE. */
 static void build(struct st_redactor *r, const char *s, size_t len)
 {
     size_t pos = 0;
@@ -738,16 +1558,13 @@ static void build(struct st_redactor *r, const char *s, size_t len)
     st_buf_reset(&r->out);
     for (size_t i = 0; i < r->nm; i++) {
         struct match *m = &r->m[i];
-        if (m->rule == R_PRIVATE_KEY)
-            fingerprint_key(r, s + m->start, m->end - m->start, m->fp);
-        else
-            fingerprint(r, s + m->start, m->end - m->start, m->fp);
+        fingerprint_match(r, m, s);
         st_buf_add(&r->out, s + pos, m->start - pos);
-        st_buf_adds(&r->out, "[REDACTED:");
+        st_buf_adds(&r->out, ST_REDACT_MARKER_OPEN);
         st_buf_adds(&r->out, rule_defs[m->rule].name);
         st_buf_addc(&r->out, ':');
         st_buf_adds(&r->out, m->fp);
-        st_buf_addc(&r->out, ']');
+        st_buf_adds(&r->out, ST_REDACT_MARKER_CLOSE);
         pos = m->end;
         r->hits[m->rule]++;
     }
@@ -757,15 +1574,16 @@ static void build(struct st_redactor *r, const char *s, size_t len)
 /* Redacts s[0..len) into r->out; returns the number of redactions (r->m
  * holds them), 0 when s has no secret (r->out is then not set). */
 static size_t redact_string(struct st_redactor *r, const char *s, size_t len,
-                            uint32_t mask, const char *name, size_t namelen,
-                            uint32_t kmask)
+                            uint64_t mask, const char *name, size_t namelen,
+                            uint64_t kmask)
 {
     if (!name)
         kmask = 0;
+    r->nm = 0;
     if (!mask && !(kmask & r->keyed) &&
-        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN))
+        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !(mask & FORMS))
         return 0;
-    collect(r, s, len, mask, name, namelen, kmask);
+    scan_forms(r, s, len, mask, name, namelen, kmask, 0);
     if (!r->nm)
         return 0;
     resolve(r);
@@ -850,7 +1668,7 @@ static int walk(struct st_redactor *r, cJSON *node, size_t depth)
         struct frame *f = &r->frames[depth];
         const char *name = NULL;
         size_t namelen = 0;
-        uint32_t kmask = 0;
+        uint64_t kmask = 0;
 
         f->item = c;
         f->idx = idx;

@@ -1,22 +1,36 @@
 /* redact.h: secrets removed at the edge, before an event leaves the collector.
  *
  * Every string of an event (values and object keys, at any depth) is matched
- * against a fixed set of rules, one PCRE2 pattern each (AWS keys, GitHub,
- * GitLab, Slack, Stripe, OpenAI and Anthropic keys, Google API keys, JWTs,
- * PEM private keys, Authorization credentials, URL passwords) plus configured
+ * against a fixed set of rules (docs/redaction.md lists them against
+ * gitleaks' defaults): one PCRE2 pattern each or, where a regex could not be
+ * both right and linear in its input, a hand-written scanner; plus configured
  * literals ("canaries"). Each match is replaced by the marker
  *
  *     [REDACTED:<rule>:<fingerprint>]
  *
- * where the fingerprint is a truncated HMAC-SHA256 of the secret under a key
- * that only the pipeline holds: the same secret gets the same fingerprint in
- * every event (so an analyst can follow a token across runs without seeing
- * it), and nobody without the key can confirm a guess. Markers never match a
- * rule, so redacting twice changes nothing.
+ * (ST_REDACT_MARKER_OPEN ... ST_REDACT_MARKER_CLOSE: the one definition of
+ * its form) where the fingerprint is a truncated HMAC-SHA256 of the secret
+ * under a key that only the pipeline holds: the same secret gets the same
+ * fingerprint in every event (so an analyst can follow a token across runs
+ * without seeing it), and nobody without the key can confirm a guess.
+ * Markers never match a rule, so redacting twice changes nothing.
+ *
+ * Markers in input are not trusted: a "[REDACTED:" that is not exactly one of
+ * ours (a rule name we have, a fingerprint of our length in lowercase hex) is
+ * itself redacted (rule "forged_marker"), and a canary or issued credential
+ * found in a marker's fingerprint takes the whole marker.
+ *
+ * Encoded forms are scanned too: a string with percent-encoding, JSON
+ * escapes (\uXXXX, \/, \\, \") or zero-width characters (U+00AD,
+ * U+200B-D, U+2060, U+FEFF) is also matched in its decoded form, and every
+ * base64 run of ST_REDACT_B64_MIN chars or more is decoded and matched; a
+ * secret found in a decoded form replaces the encoded bytes it came from (the
+ * whole base64 run), fingerprinted as the decoded secret.
  *
  * Each rule has cheap literal keywords ("AKIA", "ghp_", "eyJ", ...) looked for
- * in one pass over the string first; a rule's regex runs only when one of its
- * keywords is present, so most strings cost one scan and no regex.
+ * in one pass over the string first; a rule runs only when one of its
+ * keywords is present, so most strings cost two scans and no regex. Every
+ * rule is linear in its input (test_redact times them on hostile input).
  *
  * A redactor is used from one thread (it owns one PCRE2 match data and one
  * HMAC context). */
@@ -32,6 +46,15 @@
 #define ST_REDACT_CANARY_MIN 8  /* bytes of a canary at least */
 #define ST_REDACT_FP_DEFAULT 16 /* hex chars of fingerprint by default */
 #define ST_REDACT_FP_MAX 64     /* all of HMAC-SHA256 */
+
+/* The form of a marker: OPEN rule ':' fingerprint CLOSE. */
+#define ST_REDACT_MARKER_OPEN "[REDACTED:"
+#define ST_REDACT_MARKER_CLOSE "]"
+/* base64 runs at least this long are decoded and scanned */
+#define ST_REDACT_B64_MIN 20
+/* bits of Shannon entropy per char a value assigned to a *_SECRET, *_TOKEN,
+ * *_KEY or *_PASSWORD name needs to be redacted (rule secret_assignment) */
+#define ST_REDACT_ENTROPY_MIN 3.0
 
 struct st_redact_conf {
     const unsigned char *key; /* HMAC key, not copied: used only by _new */
@@ -101,6 +124,9 @@ char *st_redact_bytes(struct st_redactor *r, const char *s, size_t len,
  * last match. */
 const char *st_redact_match(const struct st_redactor *r, size_t i,
                             const char **fingerprint);
+
+/* Shannon entropy of v[0..n) in bits per byte (0 for n == 0). */
+double st_redact_entropy(const char *v, size_t n);
 
 /* Per-rule counters for metrics: rules are numbered 0..nrules-1, names are
  * static strings; hits count redactions since _new. */

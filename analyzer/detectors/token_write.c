@@ -15,10 +15,10 @@
 #include "buf.h"
 #include "detect.h"
 #include "log.h"
+#include "redact.h"
 
 #define NAME "token_write"
 #define VERSION 1
-#define MARKER "[REDACTED:"
 #define MAX_MARKS 16
 
 struct mark {
@@ -71,16 +71,34 @@ static void tw_reset(void *state)
     ((struct tw_state *)state)->npend = 0;
 }
 
+/* Only the collector's marker form is a marker: a rule name of [a-z0-9_-]
+ * and a fingerprint of lowercase hex. Anything else between "[REDACTED:"
+ * and ']' (a sender's forgery, terminal escapes) is not parsed: it never
+ * reaches a summary. */
+static int is_rule_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+static int is_hex_char(char c)
+{
+    return (c >= 'a' && c <= 'f') || (c >= '0' && c <= '9');
+}
+
 /* Parses the markers in s into marks (distinct fingerprints only). */
 static void scan_string(const char *s, const char *path, struct mark *marks, size_t *n)
 {
-    for (const char *p = strstr(s, MARKER); p && *n < MAX_MARKS;
-         p = strstr(p + 1, MARKER)) {
-        const char *rule = p + strlen(MARKER);
-        const char *colon = strchr(rule, ':');
-        const char *end = colon ? strchr(colon + 1, ']') : NULL;
-        if (!colon || !end || colon - rule >= 48 || end - colon - 1 >= 72 ||
-            end == colon + 1)
+    for (const char *p = strstr(s, ST_REDACT_MARKER_OPEN); p && *n < MAX_MARKS;
+         p = strstr(p + 1, ST_REDACT_MARKER_OPEN)) {
+        const char *rule = p + strlen(ST_REDACT_MARKER_OPEN), *colon = rule, *end;
+        while (is_rule_char(*colon))
+            colon++;
+        if (*colon != ':' || colon == rule || colon - rule >= 48)
+            continue;
+        end = colon + 1;
+        while (is_hex_char(*end))
+            end++;
+        if (*end != ST_REDACT_MARKER_CLOSE[0] || end == colon + 1 || end - colon - 1 >= 72)
             continue;
         struct mark m;
         snprintf(m.rule, sizeof(m.rule), "%.*s", (int)(colon - rule), rule);

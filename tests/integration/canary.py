@@ -32,16 +32,26 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "data", "canary")
 FORMATS = ("native", "squid", "smokescreen", "srt", "vault")
 INPUTS = ("file", "follow", "http")
-HTTP = "127.0.0.1:18095"
-METRICS = "127.0.0.1:18096"
+# ports of our own, so that runs of this test in other checkouts at the same
+# time do not post to each other's collectors
+_PORT = 21000 + (os.getpid() % 4000) * 2
+HTTP = "127.0.0.1:%d" % _PORT
+METRICS = "127.0.0.1:%d" % (_PORT + 1)
 # the source each format's events claim, for the HTTP tokens
 KIND = {"squid": "proxy", "smokescreen": "proxy", "srt": "sandbox", "vault": "broker"}
+
+
+# shapes this test adds to tests/data/canary/secrets.txt (which
+# test_redaction's fixed events also cover)
+EXTRA = [("aws_secret_key", "Zq8uV3mK/7tYp2Lx+R4wN9bC6dF1gH5jS0eA2oIu"),
+         ("vault_token", "hvs.CAESIKx9Qm2Lp7Rt4Wv8Zc1Tn6Yb3Hd5Jf0Gk")]
 
 
 def secrets():
@@ -50,6 +60,53 @@ def secrets():
         for line in f:
             rule, value = line.rstrip("\n").split("\t")
             out.append((rule, value))
+    return out + EXTRA
+
+
+def pct_all(s):
+    """Every byte percent-encoded: no rule sees the plain value."""
+    return "".join("%%%02X" % b for b in s.encode())
+
+
+def json_u(s):
+    """Every other char a JSON \\u escape, '/' as \\/ (raw JSON text)."""
+    return "".join(("\\u%04x" % ord(c)) if i % 2 else c
+                   for i, c in enumerate(s)).replace("/", "\\/")
+
+
+def encoded():
+    """Encoded forms of some secrets (issue 14 item 3), and markers sent by a
+    source (item 4): (rule, value as put into a field, raw-line rewrite or
+    None, strings that must appear nowhere). The decoded secret must get the
+    same marker and fingerprint as the plain one."""
+    sec = dict(secrets())
+    gh, aws = sec["github_token"], sec["aws_secret_key"]
+    canary = sec["canary"]
+    zw = gh[:10] + "\u200b" + gh[10:20] + "\u00ad" + gh[20:]
+    out = [
+        # a percent-encoded AWS secret in a logged URL query (%2F, %2B)
+        ("aws_secret_key", "GET /s3?aws_secret_access_key=%s&x=1"
+         % urllib.parse.quote(aws, safe=""), None,
+         [urllib.parse.quote(aws, safe="")]),
+        # a URL-encoded bearer token
+        ("bearer", "h=" + pct_all("Authorization: Bearer " + sec["bearer"]), None,
+         [pct_all(sec["bearer"])]),
+        # base64 of a GitHub token
+        ("github_token", "echo %s | base64 -d" % base64.b64encode(gh.encode()).decode(),
+         None, [base64.b64encode(gh.encode()).decode()]),
+        # zero-width characters inside a token (JSON-escaped in the line)
+        ("github_token", "x %s y" % zw, None, [gh[:10] + "\u200b" + gh[10:20]]),
+        # a token split by \u escapes and \/ (raw JSON text: the text pass
+        # over a rejected line must decode it)
+        ("aws_secret_key", "aws_secret_access_key=@AWSU@", ("@AWSU@", json_u(aws)),
+         [json_u(aws)]),
+        ("github_token", "x @GHU@ y", ("@GHU@", json_u(gh)), [json_u(gh)]),
+        # a source's own marker around the canary, and one whose rule holds
+        # terminal escapes (an OSC 52 clipboard write): as a member name it
+        # also reaches token_write's summaries
+        ("canary", "[REDACTED:canary:%s]" % canary, None, []),
+        ("canary", "[REDACTED:\x1b]52;c;ZXZpbA==\x07:0123456789abcdef]", None, []),
+    ]
     return out
 
 
@@ -62,6 +119,10 @@ def in_context(rule, value):
         return "Authorization: Bearer " + value
     if rule == "url_userinfo":
         return "https://deploy:%s@git.example.com/r.git" % value
+    if rule == "aws_secret_key":
+        return "aws_secret_access_key=" + value
+    if rule == "vault_token":
+        return "X-Vault-Token: " + value
     return "x " + value + " y"
 
 
@@ -143,8 +204,13 @@ def get(doc, path):
 
 def lines_for(fmt, inp, forbidden):
     out = []
-    for rule, value in secrets():
-        v = in_context(rule, value)
+    cases = [(rule, in_context(rule, value), None) for rule, value in secrets()]
+    for rule, v, rewrite, bad in encoded():
+        cases.append((rule, v, rewrite))
+        # as sent, and as a dead-letter record quotes it (JSON-escaped)
+        forbidden.update((rule + "-encoded", b) for b in bad)
+        forbidden.update((rule + "-encoded", json.dumps(b)[1:-1]) for b in bad)
+    for rule, v, rewrite in cases:
         for t in templates(fmt, inp):
             for path in leaves(t):
                 if fmt == "srt" and path == ("encodedCommand",):
@@ -155,13 +221,18 @@ def lines_for(fmt, inp, forbidden):
                     doc = put(t, path, enc)
                 else:
                     doc = put(t, path, v)
-                out.append(json.dumps(doc, separators=(",", ":")))
+                out.append(dump(doc, rewrite))
             for path in objects(t):
                 doc = json.loads(json.dumps(t))
                 obj = get(doc, path)
                 obj[v] = "k"
-                out.append(json.dumps(doc, separators=(",", ":")))
+                out.append(dump(doc, rewrite))
     return out
+
+
+def dump(doc, rewrite):
+    line = json.dumps(doc, separators=(",", ":"))
+    return line.replace(*rewrite) if rewrite else line
 
 
 def collector(coll, mode, arg, fmt, inp, extra, sinks):

@@ -132,12 +132,24 @@ START_TEST(canary_every_format_every_input)
     }
     ck_assert_int_ge(nforbidden, 14);
 
+    /* a marker with terminal escapes sent by a source reached no finding,
+     * and `sandtrail findings` prints no raw control character */
+    ck_assert_ptr_null(strchr(sinks[3], '\x1b'));
+    char clicmd[1024];
+    snprintf(clicmd, sizeof(clicmd), "SANDTRAIL_PG_DSN='%s' " BIN "/cli/sandtrail findings",
+             w.dsn);
+    char *cli = world_sh(clicmd);
+    ck_assert_ptr_nonnull(strstr(cli, "token_write"));
+    ck_assert_ptr_null(strchr(cli, '\x1b'));
+    ck_assert_ptr_null(strchr(cli, '\x07'));
+    free(cli);
+
     /* every format and input shows every rule's marker, and one secret
      * has one fingerprint everywhere */
     char *c = check(dir, sinks[0]);
     ck_assert_msg(strstr(c, "missing") == NULL, "%s", c);
-    ck_assert_int_eq(count(c, "fingerprints "), 14);
-    ck_assert_int_eq(count(c, " 1\n"), 14);
+    ck_assert_int_eq(count(c, "fingerprints "), 16);
+    ck_assert_int_eq(count(c, " 1\n"), 16);
 
     free(c);
     free(forbidden);
@@ -175,6 +187,50 @@ START_TEST(canary_sees_a_broken_rule)
 }
 END_TEST
 
+/* The analyzer reads only markers of the collector's form: an event that
+ * reaches the topic some other way, with a marker whose rule holds terminal
+ * escapes or spaces, gives no finding from it and nothing raw in a summary;
+ * the well-formed marker beside them does give one. */
+START_TEST(canary_analyzer_reads_only_well_formed_markers)
+{
+    struct world w;
+    char path[128];
+    snprintf(path, sizeof(path), "/tmp/st_canmark_%d.ndjson", (int)getpid());
+    world_init(&w, "canmark");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"m-1\","
+          "\"ts\":\"2026-11-29T12:00:01.000Z\",\"source\":{\"kind\":\"sandbox\","
+          "\"name\":\"sbx\"},\"task_id\":\"T-MARK\",\"run_id\":\"run-mark\","
+          "\"type\":\"file_write\",\"attrs\":{\"path\":\"/work/x\"},\"content\":"
+          "\"a [REDACTED:\\u001b]52;c;ZXZpbA==\\u0007:0123456789abcdef] "
+          "b [REDACTED:GitHub Token:fedcba9876543210] "
+          "c [REDACTED:github_token:00112233445566aa]\"}\n",
+          f);
+    fclose(f);
+    /* the collector makes the topics; the event goes round it */
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/collector/sandtrail-collector --input /dev/null 2>/dev/null"),
+                     0);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         "kcat -P -b \"$SANDTRAIL_KAFKA_BROKERS\" -t %s -k T-MARK %s",
+                         w.topic, path),
+                     0);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"),
+                     0);
+    char *found = rows(w.dsn, "SELECT detector, summary FROM findings");
+    ck_assert_int_eq(count(found, "token_write|"), 1);
+    ck_assert_ptr_nonnull(strstr(found, "00112233445566aa"));
+    ck_assert_ptr_null(strstr(found, "0123456789abcdef"));
+    ck_assert_ptr_null(strstr(found, "fedcba9876543210"));
+    ck_assert_ptr_null(strchr(found, '\x1b'));
+    free(found);
+    unlink(path);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -184,6 +240,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, canary_every_format_every_input);
     tcase_add_test(tc, canary_sees_a_broken_rule);
+    tcase_add_test(tc, canary_analyzer_reads_only_well_formed_markers);
     suite_add_tcase(s, tc);
     return world_run(s);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "redact.h"
 
@@ -168,6 +169,64 @@ static const struct rule_case rule_cases[] = {
     {"url_userinfo", "connecting to postgres://app:", "S3cr3t-Passw0rd",
      "@db.internal:5432/app", NULL},
     {"canary", "found ", CANARY, " in the output", NULL},
+    /* issue 14 item 2: the families gitleaks has and we lacked */
+    {"vault_token", "vault login ",
+     "hvs.CAESIB4vXk9mP2qR7tV4wY8zB3cD6fG1hJ5kL0nMGh4KHGh2cy5aWjE", " ok", NULL},
+    {"vault_token", "batch token ",
+     "hvb.AAAAAQJx7Yq3mK9pL2vR8tW4zN6bD1fH5jQ0sUaBcDeF", ", ttl 1h", NULL},
+    {"vault_token", "recovery: ", "hvr.Xk9mP2qR7tV4wY8zB3cD6fG1hJ5k",
+     " (generate-root)", NULL},
+    {"vault_token", "X-Vault-Token: ", "s.Xk9mP2qR7tV4wY8zB3cD6fG1", "", NULL},
+    {"vault_token", "batch token: ", "b.AAAAAQJx7Yq3mK9pL2vR8tW4", " used",
+     NULL},
+    {"npm_token", "//registry.npmjs.org/:_authToken=",
+     "npm_Xk9mP2qR7tV4wY8zB3cD6fG1hJ5kL0nM4pQ2", "\n", NULL},
+    {"pypi_token", "twine upload -p ",
+     "pypi-AgEIcHlwaS5vcmcCJDQ3ZTJmYjQ1LWE3NzEtNGE0Ny1iYjRkLTFiMmQ3NzZhYjYy"
+     "MwACKlsz", " dist/*", NULL},
+    {"huggingface_token", "huggingface-cli login --token ",
+     "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", " --add", NULL},
+    {"docker_hub_token", "docker login -u bot -p ",
+     "dckr_pat_Xk9mP2qR7tV4wY8zB3cD6fG1hJ5", " docker.io", NULL},
+    {"azure_storage_key",
+     "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=",
+     "Xk9mP2qR7tV4wY8zB3cD6fG1hJ5kL0nM4pQ2rS6tU8vW0xY2zA4bC6dE8fG0hJ2kL4mN6pQ8r"
+     "S0tU2vW4xY6zA==",
+     ";EndpointSuffix=core.windows.net", NULL},
+    {"azure_sas",
+     "https://acct.blob.core.windows.net/c/b.tgz?sv=2022-11-02&se=2026-12-01"
+     "&sr=b&sp=r&sig=",
+     "Xk9mP2qR7tV4wY8zB3cD6fG1hJ5kL0nM4pQ2rS6tU8v=", " downloaded", NULL},
+    {"gcp_service_account",
+     "{\"type\": \"service_account\", \"private_key_id\": \"",
+     "4bf92f3577b34da6a3ce929d0e0e4736aa55f2c1", "\"}", NULL},
+    {"databricks_token", "DATABRICKS_HOST=x databricks --token ",
+     "dapi0123456789abcdef0123456789abcdef", " jobs list", NULL},
+    {"twilio_key", "twilio api key ", "SK0123456789abcdef0123456789abcdef",
+     " created", NULL},
+    {"twilio_key", "account ", "AC4bf92f3577b34da6a3ce929d0e0e4736", " billed",
+     NULL},
+    {"sendgrid_key", "sendgrid ",
+     "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",
+     " mail send", NULL},
+    {"url_userinfo", "DATABASE_URL=postgresql://app:", "pg-S3cr3t",
+     "@db:5432/app", NULL},
+    {"url_userinfo", "mysql://root:", "my5ql-Pw", "@127.0.0.1/shop", NULL},
+    {"url_userinfo", "mongodb+srv://agent:", "m0ngo-pw", "@c0.mongodb.net/db",
+     NULL},
+    {"url_userinfo", "mongodb://agent:", "m0ngo-pw2", "@db/x?tls=true", NULL},
+    {"url_userinfo", "REDIS_URL=redis://:", "r3dis-pw", "@cache:6379/0", NULL},
+    {"url_userinfo", "rediss://default:", "r3dis-tls", "@cache:6380", NULL},
+    {"url_userinfo", "amqp://guest:", "amqp-Pw1", "@mq:5672/", NULL},
+    {"url_userinfo", "amqps://svc:", "amqps-Pw2", "@mq:5671/vh", NULL},
+    {"secret_assignment", "export STRIPE_WEBHOOK_SECRET=", "whk9Xq2mZt7Rb4Lp",
+     " && ./run", NULL},
+    {"secret_assignment", "{\"client_secret\": \"", "Qm9Lp2Xz7Rt4Wv8Kc1",
+     "\", \"x\": 1}", NULL},
+    {"secret_assignment", "db:\n  db_password: ", "T4r!x9Qm#2Lp", "\n", NULL},
+    {"secret_assignment", "MY_SERVICE_KEY='", "a1b2c3d4e5f60718293a4b5c", "'",
+     NULL},
+    {"secret_assignment", "apiToken = ", "Zk29fXq1LmT8rWv3", ";", NULL},
 };
 
 #define NCASES (int)(sizeof(rule_cases) / sizeof(rule_cases[0]))
@@ -400,9 +459,11 @@ START_TEST(redact_identity_credential_becomes_its_fingerprint)
     free(out);
     cJSON_Delete(doc);
 
-    /* a later event without a credential does not redact the old one */
+    /* a later event without a credential does not redact the old one as
+     * a credential (its Vault shape still does) */
     doc = event_with_note(cred);
-    ck_assert_int_eq(st_redact_event(r, doc), 0);
+    ck_assert_int_eq(st_redact_event(r, doc), 1);
+    assert_entry(doc, 0, "attrs.note", "vault_token", fp_of(r, cred));
     cJSON_Delete(doc);
     st_redactor_destroy(r);
 }
@@ -471,9 +532,43 @@ START_TEST(redact_near_misses_are_kept)
         "github_pat_tooShort_abc",
         "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA\n"
         "-----END PUBLIC KEY-----",
-        "aws_secret_access_key=e3b0c44298fc1c149afbf4c8996fb92427ae41e4",
+        "aws_secret_access_key=changeme-changeme-changeme-changeme-0000",
         "CANARY-7f3e9a21-do-not", /* a canary matches whole */
         "commit 4bf92f3577b34da6a3ce929d0e0e4736 by agent",
+        /* issue 14 item 2: near misses of the new rules */
+        "hvs.short",
+        "this.someVeryLongIdentifier1",
+        "return s.getPropertyNameValue1",
+        "s.abcdefghijklmnopqrstuvwx lower only",
+        "npm_config_cache=/tmp/npm npm_package_version=1.2.3",
+        "pip install pypi-simple",
+        "from huggingface_hub import hf_hub_download",
+        "hf_abcdefghijklmnopqrstuvwxyzabcdefgh is lowercase",
+        "dckr_pat_short",
+        "AccountKey=tooShort==",
+        "?sv=2022-11-02&se=2026-12-01&sig=short",
+        "https://example.com/x?sig=Xk9mP2qR7tV4wY8zB3cD6fG1hJ5kL0nM4pQ2rS6tU8v=",
+        "\"private_key_id\": \"abc\"",
+        "dapi0123456789abcdef0123456789abcde",
+        "SKU0123456789abcdef0123456789abcdef",
+        "SK0123456789abcdef0123456789abcdeg",
+        "SG.short.short",
+        "postgres://app@db:5432/app",
+        "redis://localhost:6379/0",
+        "mongodb+srv://cluster0.mongodb.net/test",
+        "DB_PASSWORD=changeme",
+        "API_KEY=${API_KEY}",
+        "API_TOKEN=<redacted>",
+        "client_secret: ${{ secrets.CLIENT_SECRET }}",
+        "SECRET_KEY=your-secret-key-here",
+        "password=password",
+        "token: xxxxxxxxxxxxxxxxxxxx",
+        "public_key: Xk9mP2qR7tV4wY8zB3cD6fG1",
+        "sort_key=Xk9mP2qR7tV4wY8z",
+        "monkey=Xk9mP2qR7tV4wY8z",
+        "the token was rotated; key: none",
+        "\"client_token\":\"hmac-sha256:3f9638d0fdc1f4b9d3e8819cda2e58b862bd92\"",
+        "GITHUB_TOKEN=[REDACTED:github_token:0123456789abcdef]",
     };
     struct st_redactor *r = new_redactor(KEY, 0);
 
@@ -799,6 +894,260 @@ START_TEST(redact_refuses_a_weak_configuration)
 }
 END_TEST
 
+/* ---- issue 14 item 3: encoded forms ------------------------------------- */
+
+#define AWS_SECRET "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+/* Each input hides a secret in an encoded form; the output must be exactly
+ * the input with the encoded span replaced by the marker of the decoded
+ * secret (same fingerprint as the plain secret). */
+START_TEST(redact_encoded_forms_are_decoded_before_matching)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    struct {
+        const char *prefix, *encoded, *suffix, *rule, *secret;
+    } cases[] = {
+        /* a percent-encoded AWS secret in a logged URL query */
+        {"GET /upload?aws_secret_access_key=",
+         "wJalrXUtnFEMI%2FK7MDENG%2FbPxRfiCYEXAMPLEKEY", "&x=1 HTTP/1.1",
+         "aws_secret_key", AWS_SECRET},
+        /* a URL-encoded bearer token */
+        {"redirect=https%3A%2F%2Fapi%3Fh%3DAuthorization%3A%20Bearer%20",
+         "8f2Kq9ZrT4wX1mLp7sVb3nYc%2B%2Fx", "&y=2", "bearer",
+         "8f2Kq9ZrT4wX1mLp7sVb3nYc+/x"},
+        /* base64 of a GitHub token */
+        {"echo ", "Z2hwX1I0bmQwbVQwazNuVjRsdTNGMHJUM3N0MW5nQWJDZEVmMTIzNA==",
+         " | base64 -d", "github_token", GITHUB_TOKEN},
+        /* the same, URL-safe and unpadded */
+        {"t=", "Z2hwX1I0bmQwbVQwazNuVjRsdTNGMHJUM3N0MW5nQWJDZEVmMTIzNA",
+         "&z", "github_token", GITHUB_TOKEN},
+        /* zero-width characters inside a token: U+200B, U+200C, U+200D,
+         * U+2060, U+FEFF, U+00AD */
+        {"pushed with ",
+         "ghp_R4nd0m\xe2\x80\x8bT0k3n\xe2\x80\x8cV4lu3\xe2\x80\x8d"
+         "F0rT3st\xe2\x81\xa0" "1ngAb\xef\xbb\xbf" "CdEf\xc2\xad" "1234",
+         " today", "github_token", GITHUB_TOKEN},
+        /* JSON escapes in a raw (rejected) line: \u and \/ inside tokens */
+        {"{\"k\":\"", "ghp_R4nd0mT0k3nV4lu3F0rT3st1ngAb\\u0043dEf1234",
+         "\",", "github_token", GITHUB_TOKEN},
+        {"{\"aws_secret_access_key\":\"",
+         "wJalrXUtnFEMI\\/K7MDENG\\/bPxRfiCYEXAMPLEKEY", "\"", "aws_secret_key",
+         AWS_SECRET},
+        /* a zero-width character written as a JSON escape */
+        {"{\"k\":\"", "ghp_R4nd0mT0k3nV4lu3F0rT3\\u200bst1ngAbCdEf1234", "\"",
+         "github_token", GITHUB_TOKEN},
+        /* a canary, percent-encoded */
+        {"q=", "CANARY-7f3e9a21%2Ddo%2Dnot%2Duse", "&", "canary", CANARY},
+    };
+    char in[512], want[512];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int count = -1;
+        snprintf(in, sizeof(in), "%s%s%s", cases[i].prefix, cases[i].encoded,
+                 cases[i].suffix);
+        snprintf(want, sizeof(want), "%s%s%s", cases[i].prefix,
+                 marker(r, cases[i].rule, cases[i].secret), cases[i].suffix);
+        char *out = st_redact_text(r, in, strlen(in), &count);
+        ck_assert_msg(count == 1, "case %zu: %d redactions in %s", i, count,
+                      out);
+        ck_assert_str_eq(out, want);
+        /* redacting the result again changes nothing */
+        char *again = st_redact_text(r, out, strlen(out), &count);
+        ck_assert_msg(count == 0, "case %zu: marker redacted again: %s", i,
+                      again);
+        free(again);
+        free(out);
+
+        /* and as an event's string value */
+        cJSON *doc = event_with_note(in);
+        ck_assert_int_eq(st_redact_event(r, doc), 1);
+        const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(doc, "attrs");
+        ck_assert_str_eq(
+            cJSON_GetObjectItemCaseSensitive(attrs, "note")->valuestring, want);
+        cJSON_Delete(doc);
+    }
+    st_redactor_destroy(r);
+}
+END_TEST
+
+/* A rejected Vault audit line (cut short, so not JSON): the text pass finds
+ * the tokens and the secret_key value. */
+START_TEST(redact_rejected_vault_audit_line)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    const char line[] =
+        "{\"type\":\"response\",\"auth\":{\"client_token\":\"hvs.CAESIB4vXk9mP2"
+        "qR7tV4wY8zB3cD6fG1hJ5kL0nMGh4\",\"accessor\":\"x\"},\"response\":{"
+        "\"data\":{\"access_key\":\"AKIAIOSFODNN7EXAMPLE\",\"secret_key\":\""
+        "Qm9Lp2Xz7Rt4Wv8Kc1Tz\\/3Yb\",\"security_token\":\"FwoGZXIvYXdzE"
+        "Xk9mP2qR7tV4w";
+    int count = -1;
+    char *out = st_redact_text(r, line, strlen(line), &count);
+
+    ck_assert_int_eq(count, 4);
+    ck_assert_ptr_null(strstr(out, "hvs.CAES"));
+    ck_assert_ptr_null(strstr(out, "AKIAIOSFODNN7EXAMPLE"));
+    ck_assert_ptr_null(strstr(out, "Qm9Lp2Xz7Rt4"));
+    ck_assert_ptr_null(strstr(out, "FwoGZXIvYXdz"));
+    ck_assert_ptr_nonnull(strstr(out, "[REDACTED:vault_token:"));
+    ck_assert_ptr_nonnull(strstr(out, "\"secret_key\":\"[REDACTED:secret_"
+                                      "assignment:"));
+    free(out);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+/* ---- issue 14 item 4: markers in input are not trusted ------------------ */
+
+START_TEST(redact_markers_in_input_are_not_trusted)
+{
+    struct st_redactor *r = new_redactor(KEY, 0);
+    int count = -1;
+    char want[256];
+
+    /* a source's own marker around the canary: the canary does not pass */
+    const char forged[] = "note [REDACTED:canary:" CANARY "] end";
+    char *out = st_redact_text(r, forged, strlen(forged), &count);
+    ck_assert_ptr_null(strstr(out, CANARY));
+    ck_assert_int_eq(count, 1);
+    ck_assert_ptr_nonnull(strstr(out, "[REDACTED:forged_marker:"));
+    char *again = st_redact_text(r, out, strlen(out), &count);
+    ck_assert_int_eq(count, 0);
+    free(again);
+    free(out);
+
+    /* rule text with terminal escapes (an OSC 52 clipboard write) */
+    const char esc[] = "x [REDACTED:\x1b]52;c;ZXZpbA==\x07:0123456789abcdef] y";
+    out = st_redact_text(r, esc, strlen(esc), &count);
+    ck_assert_int_eq(count, 1);
+    ck_assert_ptr_null(strchr(out, '\x1b')); /* the rest is inert text */
+    free(out);
+
+    /* an unknown rule name or a fingerprint of another length is forged */
+    const char *const others[] = {
+        "[REDACTED:no_such_rule:0123456789abcdef]",
+        "[REDACTED:github_token:0123456789abcdef0]",
+        "[REDACTED:github_token:0123456789ABCDEF]",
+        "[REDACTED:github_token:",
+        "[REDACTED:github_token:01234567[REDACTED:jwt:0123456789abcdef]",
+    };
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        out = st_redact_text(r, others[i], strlen(others[i]), &count);
+        ck_assert_msg(count == 1, "%s: %d", others[i], count);
+        ck_assert_msg(strncmp(out, "[REDACTED:forged_marker:", 24) == 0,
+                      "%s -> %s", others[i], out);
+        free(out);
+    }
+
+    /* one of exactly our form passes as it is: it can carry no secret */
+    const char ours[] = "[REDACTED:github_token:0123456789abcdef]";
+    out = st_redact_text(r, ours, strlen(ours), &count);
+    ck_assert_int_eq(count, 0);
+    ck_assert_str_eq(out, ours);
+    free(out);
+
+    /* in an event, too (a native line is sent as is when nothing changed) */
+    cJSON *doc = event_with_note(forged);
+    ck_assert_int_eq(st_redact_event(r, doc), 1);
+    char *json = cJSON_PrintUnformatted(doc);
+    ck_assert_ptr_null(strstr(json, CANARY));
+    free(json);
+    cJSON_Delete(doc);
+    st_redactor_destroy(r);
+
+    /* a canary of exactly a fingerprint's shape sent inside a marker of our
+     * form: the whole marker is the canary's */
+    static const char *const hexcanary[] = {"0123456789abcdef"};
+    struct st_redact_conf conf = {.key = KEY,
+                                  .keylen = sizeof(KEY) - 1,
+                                  .canaries = hexcanary,
+                                  .ncanaries = 1};
+    char err[256];
+    r = st_redactor_new(&conf, err, sizeof(err));
+    ck_assert_ptr_nonnull(r);
+    out = st_redact_text(r, ours, strlen(ours), &count);
+    ck_assert_int_eq(count, 1);
+    snprintf(want, sizeof(want), "%s", marker(r, "canary", hexcanary[0]));
+    ck_assert_str_eq(out, want);
+    again = st_redact_text(r, out, strlen(out), &count);
+    ck_assert_int_eq(count, 0);
+    free(again);
+    free(out);
+    st_redactor_destroy(r);
+}
+END_TEST
+
+/* ---- issue 12 item 6: every rule linear in its input --------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The time of a plain pass over s: what any scan must at least cost. */
+static double plain_scan(const char *s, size_t n)
+{
+    volatile size_t sink = 0;
+    double t0 = now_s();
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += s[i] == '\n';
+    sink = k + strlen(s);
+    (void)sink;
+    return now_s() - t0;
+}
+
+/* 1 MB of repeated prefixes that each rule starts on and then fails: a rule
+ * that rescans the rest of the input from each start (as the PEM regex did:
+ * 1 MB in 34 s) is quadratic and fails the bound. The bound is generous (a
+ * behaviour, not a benchmark): 200x a plain scan plus 2 s. */
+START_TEST(redact_every_rule_is_linear_in_its_input)
+{
+    static const char *const units[] = {
+        "-----BEGIN PRIVATE KEY-----!",
+        "-----BEGIN PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE KEY-----\n-----END PRIVATE KEY",
+        "AKIA", "AKIAIOSFODNN7EXAMPL!", "aws_secret_access_key=", "secret",
+        "github_pat_", "ghp_", "glpat-", "xoxb-", "sk_live_", "sk-ant-", "sk-",
+        "AIza", "hvs.", " s.Ab", "npm_", "pypi-AgEIcHlwaS5vcmc", "hf_",
+        "dckr_pat_", "AccountKey=", "&sig=", "?se=1&sig=",
+        "\"private_key_id\": \"", "dapi", "SK0", "AC0", "SG.", "eyJ",
+        "eyJhbGciOiJIUzI1NiJ9.", "Bearer ", "Basic a", "://a:", "a://a:b",
+        "x_TOKEN=", "API_KEY: a", "a_key=", "passwordpassword=",
+        "[REDACTED:", "[REDACTED:canary:", "%41", "%", "\\u0041", "\\",
+        "\\/", "\xe2\x80\x8b", "AAAA", "A", "Z2hw", "+/", "a-_",
+        CANARY "x", "CANARY-7f3e9a21-do-not-",
+    };
+    const size_t n = 1 << 20;
+    struct st_redactor *r = new_redactor(KEY, 0);
+    char *s = malloc(n + 1);
+
+    for (size_t u = 0; u < sizeof(units) / sizeof(units[0]); u++) {
+        size_t ul = strlen(units[u]);
+        for (size_t i = 0; i < n; i++)
+            s[i] = units[u][i % ul];
+        s[n] = '\0';
+        double plain = plain_scan(s, n);
+        int count;
+        double t0 = now_s();
+        char *out = st_redact_text(r, s, n, &count);
+        double took = now_s() - t0;
+        free(out);
+        if (getenv("REDACT_TIMES"))
+            fprintf(stderr, "%-40.40s %8.4f s (plain %.5f s)\n", units[u],
+                    took, plain);
+        ck_assert_msg(took < 200 * plain + 2.0,
+                      "1 MB of \"%s\" took %.2f s to redact (a plain scan "
+                      "%.4f s): super-linear",
+                      units[u], took, plain);
+    }
+    free(s);
+    st_redactor_destroy(r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("redact");
@@ -823,6 +1172,11 @@ int main(void)
     tcase_add_test(tc, redact_fault_rule_off_lets_that_shape_through);
     tcase_add_loop_test(tc, redact_finds_a_secret_at_any_offset, 0, NCASES);
     tcase_add_test(tc, redact_refuses_a_weak_configuration);
+    tcase_add_test(tc, redact_encoded_forms_are_decoded_before_matching);
+    tcase_add_test(tc, redact_rejected_vault_audit_line);
+    tcase_add_test(tc, redact_markers_in_input_are_not_trusted);
+    tcase_add_test(tc, redact_every_rule_is_linear_in_its_input);
+    tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
