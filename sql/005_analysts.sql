@@ -225,3 +225,15 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public
 GRANT INSERT ON events TO sandtrail_writer;
 GRANT INSERT, UPDATE ON findings, finding_events TO sandtrail_writer;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO sandtrail_writer;
+GRANT INSERT ON notifications TO sandtrail_writer;
+GRANT INSERT, UPDATE ON notification_queue TO sandtrail_writer;
+GRANT INSERT ON deliveries TO sandtrail_writer;
+
+-- Triage: sandtrail_triage runs with its owner's rights, so that it can
+-- record the change it makes; the history row names the caller's own role
+-- (session_user) beside the person it was given.
+ALTER FUNCTION sandtrail_triage(text, finding_status, text, text)
+    SECURITY DEFINER SET search_path = public, pg_temp;
+REVOKE EXECUTE ON FUNCTION sandtrail_triage(text, finding_status, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION sandtrail_triage(text, finding_status, text, text)
+    TO sandtrail_analyst;
