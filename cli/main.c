@@ -17,6 +17,7 @@
 #include "event.h"
 #include "log.h"
 #include "pg.h"
+#include "retention.h"
 
 #ifndef SANDTRAIL_SQL_DIR
 #define SANDTRAIL_SQL_DIR "sql"
@@ -41,6 +42,7 @@ static void usage(FILE *out)
                  "       sandtrail findings ack|resolve|dismiss ID --by NAME [--note TEXT]\n"
                  "       sandtrail alerts [--failed] [--finding ID]\n"
                  "       sandtrail alerts retry NOTIFICATION_ID [--receiver NAME]\n"
+                 "       sandtrail retention [--keep-days N] [--dry-run]\n"
                  "       sandtrail validate FILE|-\n");
 }
 
@@ -359,6 +361,8 @@ int main(int argc, char **argv)
         return cmd_migrate();
     if (!strcmp(argv[1], "findings"))
         return cmd_findings(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "retention"))
+        return st_cli_retention(pg_dsn(), argc - 1, argv + 1);
     if (!strcmp(argv[1], "alerts"))
         return cmd_alerts(argc - 1, argv + 1);
     if (!strcmp(argv[1], "validate") && argc == 3)

@@ -1,5 +1,5 @@
 /* test_analysts.c: the views analysts query and the least-privilege roles
- * (sql/005_analysts.sql), against the real PostgreSQL loaded by the real
+ * (sql/006_analysts.sql), against the real PostgreSQL loaded by the real
  * collector and analyzer with the demo's events. */
 #include <check.h>
 #include <libpq-fe.h>
@@ -244,6 +244,80 @@ START_TEST(roles_auditor_reads_only)
 }
 END_TEST
 
+/* Old days go whole: retention drops their partitions, records what went,
+ * keeps the findings, and a replay from offset 0 does not bring the removed
+ * days back as partitions (their events wait in events_expired for the next
+ * run). */
+START_TEST(retention_drops_old_days_whole_and_records_them)
+{
+    struct world w;
+    char path[256], cmd[512];
+    world_init(&w, "retention");
+    snprintf(path, sizeof(path), "/tmp/%s.old.ndjson", w.name);
+    FILE *f = fopen(path, "w");
+    for (int day = 1; day <= 3; day++)
+        for (int i = 0; i < 5; i++)
+            fprintf(f,
+                    "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"old-%d-%d\","
+                    "\"ts\":\"2026-09-0%dT10:00:0%dZ\",\"source\":{\"kind\":\"proxy\","
+                    "\"name\":\"squid\"},\"task_id\":\"T-OLD\",\"run_id\":\"run-old\","
+                    "\"type\":\"request\",\"attrs\":{\"host\":\"pypi.org\"}}\n",
+                    day, i, day, i);
+    fclose(f);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/collector/sandtrail-collector --input %s 2>/dev/null", path),
+                     0);
+    load_demo(&w, "");
+    ASSERT_ROWS(w.dsn, "SELECT count(*) FROM events", "55\n");
+    ASSERT_ROWS(w.dsn,
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'events'::regclass"
+                " AND inhrelid::regclass::text LIKE 'events_202609%'",
+                "3\n");
+
+    /* keep everything from 2026-11-15 on, whatever today is */
+    char *keep = one(w.dsn, "SELECT current_date - date '2026-11-15'");
+    snprintf(cmd, sizeof(cmd), BIN "/cli/sandtrail retention --keep-days %s --dry-run", keep);
+    char *out = NULL;
+    ck_assert_int_eq(run(&w, w.name, w.name, "%s >/tmp/%s.out", cmd, w.name), 0);
+    ASSERT_ROWS(w.dsn, "SELECT count(*) FROM events", "55\n");
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/cli/sandtrail retention --keep-days %s >/tmp/%s.out", keep,
+                         w.name),
+                     0);
+    snprintf(path, sizeof(path), "/tmp/%s.out", w.name);
+    out = world_slurp(path);
+    ck_assert_msg(strstr(out, "removed 15 event(s) in day partition(s) "
+                              "{events_20260901,events_20260902,events_20260903}"),
+                  "%s", out);
+    free(out);
+    ASSERT_ROWS(w.dsn, "SELECT count(*), min(ts) >= '2026-11-15' FROM events", "40|t\n");
+    ASSERT_ROWS(w.dsn,
+                "SELECT keep_days = current_date - date '2026-11-15', horizon,"
+                " cardinality(partitions), events,"
+                " (SELECT sum((o ->> 'events')::int) FROM jsonb_array_elements(offsets) o)"
+                " FROM retention_runs",
+                "t|2026-11-15 00:00:00+00|3|15|15\n");
+    ASSERT_ROWS(w.dsn, "SELECT count(*) FROM findings", "2\n");
+
+    /* a replay from offset 0 by another group: the removed days stay removed */
+    ck_assert_int_eq(run(&w, "replay", w.name,
+                         BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"),
+                     0);
+    ASSERT_ROWS(w.dsn,
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'events'::regclass"
+                " AND inhrelid::regclass::text LIKE 'events_202609%'",
+                "0\n");
+    ASSERT_ROWS(w.dsn, "SELECT count(*) FROM events_expired", "15\n");
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/cli/sandtrail retention --keep-days %s >/dev/null", keep),
+                     0);
+    ASSERT_ROWS(w.dsn, "SELECT count(*) FROM events", "40\n");
+    ASSERT_ROWS(w.dsn, "SELECT events FROM retention_runs ORDER BY run_id", "15\n15\n");
+    free(keep);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -255,6 +329,7 @@ int main(void)
     tcase_add_test(tc, roles_analyst_reads_and_triages_only_through_the_function);
     tcase_add_test(tc, roles_writer_runs_the_analyzer_and_cannot_edit_events);
     tcase_add_test(tc, roles_auditor_reads_only);
+    tcase_add_test(tc, retention_drops_old_days_whole_and_records_them);
     suite_add_tcase(s, tc);
     return world_run(s);
 }

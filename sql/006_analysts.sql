@@ -1,4 +1,4 @@
--- 005_analysts.sql: the views analysts query, and least-privilege roles.
+-- 006_analysts.sql: the views analysts query, and least-privilege roles.
 --
 -- Every view reads the tables the analyzer writes; none stores anything.
 -- The dashboards in dashboards/ and the evidence export's queries.sql use
@@ -228,6 +228,11 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO sandtrail_writer;
 GRANT INSERT ON notifications TO sandtrail_writer;
 GRANT INSERT, UPDATE ON notification_queue TO sandtrail_writer;
 GRANT INSERT ON deliveries TO sandtrail_writer;
+
+-- The analyzer makes the day partitions of the events it stores through
+-- this function only (sql/005_partitions.sql).
+REVOKE EXECUTE ON FUNCTION sandtrail_event_partitions(date[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION sandtrail_event_partitions(date[]) TO sandtrail_writer;
 
 -- Triage: sandtrail_triage runs with its owner's rights, so that it can
 -- record the change it makes; the history row names the caller's own role
