@@ -10,12 +10,14 @@
 #include "sink.h"
 #include "sinks/events.h"
 #include "sinks/findings.h"
+#include "sinks/outbox.h"
 
 /* The order in which one transaction writes them: a later part may read
  * the rows an earlier one wrote (a finding's refresh reads its events). */
 static const struct st_sink_part_ops *const parts[] = {
     &st_sink_events,
     &st_sink_findings,
+    &st_sink_outbox, /* reads the findings just written */
     NULL,
 };
 

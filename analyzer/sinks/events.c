@@ -17,13 +17,21 @@ struct row {
     size_t start, len;
 };
 
-/* The batch's rows in COPY text format, and where each lies. Owned here,
- * reset on commit. */
+/* The batch's rows in COPY text format and where each lies, and the UTC
+ * days (of event time) they fall on, so that their partitions exist before
+ * the COPY (sql/005_partitions.sql). Owned here, reset on commit. */
 struct events_part {
     struct st_buf copy;
     struct row *rows;
     size_t nrows, caprows;
+    int64_t *days;     /* days of the staged rows not known to exist */
+    size_t ndays, capdays;
+    int64_t *known;    /* days whose partition a committed batch made sure of */
+    size_t nknown, capknown;
+    int64_t last_day;  /* the last staged row's day (most rows share it) */
 };
+
+static const char *sql_partitions = "SELECT sandtrail_event_partitions($1::date[])";
 
 static const char *sql_stage =
     "CREATE TEMP TABLE IF NOT EXISTS events_stage"
@@ -39,7 +47,7 @@ static const char *sql_copy_direct = "COPY events (" EVENT_COLS ") FROM STDIN";
 
 static const char *sql_move =
     "INSERT INTO events (" EVENT_COLS ") SELECT " EVENT_COLS
-    " FROM events_stage ON CONFLICT (source_name, event_id) DO NOTHING";
+    " FROM events_stage ON CONFLICT DO NOTHING";
 
 /* COPY text format: backslash, tab, newline and carriage return escaped. */
 static void copy_field(struct st_buf *b, const char *v, size_t len, int last)
@@ -110,6 +118,8 @@ static void events_destroy(void *state)
         return;
     st_buf_fini(&p->copy);
     free(p->rows);
+    free(p->days);
+    free(p->known);
     free(p);
 }
 
@@ -121,6 +131,38 @@ static int events_prepare(void *state, PGconn *pg, char *errstr, size_t errsz)
         return ST_SINK_RETRY;
     }
     return ST_SINK_OK;
+}
+
+static int64_t day_of(int64_t ts_us)
+{
+    int64_t d = ts_us / (86400 * INT64_C(1000000));
+    return ts_us < 0 && ts_us % (86400 * INT64_C(1000000)) ? d - 1 : d;
+}
+
+static int cmp_day(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Remembers the day of a staged row, unless a committed batch already made
+ * its partition. */
+static void note_day(struct events_part *p, int64_t ts_us)
+{
+    int64_t d = day_of(ts_us);
+    if ((p->ndays || p->nknown) && d == p->last_day)
+        return;
+    p->last_day = d;
+    if (bsearch(&d, p->known, p->nknown, sizeof(d), cmp_day))
+        return;
+    for (size_t i = 0; i < p->ndays; i++)
+        if (p->days[i] == d)
+            return;
+    if (p->ndays == p->capdays) {
+        p->capdays = p->capdays ? p->capdays * 2 : 8;
+        p->days = st_realloc(p->days, p->capdays * sizeof(*p->days));
+    }
+    p->days[p->ndays++] = d;
 }
 
 static void events_stage(void *state, const struct st_sink_event *se)
@@ -136,6 +178,7 @@ static void events_stage(void *state, const struct st_sink_event *se)
     r->start = p->copy.len;
     copy_row(&p->copy, se);
     r->len = p->copy.len - r->start;
+    note_day(p, se->ev->ts_us);
 }
 
 /* A refused message: its staged row, if any, leaves the batch. */
@@ -158,12 +201,46 @@ static void events_skip(void *state, const rd_kafka_message_t *msg, const char *
     }
 }
 
+/* Makes the partitions of the staged rows' new days, inside the batch's
+ * transaction (rolled back with it). */
+static int ensure_partitions(struct events_part *p, PGconn *pg, char *errstr,
+                             size_t errsz)
+{
+    if (p->ndays == 0)
+        return ST_SINK_OK;
+    struct st_buf arr;
+    st_buf_init(&arr);
+    for (size_t i = 0; i < p->ndays; i++) {
+        char day[40];
+        st_time_format(p->days[i] * 86400 * INT64_C(1000000), day, sizeof(day));
+        day[10] = '\0'; /* YYYY-MM-DD */
+        st_pg_array_add(&arr, day);
+    }
+    st_pg_array_end(&arr);
+    const char *params[1] = {arr.data};
+    int rc = st_sink_result(PQexecParams(pg, sql_partitions, 1, NULL, params, NULL, NULL, 0),
+                            "could not make the events' day partitions", errstr, errsz);
+    st_buf_fini(&arr);
+    /* a refusal here is about the database, not about the rows */
+    return rc ? ST_SINK_RETRY : ST_SINK_OK;
+}
+
 static void events_end(void *state, int committed)
 {
     struct events_part *p = state;
-    if (committed) {
-        st_buf_reset(&p->copy);
-        p->nrows = 0;
+    if (!committed)
+        return;
+    st_buf_reset(&p->copy);
+    p->nrows = 0;
+    if (p->ndays) {
+        if (p->nknown + p->ndays > p->capknown) {
+            p->capknown = (p->nknown + p->ndays) * 2;
+            p->known = st_realloc(p->known, p->capknown * sizeof(*p->known));
+        }
+        memcpy(p->known + p->nknown, p->days, p->ndays * sizeof(*p->days));
+        p->nknown += p->ndays;
+        qsort(p->known, p->nknown, sizeof(*p->known), cmp_day);
+        p->ndays = 0;
     }
 }
 
@@ -200,11 +277,14 @@ static int events_write(void *state, PGconn *pg, const struct st_findings *fs,
     char err[512];
     if (p->copy.len == 0)
         return ST_SINK_OK;
+    int rc = ensure_partitions(p, pg, errstr, errsz);
+    if (rc)
+        return rc;
     if (st_pg_exec(pg, "SAVEPOINT copy_direct", err, sizeof(err))) {
         snprintf(errstr, errsz, "could not set a savepoint: %s", err);
         return ST_SINK_RETRY;
     }
-    int rc = copy_rows(p->copy.data, p->copy.len, pg, sql_copy_direct, errstr, errsz);
+    rc = copy_rows(p->copy.data, p->copy.len, pg, sql_copy_direct, errstr, errsz);
     if (rc <= 0)
         return rc;
     if (st_pg_exec(pg, "ROLLBACK TO SAVEPOINT copy_direct", err, sizeof(err))) {
@@ -224,6 +304,9 @@ static int events_isolate(void *state, PGconn *pg, st_sink_refused_cb cb, void *
 {
     struct events_part *p = state;
     char err[512], why[1024];
+    int prc = ensure_partitions(p, pg, errstr, errsz);
+    if (prc)
+        return prc;
     for (size_t i = 0; i < p->nrows; i++) {
         const struct row *r = &p->rows[i];
         if (st_pg_exec(pg, "SAVEPOINT probe", err, sizeof(err))) {
