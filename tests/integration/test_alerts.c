@@ -5,14 +5,26 @@
  * created and per severity it rises to, in the batch transaction; triage
  * (sandtrail_triage through `sandtrail findings ...`) records who changed
  * a finding and queues the notification that ends its alert. */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "buf.h"
+#include "timeutil.h"
 #include "world.h"
+
+#define SERVICES SANDTRAIL_SOURCE_DIR "/scripts/services"
+#define RECEIVER SANDTRAIL_SOURCE_DIR "/tests/integration/alert_receiver.py"
+#define ALERTER BIN "/alerter/sandtrail-alerter"
 
 #define FIXTURE SANDTRAIL_SOURCE_DIR "/tests/data/demo.ndjson"
 #define CLI BIN "/cli/sandtrail"
@@ -133,6 +145,249 @@ START_TEST(alerts_triage_records_who_and_queues_the_resolution)
 }
 END_TEST
 
+/* A webhook receiver (alert_receiver.py) in a folder of its own. */
+struct receiver {
+    char dir[160];
+    int port;
+    int pid;
+};
+
+static int read_int(const char *path)
+{
+    char *s = world_slurp(path);
+    int v = atoi(s);
+    free(s);
+    return v;
+}
+
+static void receiver_start(struct receiver *r, const char *tag, const char *opts)
+{
+    char cmd[1024], path[256];
+    snprintf(r->dir, sizeof(r->dir), "/tmp/st-alerts-%d-%s", (int)getpid(), tag);
+    snprintf(cmd, sizeof(cmd),
+             "rm -rf %s && mkdir -p %s && (python3 " RECEIVER " %s %s > %s/log 2>&1 &"
+             " echo $! > %s/pid)",
+             r->dir, r->dir, r->dir, opts, r->dir, r->dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof(path), "%s/port", r->dir);
+    for (int i = 0; i < 100 && access(path, R_OK); i++)
+        usleep(100000);
+    r->port = read_int(path);
+    ck_assert_int_gt(r->port, 0);
+    snprintf(path, sizeof(path), "%s/pid", r->dir);
+    r->pid = read_int(path);
+}
+
+static void receiver_stop(struct receiver *r)
+{
+    char cmd[256];
+    kill(r->pid, SIGTERM);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", r->dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Every request so far, one JSON object each. */
+static cJSON *receiver_requests(const struct receiver *r)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/requests.ndjson", r->dir);
+    char *text = world_slurp(path);
+    cJSON *arr = cJSON_CreateArray();
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        cJSON_AddItemToArray(arr, cJSON_Parse(line));
+    free(text);
+    return arr;
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* An Alertmanager of the test's own, started by scripts/services with the
+ * shipped configuration, routing to webhook_port. */
+struct am {
+    char run[160];
+    int port;
+};
+
+static int am_services(const struct am *a, int webhook_port, const char *verb)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "SANDTRAIL_RUN=%s SANDTRAIL_ALERTMANAGER_PORT=%d"
+             " SANDTRAIL_ALERTMANAGER_WEBHOOK=http://127.0.0.1:%d/am " SERVICES
+             " %s alertmanager 2> /dev/null",
+             a->run, a->port, webhook_port, verb);
+    return system(cmd);
+}
+
+static void am_start(struct am *a, int webhook_port)
+{
+    snprintf(a->run, sizeof(a->run), "/tmp/st-alerts-%d-am", (int)getpid());
+    a->port = free_port();
+    ck_assert_int_eq(am_services(a, webhook_port, "start"), 0);
+}
+
+static void am_stop(struct am *a)
+{
+    char cmd[256];
+    ck_assert_int_eq(am_services(a, 0, "stop"), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", a->run);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Alertmanager's alerts for one finding (GET /api/v2/alerts). */
+static cJSON *am_alerts(const struct am *a, const char *finding_id)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "curl -fsS -G 'http://127.0.0.1:%d/api/v2/alerts'"
+             " --data-urlencode 'filter=finding_id=\"%s\"'",
+             a->port, finding_id);
+    char *out = world_sh(cmd);
+    cJSON *arr = cJSON_Parse(out);
+    free(out);
+    ck_assert_msg(cJSON_IsArray(arr), "Alertmanager did not answer");
+    return arr;
+}
+
+static const char *label(const cJSON *alert, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(alert, "labels"), name);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* Starts an alerter in the background; its pid. */
+static int alerter_start(const struct world *w, const char *dir, const char *opts)
+{
+    char path[256];
+    ck_assert_int_eq(run(w, w->name, w->name,
+                         "exec " ALERTER " %s > %s/alerter.log 2>&1 & echo \\$! > %s/alerter.pid",
+                         opts, dir, dir),
+                     0);
+    snprintf(path, sizeof(path), "%s/alerter.pid", dir);
+    int pid = read_int(path);
+    ck_assert_int_gt(pid, 1);
+    return pid;
+}
+
+static char *first_id(const struct world *w, const char *detector)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT finding_id FROM findings WHERE detector = '%s'",
+             detector);
+    char *id = rows(w->dsn, sql);
+    ck_assert_int_eq((int)strlen(id), 33);
+    id[32] = '\0';
+    return id;
+}
+
+START_TEST(alerts_alertmanager_holds_the_finding_and_routes_it)
+{
+    struct world w;
+    struct receiver r;
+    struct am a;
+    char opts[512];
+
+    receiver_start(&r, "am", "");
+    am_start(&a, r.port);
+    world_init(&w, "am");
+    ck_assert_int_eq(run(&w, w.name, w.name, CLI " migrate > /dev/null"), 0);
+    /* the alerter waits first, as in production */
+    snprintf(opts, sizeof(opts),
+             "-X alert.alertmanager.url=http://127.0.0.1:%d -X alert.webhook.url="
+             " -X alert.poll_ms=600000 -X alert.repeat_s=5",
+             a.port);
+    int pid = alerter_start(&w, r.dir, opts);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/collector/sandtrail-collector --input %s", FIXTURE),
+                     1);
+    ck_assert_int_eq(run(&w, w.name, w.name, ANALYZER), 0);
+    int64_t committed = st_time_mono_ms();
+    char *id = first_id(&w, "denial_burst");
+
+    /* woken by NOTIFY (the poll is ten minutes): there within seconds */
+    cJSON *alerts = NULL;
+    while (st_time_mono_ms() - committed < 5000) {
+        cJSON_Delete(alerts);
+        alerts = am_alerts(&a, id);
+        if (cJSON_GetArraySize(alerts) > 0)
+            break;
+        usleep(50000);
+    }
+    ck_assert_int_eq(cJSON_GetArraySize(alerts), 1);
+    cJSON *al = cJSON_GetArrayItem(alerts, 0);
+    ck_assert_str_eq(label(al, "alertname"), "sandtrail_denial_burst");
+    ck_assert_str_eq(label(al, "severity"), "high");
+    ck_assert_str_eq(label(al, "detector"), "denial_burst");
+    ck_assert_str_eq(label(al, "task_id"), "T-100");
+    ck_assert_str_eq(label(al, "run_id"), "run-burst");
+    ck_assert_str_eq(label(al, "finding_id"), id);
+    const cJSON *ann = cJSON_GetObjectItem(al, "annotations");
+    ck_assert_str_eq(cJSON_GetObjectItem(ann, "summary")->valuestring,
+                     "12 denied events within 60 s to 6 distinct target(s)");
+    ck_assert_str_eq(cJSON_GetObjectItem(ann, "event_count")->valuestring, "12");
+    cJSON_Delete(alerts);
+
+    /* the shipped route: Alertmanager's own webhook, grouped by task */
+    int routed = 0;
+    for (int i = 0; i < 150 && !routed; i++) {
+        cJSON *reqs = receiver_requests(&r);
+        const cJSON *q;
+        cJSON_ArrayForEach(q, reqs)
+        {
+            const char *b = cJSON_GetObjectItem(q, "body")->valuestring;
+            routed |= strstr(b, id) && strstr(b, "\"groupLabels\":{") &&
+                      strstr(b, "\"task_id\":\"T-100\"");
+        }
+        cJSON_Delete(reqs);
+        if (!routed)
+            usleep(100000);
+    }
+    ck_assert_msg(routed, "Alertmanager did not route the alert to its webhook");
+
+    /* resolving the finding ends its alert */
+    ck_assert_int_eq(run(&w, w.name, w.name, CLI " findings resolve %s --by oncall > /dev/null",
+                         id),
+                     0);
+    int ended = 0;
+    for (int i = 0; i < 100 && !ended; i++) {
+        alerts = am_alerts(&a, id);
+        ended = cJSON_GetArraySize(alerts) == 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, alerts)
+        {
+            const cJSON *st = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "status"), "state");
+            ended |= cJSON_IsString(st) && !strcmp(st->valuestring, "resolved");
+        }
+        cJSON_Delete(alerts);
+        if (!ended)
+            usleep(100000);
+    }
+    ck_assert_msg(ended, "the resolved finding still fires in Alertmanager");
+    char *n = rows(w.dsn, "SELECT n.kind, q.state FROM notification_queue q"
+                          " JOIN notifications n USING (notification_id)"
+                          " JOIN findings f USING (finding_id)"
+                          " WHERE f.detector = 'denial_burst' ORDER BY n.notification_id");
+    ck_assert_str_eq(n, "created|delivered\nresolved|delivered\n");
+    free(n);
+
+    kill(pid, SIGTERM);
+    free(id);
+    am_stop(&a);
+    receiver_stop(&r);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -142,6 +397,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, alerts_outbox_once_per_finding_and_raised_severity);
     tcase_add_test(tc, alerts_triage_records_who_and_queues_the_resolution);
+    tcase_add_test(tc, alerts_alertmanager_holds_the_finding_and_routes_it);
     suite_add_tcase(s, tc);
     return world_run(s);
 }

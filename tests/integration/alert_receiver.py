@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""A webhook receiver for the alert tests, on 127.0.0.1.
+
+  alert_receiver.py DIR [--secret-file F] [--fail-first N] [--status S]
+                        [--delay-first SECONDS]
+
+Writes its port to DIR/port once listening, and one JSON line per request to
+DIR/requests.ndjson (path, delivery id, signature check, body), flushed
+before answering. Each delivery id's first N requests get 503; the others
+get S (default 200). --delay-first holds the first request of each delivery
+id that long before answering (a slow receiver, to kill a sender
+mid-delivery). With a secret, each signature is checked as the README
+documents: hex HMAC-SHA256(secret, "<timestamp>.<body>").
+"""
+import hashlib
+import hmac
+import http.server
+import json
+import sys
+import threading
+import time
+
+args = sys.argv[1:]
+out_dir = args.pop(0)
+opts = {"--secret-file": None, "--fail-first": "0", "--status": "200", "--delay-first": "0"}
+while args:
+    opts[args.pop(0)] = args.pop(0)
+secret = None
+if opts["--secret-file"]:
+    with open(opts["--secret-file"], "rb") as f:
+        secret = f.read().rstrip(b"\r\n")
+seen = {}
+lock = threading.Lock()
+log = open(out_dir + "/requests.ndjson", "a")
+
+
+def verify(headers, body):
+    if secret is None:
+        return None
+    ts = headers.get("X-Sandtrail-Timestamp", "")
+    sig = headers.get("X-Sandtrail-Signature", "")
+    want = "sha256=" + hmac.new(secret, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    fresh = ts.isdigit() and abs(time.time() - int(ts)) < 300
+    return fresh and hmac.compare_digest(sig, want)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        delivery = self.headers.get("X-Sandtrail-Delivery", "")
+        with lock:
+            n = seen[delivery] = seen.get(delivery, 0) + 1
+            rec = {"path": self.path, "delivery": delivery, "n": n,
+                   "verified": verify(self.headers, body), "body": body.decode()}
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        if n == 1 and float(opts["--delay-first"]) > 0:
+            time.sleep(float(opts["--delay-first"]))
+        status = 503 if n <= int(opts["--fail-first"]) else int(opts["--status"])
+        self.send_response(status)
+        if status == 503:
+            self.send_header("Retry-After", "0")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+with open(out_dir + "/port.tmp", "w") as f:
+    f.write(str(srv.server_address[1]))
+import os
+os.rename(out_dir + "/port.tmp", out_dir + "/port")
+srv.serve_forever()
