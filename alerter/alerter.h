@@ -38,7 +38,6 @@ struct st_alerter_conf {
     int64_t max_backoff_ms;
     int64_t throttle_max;    /* alert.throttle.max (0: off) */
     int64_t throttle_window_s;
-    int64_t fault_kill_after;
     struct st_webhook_conf webhooks[ST_ALERT_MAX_WEBHOOKS];
 };
 

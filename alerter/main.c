@@ -76,9 +76,6 @@ static const struct st_conf_prop alerter_props[] = {
      "file holding the webhook's HMAC-SHA256 secret (unset: unsigned)"},
     {"alert.webhook.min_severity", NULL, ST_CONF_STR, A(webhooks[0].min_severity), 0, 0,
      "low", "least severity the webhook receives (low, medium, high, critical)"},
-    {"fault.exit_after_sends", NULL, ST_CONF_INT, A(fault_kill_after), 0, 1000000, "0",
-     "tests only: exit abruptly after this many sends, before recording them "
-     "(0 = never)"},
     {NULL},
 };
 
@@ -141,7 +138,6 @@ struct alerter {
     struct st_queue *queue;
     struct st_metrics *metrics;
     struct st_metric *m_pending, *m_resend;
-    long sends;
     int drain;
 };
 
@@ -247,11 +243,6 @@ static int deliver(struct alerter *al, int i, char *errstr, size_t errsz)
     if (!rcv)
         return 0; /* claimed only for our receivers */
     rcv->ops->send(rcv->state, &a, &r);
-    if (al->conf.fault_kill_after && ++al->sends >= al->conf.fault_kill_after) {
-        st_warn("fault injection: exiting after %ld sends, before recording them",
-                al->sends);
-        _exit(3);
-    }
     int64_t delay = r.outcome == ST_SEND_RETRY ? retry_delay(al, attempts + 1, &r) : 0;
     const char *state = st_queue_record(al->queue, a.notification_id, name, attempts + 1,
                                         &r, delay, errstr, errsz);

@@ -2,7 +2,7 @@
 """A webhook receiver for the alert tests, on 127.0.0.1.
 
   alert_receiver.py DIR [--secret-file F] [--fail-first N] [--status S]
-                        [--delay-first SECONDS]
+                        [--delay-first SECONDS] [--schema FILE]
 
 Writes its port to DIR/port once listening, and one JSON line per request to
 DIR/requests.ndjson (path, delivery id, signature check, body), flushed
@@ -10,7 +10,8 @@ before answering. Each delivery id's first N requests get 503; the others
 get S (default 200). --delay-first holds the first request of each delivery
 id that long before answering (a slow receiver, to kill a sender
 mid-delivery). With a secret, each signature is checked as the README
-documents: hex HMAC-SHA256(secret, "<timestamp>.<body>").
+documents: hex HMAC-SHA256(secret, "<timestamp>.<body>"); with a schema,
+each body is validated against it (schema_errors).
 """
 import hashlib
 import hmac
@@ -22,13 +23,21 @@ import time
 
 args = sys.argv[1:]
 out_dir = args.pop(0)
-opts = {"--secret-file": None, "--fail-first": "0", "--status": "200", "--delay-first": "0"}
+opts = {"--secret-file": None, "--fail-first": "0", "--status": "200", "--delay-first": "0",
+        "--schema": None}
 while args:
-    opts[args.pop(0)] = args.pop(0)
+    name, value = args[0], args[1]
+    del args[:2]
+    opts[name] = value
 secret = None
 if opts["--secret-file"]:
     with open(opts["--secret-file"], "rb") as f:
         secret = f.read().rstrip(b"\r\n")
+validator = None
+if opts["--schema"]:
+    import jsonschema
+    with open(opts["--schema"]) as f:
+        validator = jsonschema.Draft202012Validator(json.load(f))
 seen = {}
 lock = threading.Lock()
 log = open(out_dir + "/requests.ndjson", "a")
@@ -54,6 +63,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             n = seen[delivery] = seen.get(delivery, 0) + 1
             rec = {"path": self.path, "delivery": delivery, "n": n,
                    "verified": verify(self.headers, body), "body": body.decode()}
+            if validator:
+                errors = [e.message for e in validator.iter_errors(json.loads(body))]
+                rec["schema_errors"] = errors
             log.write(json.dumps(rec) + "\n")
             log.flush()
         if n == 1 and float(opts["--delay-first"]) > 0:

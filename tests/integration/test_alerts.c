@@ -388,6 +388,191 @@ START_TEST(alerts_alertmanager_holds_the_finding_and_routes_it)
 }
 END_TEST
 
+#define SCHEMA SANDTRAIL_SOURCE_DIR "/schemas/alert.v1.schema.json"
+
+/* delivery id -> requests, "id:n" per line in id order; also checks that
+ * every request was signed correctly and matches the schema. */
+static char *per_delivery(const struct receiver *r, int signed_, int *total)
+{
+    cJSON *reqs = receiver_requests(r);
+    const cJSON *q;
+    char line[256];
+    struct st_buf b;
+    st_buf_init(&b);
+    st_buf_adds(&b, "");
+    *total = cJSON_GetArraySize(reqs);
+    cJSON_ArrayForEach(q, reqs)
+    {
+        ck_assert_msg(!signed_ || cJSON_IsTrue(cJSON_GetObjectItem(q, "verified")),
+                      "a signature did not verify: %s",
+                      cJSON_GetObjectItem(q, "body")->valuestring);
+        ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(q, "schema_errors")), 0);
+        const char *id = cJSON_GetObjectItem(q, "delivery")->valuestring;
+        cJSON *body = cJSON_Parse(cJSON_GetObjectItem(q, "body")->valuestring);
+        ck_assert_str_eq(cJSON_GetObjectItem(body, "delivery_id")->valuestring, id);
+        cJSON_Delete(body);
+        /* the last request of each id says how many there were */
+        snprintf(line, sizeof(line), "%s:", id);
+        char *at = strstr(b.data, line);
+        if (at) {
+            char *end = strchr(at, '\n');
+            memmove(at, end + 1, strlen(end + 1) + 1);
+            b.len = strlen(b.data);
+        }
+        snprintf(line, sizeof(line), "%s:%d\n", id,
+                 (int)cJSON_GetObjectItem(q, "n")->valuedouble);
+        st_buf_adds(&b, line);
+    }
+    cJSON_Delete(reqs);
+    return b.data;
+}
+
+static void write_secret(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("s3cret-for-the-test\n", f);
+    fclose(f);
+}
+
+START_TEST(alerts_webhook_retries_503_signs_and_fails_4xx_loudly)
+{
+    struct world w;
+    struct receiver ok, refusing, high;
+    char opts[1400], group[96];
+    int total;
+
+    demo_world(&w, "webhook");
+    receiver_start(&refusing, "refusing", "--status 400");
+    receiver_start(&high, "high", "");
+    char okopts[512];
+    snprintf(okopts, sizeof(okopts), "--fail-first 2 --secret-file /tmp/st-alerts-%d-secret"
+             " --schema " SCHEMA, (int)getpid());
+    char spath[128];
+    snprintf(spath, sizeof(spath), "/tmp/st-alerts-%d-secret", (int)getpid());
+    write_secret(spath);
+    receiver_start(&ok, "ok", okopts);
+    snprintf(opts, sizeof(opts),
+             "--drain -X alert.alertmanager.url= -X alert.retry.backoff_ms=50"
+             " -X alert.webhook.url=http://127.0.0.1:%d/hook -X alert.webhook.secret_file=%s"
+             " -X alert.webhook.2.url=http://127.0.0.1:%d/refuse"
+             " -X alert.webhook.3.url=http://127.0.0.1:%d/high"
+             " -X alert.webhook.3.min_severity=high",
+             ok.port, spath, refusing.port, high.port);
+    ck_assert_int_eq(run(&w, w.name, w.name, ALERTER " %s 2> /dev/null", opts), 0);
+
+    /* twice 503, then 200: three requests per notification, one id each */
+    char *ids = per_delivery(&ok, 1, &total);
+    char *want = rows(w.dsn, "SELECT delivery_id || ':3' FROM notifications"
+                             " ORDER BY delivery_id");
+    ck_assert_str_eq(ids, want);
+    ck_assert_int_eq(total, 6);
+    free(want);
+    free(ids);
+    char *d = rows(w.dsn, "SELECT n.kind, string_agg(d.outcome || ' ' ||"
+                          " coalesce(d.http_status::text, '-'), ', ' ORDER BY d.attempt)"
+                          " FROM deliveries d JOIN notifications n USING (notification_id)"
+                          " WHERE d.receiver = 'webhook' GROUP BY n.notification_id, n.kind"
+                          " ORDER BY n.notification_id");
+    ck_assert_str_eq(d, "created|retry 503, retry 503, delivered 200\n"
+                        "created|retry 503, retry 503, delivered 200\n");
+    free(d);
+    /* a refusing 4xx fails at once, on record; below min_severity: nothing */
+    char *q = rows(w.dsn, "SELECT receiver, state, attempts, count(*) FROM notification_queue"
+                          " GROUP BY 1, 2, 3 ORDER BY 1");
+    ck_assert_str_eq(q, "webhook|delivered|3|2\nwebhook.2|failed|1|2\n");
+    free(q);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         CLI " alerts --failed > %s/failed.txt", ok.dir), 0);
+    char path[256];
+    snprintf(path, sizeof(path), "%s/failed.txt", ok.dir);
+    char *listed = world_slurp(path);
+    ck_assert_msg(strstr(listed, "(2 deliveries)") && strstr(listed, "HTTP status 400"),
+                  "%s", listed);
+    free(listed);
+
+    /* sent again on request: one more attempt, refused again */
+    char *first = rows(w.dsn, "SELECT min(notification_id) FROM notifications");
+    first[strlen(first) - 1] = '\0';
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         CLI " alerts retry %s --receiver webhook.2 > /dev/null", first), 0);
+    ck_assert_int_eq(run(&w, w.name, w.name, ALERTER " %s 2> /dev/null", opts), 0);
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM deliveries WHERE receiver = 'webhook.2'"
+                               " AND notification_id = %s", first);
+    char *again = rows(w.dsn, sql);
+    ck_assert_str_eq(again, "2\n");
+    free(again);
+    free(first);
+
+    /* a replay from offset 0 sends nothing new */
+    snprintf(group, sizeof(group), "%s_replay", w.name);
+    ck_assert_int_eq(run(&w, group, group, ANALYZER " -X detect.denial_burst.high_targets=100"),
+                     0);
+    ck_assert_int_eq(run(&w, w.name, w.name, ALERTER " %s 2> /dev/null", opts), 0);
+    ids = per_delivery(&ok, 1, &total);
+    ck_assert_int_eq(total, 6);
+    free(ids);
+    cJSON *none = receiver_requests(&high);
+    ck_assert_int_eq(cJSON_GetArraySize(none), 0);
+    cJSON_Delete(none);
+
+    unlink(spath);
+    receiver_stop(&ok);
+    receiver_stop(&refusing);
+    receiver_stop(&high);
+    world_drop(&w);
+}
+END_TEST
+
+START_TEST(alerts_sigkill_mid_delivery_redelivers_with_the_same_id)
+{
+    struct world w;
+    struct receiver slow;
+    char opts[512];
+    int total;
+
+    demo_world(&w, "kill");
+    /* the first request of each delivery is answered only after 3 s */
+    receiver_start(&slow, "slow", "--delay-first 3");
+    snprintf(opts, sizeof(opts), "-X alert.alertmanager.url= -X alert.batch=10"
+             " -X alert.webhook.url=http://127.0.0.1:%d/hook", slow.port);
+    int pid = alerter_start(&w, slow.dir, opts);
+    cJSON *reqs = NULL;
+    for (int i = 0; i < 100; i++) {
+        cJSON_Delete(reqs);
+        reqs = receiver_requests(&slow);
+        if (cJSON_GetArraySize(reqs) > 0)
+            break;
+        usleep(100000);
+    }
+    ck_assert_int_eq(cJSON_GetArraySize(reqs), 1);
+    cJSON_Delete(reqs);
+    kill(pid, SIGKILL);
+    char *state = rows(w.dsn, "SELECT count(*) FROM deliveries");
+    ck_assert_str_eq(state, "0\n"); /* nothing recorded: the claim rolled back */
+    free(state);
+
+    snprintf(opts, sizeof(opts), "--drain -X alert.alertmanager.url= -X alert.batch=10"
+             " -X alert.webhook.url=http://127.0.0.1:%d/hook", slow.port);
+    ck_assert_int_eq(run(&w, w.name, w.name, ALERTER " %s 2> /dev/null", opts), 0);
+    /* every notification delivered; the one in flight twice, same id */
+    char *ids = per_delivery(&slow, 0, &total);
+    char *want = rows(w.dsn, "SELECT delivery_id || ':' ||"
+                             " CASE WHEN rank() OVER (ORDER BY notification_id) = 1"
+                             " THEN 2 ELSE 1 END FROM notifications ORDER BY delivery_id");
+    ck_assert_str_eq(ids, want);
+    ck_assert_int_eq(total, 3);
+    free(want);
+    free(ids);
+    state = rows(w.dsn, "SELECT state, count(*) FROM notification_queue GROUP BY 1");
+    ck_assert_str_eq(state, "delivered|2\n");
+    free(state);
+    receiver_stop(&slow);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -398,6 +583,8 @@ int main(void)
     tcase_add_test(tc, alerts_outbox_once_per_finding_and_raised_severity);
     tcase_add_test(tc, alerts_triage_records_who_and_queues_the_resolution);
     tcase_add_test(tc, alerts_alertmanager_holds_the_finding_and_routes_it);
+    tcase_add_test(tc, alerts_webhook_retries_503_signs_and_fails_4xx_loudly);
+    tcase_add_test(tc, alerts_sigkill_mid_delivery_redelivers_with_the_same_id);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
