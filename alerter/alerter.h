@@ -84,6 +84,11 @@ struct st_receiver_ops {
      * alerts that are not re-sent); NULL when the receiver needs none.
      * Returns 0, or -1 with r set. */
     int (*resend)(void *state, const struct st_alert *a, size_t n, struct st_send_result *r);
+    /* Sends a digest document (digest.c); NULL when the receiver is not
+     * throttled (Alertmanager groups alerts itself and must hold each one
+     * to resolve it). */
+    void (*send_digest)(void *state, const char *delivery_id, const char *body,
+                        struct st_send_result *r);
     void (*destroy)(void *state);
 };
 

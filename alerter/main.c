@@ -24,9 +24,11 @@
 
 #include "alerter.h"
 #include "conf.h"
+#include "digest.h"
 #include "log.h"
 #include "metrics.h"
 #include "queue.h"
+#include "throttle.h"
 #include "timeutil.h"
 
 #define A(field) offsetof(struct st_alerter_conf, field)
@@ -67,6 +69,13 @@ static const struct st_conf_prop alerter_props[] = {
      "first retry delay; doubled per attempt, with jitter, at least Retry-After"},
     {"alert.retry.max_backoff_ms", NULL, ST_CONF_INT, A(max_backoff_ms), 10, 86400000,
      "300000", "longest delay between attempts (Retry-After included)"},
+    {"alert.throttle.max", NULL, ST_CONF_INT, A(throttle_max), 0, 1000000, "20",
+     "webhooks: per receiver and task, notifications sent in one window; the rest go "
+     "into one digest when it closes (critical findings and resolutions are never "
+     "held; 0: no throttling)"},
+    {"alert.throttle.window_s", NULL, ST_CONF_INT, A(throttle_window_s), 1, 86400, "300",
+     "length of the throttle window (aligned on the wall clock, shared by all alerters "
+     "through Redis)"},
     {"alert.webhook.url", "SANDTRAIL_ALERT_WEBHOOK_URL", ST_CONF_STR,
      A(webhooks[0].url), 0, 0, NULL,
      "a webhook receiving signed sandtrail.alert.v1 documents; more as "
@@ -136,6 +145,7 @@ struct alerter {
     struct st_receiver rcv[ST_ALERT_MAX_WEBHOOKS + 1];
     size_t nrcv;
     struct st_queue *queue;
+    struct st_throttle *throttle;
     struct st_metrics *metrics;
     struct st_metric *m_pending, *m_resend;
     int drain;
@@ -242,10 +252,18 @@ static int deliver(struct alerter *al, int i, char *errstr, size_t errsz)
     struct st_receiver *rcv = receiver(al, name);
     if (!rcv)
         return 0; /* claimed only for our receivers */
+    int64_t until = al->throttle && rcv->ops->send_digest
+                        ? st_throttle_hold(al->throttle, name, &a)
+                        : 0;
+    if (until) {
+        count(al, name, "held", 1);
+        return st_queue_hold(al->queue, a.notification_id, name, attempts + 1, until, errstr,
+                             errsz);
+    }
     rcv->ops->send(rcv->state, &a, &r);
     int64_t delay = r.outcome == ST_SEND_RETRY ? retry_delay(al, attempts + 1, &r) : 0;
     const char *state = st_queue_record(al->queue, a.notification_id, name, attempts + 1,
-                                        &r, delay, errstr, errsz);
+                                        &r, delay, NULL, errstr, errsz);
     if (!state)
         return -1;
     count(al, name, r.outcome == ST_SEND_DELIVERED ? "delivered"
@@ -279,6 +297,72 @@ static int deliver_due(struct alerter *al, char *errstr, size_t errsz)
         for (int i = 0; i < n; i++)
             if (deliver(al, i, errstr, errsz))
                 return -1;
+        if (st_queue_commit(al->queue, errstr, errsz))
+            return -1;
+    }
+    return n < 0 ? -1 : 0;
+}
+
+/* Sends the digest of claimed held rows [i, j) (one receiver, one task)
+ * and records the attempt for each. Returns 0, or -1 with errstr set. */
+static int deliver_digest(struct alerter *al, int i, int j, char *errstr, size_t errsz)
+{
+    struct st_alert *items = st_calloc((size_t)(j - i), sizeof(*items));
+    struct st_send_result r;
+    const char *name;
+    char id[96];
+    int attempts = 0, rc = 0;
+    for (int k = i; k < j; k++)
+        st_queue_alert(al->queue, k, &items[k - i], &name, &attempts);
+    struct st_receiver *rcv = receiver(al, name);
+    st_digest_id(name, items[0].notification_id, id, sizeof(id));
+    char *body = st_digest_body(id, al->conf.throttle_window_s,
+                                st_queue_window_end(al->queue, i), items, (size_t)(j - i),
+                                al->conf.link_template);
+    rcv->ops->send_digest(rcv->state, id, body, &r);
+    free(body);
+    int64_t delay = r.outcome == ST_SEND_RETRY ? retry_delay(al, attempts + 1, &r) : 0;
+    const char *state = NULL;
+    for (int k = 0; k < j - i && rc == 0; k++) {
+        st_queue_alert(al->queue, i + k, &items[k], &name, &attempts);
+        if (!(state = st_queue_record(al->queue, items[k].notification_id, name, attempts + 1,
+                                      &r, delay, id, errstr, errsz)))
+            rc = -1;
+    }
+    if (rc == 0) {
+        count(al, name, r.outcome == ST_SEND_DELIVERED ? "delivered"
+                        : !strcmp(state, "failed")    ? "failed"
+                                                      : "retry", j - i);
+        if (!strcmp(state, "failed"))
+            st_error("digest %s of %d notification(s) to %s failed for good: %s", id, j - i,
+                     name, r.error);
+        else if (r.outcome != ST_SEND_DELIVERED)
+            st_warn("digest %s to %s failed (%s), retrying in %" PRId64 " ms", id, name,
+                    r.error, delay);
+    }
+    free(items);
+    return rc;
+}
+
+/* Sends the digests of every closed window. Returns 0, or -1 with errstr. */
+static int deliver_digests(struct alerter *al, char *errstr, size_t errsz)
+{
+    int n;
+    while (!stop && (n = st_queue_claim_held(al->queue, 10000, errstr, errsz)) > 0) {
+        struct st_alert a, b;
+        const char *ra, *rb;
+        int att;
+        for (int i = 0, j; i < n; i = j) {
+            st_queue_alert(al->queue, i, &a, &ra, &att);
+            for (j = i + 1; j < n; j++) {
+                st_queue_alert(al->queue, j, &b, &rb, &att);
+                if (strcmp(ra, rb) || strcmp(a.task_id, b.task_id) ||
+                    st_queue_window_end(al->queue, i) != st_queue_window_end(al->queue, j))
+                    break;
+            }
+            if (receiver(al, ra)->ops->send_digest && deliver_digest(al, i, j, errstr, errsz))
+                return -1;
+        }
         if (st_queue_commit(al->queue, errstr, errsz))
             return -1;
     }
@@ -322,6 +406,7 @@ static int run(struct alerter *al)
         long pending;
         if (st_queue_fanout(al->queue, errstr, sizeof(errstr)) < 0 ||
             deliver_due(al, errstr, sizeof(errstr)) ||
+            deliver_digests(al, errstr, sizeof(errstr)) ||
             (pending = st_queue_pending(al->queue, &due_ms, errstr, sizeof(errstr))) < 0) {
             st_error("%s (retrying in %" PRId64 " ms)", errstr, backoff);
             usleep((useconds_t)backoff * 1000);
@@ -398,7 +483,9 @@ int main(int argc, char **argv)
                                 "sandtrail_alerter_resent_total",
                                 "firing alerts sent to Alertmanager again", "");
     if (st_metrics_serve(al.metrics, al.conf.metrics_listen, errstr, sizeof(errstr)) ||
-        !(al.queue = st_queue_new(&al.conf, al.rcv, al.nrcv, errstr, sizeof(errstr)))) {
+        !(al.queue = st_queue_new(&al.conf, al.rcv, al.nrcv, errstr, sizeof(errstr))) ||
+        (al.conf.throttle_max > 0 &&
+         !(al.throttle = st_throttle_new(&al.conf, errstr, sizeof(errstr))))) {
         st_error("%s", errstr);
         goto out;
     }
@@ -407,6 +494,7 @@ int main(int argc, char **argv)
                 al.rcv[i].min_severity);
     status = run(&al) ? 1 : 0;
 out:
+    st_throttle_destroy(al.throttle);
     st_queue_destroy(al.queue);
     for (size_t i = 0; i < al.nrcv; i++)
         al.rcv[i].ops->destroy(al.rcv[i].state);

@@ -41,7 +41,7 @@ struct st_queue {
     "   ELSE now() + make_interval(secs => $1::int * 3) END) * 1000000)::bigint,"    \
     " (extract(epoch FROM n.created_at) * 1000000)::bigint"
 
-enum { C_ID, C_RECEIVER, C_ATTEMPTS, C_DELIVERY };
+enum { C_ID, C_RECEIVER, C_ATTEMPTS, C_DELIVERY, C_WINDOW_END = C_DELIVERY + 17 };
 
 static const char *sql_claim =
     "SELECT q.notification_id, q.receiver, q.attempts," ALERT_COLS
@@ -51,6 +51,28 @@ static const char *sql_claim =
     " AND q.receiver = ANY ($3::text[])"
     " ORDER BY q.next_attempt_at, q.notification_id LIMIT $4"
     " FOR UPDATE OF q SKIP LOCKED";
+
+/* held rows whose window has closed, grouped for their digests; the
+ * advisory lock gives each receiver and task's rows to one alerter, so
+ * that alerters side by side send one digest, not a share each */
+static const char *sql_claim_held =
+    "SELECT q.notification_id, q.receiver, q.attempts," ALERT_COLS ","
+    " extract(epoch FROM q.next_attempt_at)::bigint"
+    " FROM notification_queue q JOIN notifications n USING (notification_id)"
+    " JOIN findings f USING (finding_id)"
+    " WHERE q.state = 'held' AND q.next_attempt_at <= now()"
+    " AND q.receiver = ANY ($3::text[])"
+    " AND pg_try_advisory_xact_lock(74657302, hashtext(q.receiver || '/' || f.task_id))"
+    " ORDER BY q.receiver, f.task_id, q.next_attempt_at, q.notification_id LIMIT $4"
+    " FOR UPDATE OF q SKIP LOCKED";
+
+static const char *sql_hold =
+    "WITH d AS (INSERT INTO deliveries (notification_id, receiver, attempt, outcome,"
+    "  error, alerter) VALUES ($1, $2, $3, 'held', 'over the throttle: in the digest at '"
+    "  || to_timestamp($4::bigint), $5))"
+    " UPDATE notification_queue SET state = 'held',"
+    " next_attempt_at = to_timestamp($4::bigint)"
+    " WHERE notification_id = $1 AND receiver = $2";
 
 /* the latest notification of each finding still firing that reached
  * Alertmanager; quiet findings are sent (ended) for a while after */
@@ -80,12 +102,13 @@ static const char *sql_fanout =
 
 static const char *sql_attempt =
     "INSERT INTO deliveries (notification_id, receiver, attempt, outcome, http_status,"
-    " error, alerter) VALUES ($1, $2, $3, $4, nullif($5::int, 0), nullif($6, ''), $7)";
+    " error, alerter, digest_id)"
+    " VALUES ($1, $2, $3, $4, nullif($5::int, 0), nullif($6, ''), $7, $8)";
 
 static const char *sql_update =
     "UPDATE notification_queue SET attempts = $3, state = $4,"
     " next_attempt_at = now() + make_interval(secs => $5::double precision / 1000),"
-    " done_at = CASE WHEN $4 = 'pending' THEN NULL ELSE now() END"
+    " done_at = CASE WHEN $4 IN ('pending', 'held') THEN NULL ELSE now() END"
     " WHERE notification_id = $1 AND receiver = $2";
 
 static int connect_all(struct st_queue *q, char *errstr, size_t errsz)
@@ -191,7 +214,8 @@ static int load_rows(struct st_queue *q, const char *sql, int nparams,
     return PQntuples(q->rows);
 }
 
-int st_queue_claim(struct st_queue *q, int limit, char *errstr, size_t errsz)
+static int claim(struct st_queue *q, const char *sql, int limit, char *errstr,
+                 size_t errsz)
 {
     char err[512], lim[16];
     if (connect_all(q, errstr, errsz))
@@ -202,10 +226,39 @@ int st_queue_claim(struct st_queue *q, int limit, char *errstr, size_t errsz)
     }
     snprintf(lim, sizeof(lim), "%d", limit);
     const char *p[4] = {q->repeat, q->quiet, q->names, lim};
-    int n = load_rows(q, sql_claim, 4, p, "could not claim notifications", errstr, errsz);
+    int n = load_rows(q, sql, 4, p, "could not claim notifications", errstr, errsz);
     if (n <= 0)
         st_pg_exec(q->pg, "ROLLBACK", err, sizeof(err));
     return n;
+}
+
+int st_queue_claim(struct st_queue *q, int limit, char *errstr, size_t errsz)
+{
+    return claim(q, sql_claim, limit, errstr, errsz);
+}
+
+int st_queue_claim_held(struct st_queue *q, int limit, char *errstr, size_t errsz)
+{
+    return claim(q, sql_claim_held, limit, errstr, errsz);
+}
+
+int64_t st_queue_window_end(const struct st_queue *q, int i)
+{
+    return strtoll(PQgetvalue(q->rows, i, C_WINDOW_END), NULL, 10);
+}
+
+int st_queue_hold(struct st_queue *q, int64_t notification_id, const char *receiver,
+                  int attempt, int64_t until_s, char *errstr, size_t errsz)
+{
+    char id[24], att[16], until[24];
+    snprintf(id, sizeof(id), "%" PRId64, notification_id);
+    snprintf(att, sizeof(att), "%d", attempt);
+    snprintf(until, sizeof(until), "%" PRId64, until_s);
+    const char *p[5] = {id, receiver, att, until, q->alerter};
+    PGresult *res = PQexecParams(q->pg, sql_hold, 5, NULL, p, NULL, NULL, 0);
+    int bad = failed(res, PGRES_COMMAND_OK, "could not hold a notification", errstr, errsz);
+    PQclear(res);
+    return bad ? -1 : 0;
 }
 
 int st_queue_firing(struct st_queue *q, char *errstr, size_t errsz)
@@ -248,7 +301,7 @@ void st_queue_alert(const struct st_queue *q, int i, struct st_alert *a,
 const char *st_queue_record(struct st_queue *q, int64_t notification_id,
                             const char *receiver, int attempt,
                             const struct st_send_result *r, int64_t retry_ms,
-                            char *errstr, size_t errsz)
+                            const char *digest_id, char *errstr, size_t errsz)
 {
     char id[24], att[16], status[16], delay[24];
     const char *outcome, *state;
@@ -256,7 +309,7 @@ const char *st_queue_record(struct st_queue *q, int64_t notification_id,
     case ST_SEND_DELIVERED: outcome = state = "delivered"; break;
     case ST_SEND_RETRY:
         outcome = retry_ms < 0 ? "failed" : "retry";
-        state = retry_ms < 0 ? "failed" : "pending";
+        state = retry_ms < 0 ? "failed" : digest_id ? "held" : "pending";
         break;
     default: outcome = state = "failed"; break;
     }
@@ -264,8 +317,8 @@ const char *st_queue_record(struct st_queue *q, int64_t notification_id,
     snprintf(att, sizeof(att), "%d", attempt);
     snprintf(status, sizeof(status), "%ld", r->http_status);
     snprintf(delay, sizeof(delay), "%" PRId64, retry_ms < 0 ? 0 : retry_ms);
-    const char *pa[7] = {id, receiver, att, outcome, status, r->error, q->alerter};
-    PGresult *res = PQexecParams(q->pg, sql_attempt, 7, NULL, pa, NULL, NULL, 0);
+    const char *pa[8] = {id, receiver, att, outcome, status, r->error, q->alerter, digest_id};
+    PGresult *res = PQexecParams(q->pg, sql_attempt, 8, NULL, pa, NULL, NULL, 0);
     int bad = failed(res, PGRES_COMMAND_OK, "could not record delivery", errstr, errsz);
     PQclear(res);
     if (bad)
@@ -297,7 +350,8 @@ long st_queue_pending(struct st_queue *q, int64_t *due_ms, char *errstr, size_t 
         q->pg,
         "SELECT count(*), coalesce(greatest(0, ceil(extract(epoch FROM"
         " min(next_attempt_at) - now()) * 1000)), -1)::bigint"
-        " FROM notification_queue WHERE state = 'pending' AND receiver = ANY ($1::text[])",
+        " FROM notification_queue WHERE state IN ('pending', 'held')"
+        " AND receiver = ANY ($1::text[])",
         1, NULL, p, NULL, NULL, 0);
     long n = -1;
     if (!failed(res, PGRES_TUPLES_OK, "could not count pending notifications", errstr,

@@ -33,23 +33,38 @@ long st_queue_fanout(struct st_queue *q, char *errstr, size_t errsz);
  * one claimed row. */
 int st_queue_claim(struct st_queue *q, int limit, char *errstr, size_t errsz);
 
+/* As st_queue_claim, for held rows whose window has closed, ordered by
+ * receiver and task so that each digest's rows are consecutive. */
+int st_queue_claim_held(struct st_queue *q, int limit, char *errstr, size_t errsz);
+
+/* The end of row i's throttle window (Unix seconds), after
+ * st_queue_claim_held. */
+int64_t st_queue_window_end(const struct st_queue *q, int i);
+
+/* Records that a claimed row is held for the digest sent at until_s.
+ * Returns 0, or -1 with errstr set. */
+int st_queue_hold(struct st_queue *q, int64_t notification_id, const char *receiver,
+                  int attempt, int64_t until_s, char *errstr, size_t errsz);
+
 /* Row i of the last claim or st_queue_firing: its alert, its receiver and
  * its attempts so far. Strings live until the next claim or firing. */
 void st_queue_alert(const struct st_queue *q, int i, struct st_alert *a,
                     const char **receiver, int *attempts);
 
 /* Records one attempt of a claimed row: delivered, failed for good, or
- * retried after retry_ms (failed when attempts are exhausted). Returns the
- * row's final state ("delivered", "pending", "failed"), or NULL with errstr. */
+ * retried after retry_ms (-1: attempts exhausted, failed). digest_id (may
+ * be NULL) names the digest that carried it; a digest's rows stay held
+ * until it is retried. Returns the row's state ("delivered", "pending",
+ * "held", "failed"), or NULL with errstr set. */
 const char *st_queue_record(struct st_queue *q, int64_t notification_id,
                             const char *receiver, int attempt,
                             const struct st_send_result *r, int64_t retry_ms,
-                            char *errstr, size_t errsz);
+                            const char *digest_id, char *errstr, size_t errsz);
 
 /* Commits the claim transaction. Returns 0, or -1 with errstr set. */
 int st_queue_commit(struct st_queue *q, char *errstr, size_t errsz);
 
-/* Rows still pending for our receivers, and the milliseconds until the
+/* Rows still pending or held for our receivers, and the milliseconds until the
  * next is due (0 when one is due now). -1 with errstr set on error. */
 long st_queue_pending(struct st_queue *q, int64_t *due_ms, char *errstr, size_t errsz);
 

@@ -134,5 +134,6 @@ static void webhook_send(void *state, const struct st_alert *a, struct st_send_r
 const struct st_receiver_ops st_receiver_webhook = {
     .kind = "webhook",
     .send = webhook_send,
+    .send_digest = st_webhook_post,
     .destroy = webhook_destroy,
 };

@@ -390,6 +390,11 @@ END_TEST
 
 #define SCHEMA SANDTRAIL_SOURCE_DIR "/schemas/alert.v1.schema.json"
 
+static int cmp_line(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 /* delivery id -> requests, "id:n" per line in id order; also checks that
  * every request was signed correctly and matches the schema. */
 static char *per_delivery(const struct receiver *r, int signed_, int *total)
@@ -424,7 +429,19 @@ static char *per_delivery(const struct receiver *r, int signed_, int *total)
         st_buf_adds(&b, line);
     }
     cJSON_Delete(reqs);
-    return b.data;
+    /* in id order */
+    char *lines[1024];
+    int n = 0;
+    for (char *l = strtok(b.data, "\n"); l && n < 1024; l = strtok(NULL, "\n"))
+        lines[n++] = l;
+    qsort(lines, (size_t)n, sizeof(*lines), cmp_line);
+    struct st_buf sorted;
+    st_buf_init(&sorted);
+    st_buf_adds(&sorted, "");
+    for (int i = 0; i < n; i++)
+        st_buf_printf(&sorted, "%s\n", lines[i]);
+    st_buf_fini(&b);
+    return sorted.data;
 }
 
 static void write_secret(const char *path)
@@ -464,7 +481,7 @@ START_TEST(alerts_webhook_retries_503_signs_and_fails_4xx_loudly)
     /* twice 503, then 200: three requests per notification, one id each */
     char *ids = per_delivery(&ok, 1, &total);
     char *want = rows(w.dsn, "SELECT delivery_id || ':3' FROM notifications"
-                             " ORDER BY delivery_id");
+                             " ORDER BY delivery_id COLLATE \"C\"");
     ck_assert_str_eq(ids, want);
     ck_assert_int_eq(total, 6);
     free(want);
@@ -560,7 +577,7 @@ START_TEST(alerts_sigkill_mid_delivery_redelivers_with_the_same_id)
     char *ids = per_delivery(&slow, 0, &total);
     char *want = rows(w.dsn, "SELECT delivery_id || ':' ||"
                              " CASE WHEN rank() OVER (ORDER BY notification_id) = 1"
-                             " THEN 2 ELSE 1 END FROM notifications ORDER BY delivery_id");
+                             " THEN 2 ELSE 1 END FROM notifications ORDER BY delivery_id COLLATE \"C\"");
     ck_assert_str_eq(ids, want);
     ck_assert_int_eq(total, 3);
     free(want);
@@ -569,6 +586,129 @@ START_TEST(alerts_sigkill_mid_delivery_redelivers_with_the_same_id)
     ck_assert_str_eq(state, "delivered|2\n");
     free(state);
     receiver_stop(&slow);
+    world_drop(&w);
+}
+END_TEST
+
+START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
+{
+    struct world w;
+    struct receiver r;
+    char opts[1024], spath[128];
+    int total;
+
+    world_init(&w, "flood");
+    ck_assert_int_eq(run(&w, w.name, w.name, CLI " migrate > /dev/null"), 0);
+    /* 200 findings for T-FLOOD (one critical), 2 for T-OTHER, as the
+     * analyzer's outbox would have written them */
+    char *ok = rows(w.dsn,
+        "WITH f AS (INSERT INTO findings (finding_id, detector, detector_version,"
+        "  config_hash, severity, task_id, run_id, first_seen, last_seen, event_count,"
+        "  evidence, summary)"
+        " SELECT md5(t || i), CASE WHEN i % 3 = 0 THEN 'retry_across_paths'"
+        "  ELSE 'denial_burst' END, 1, 'h',"
+        "  (CASE WHEN t = 'T-FLOOD' AND i = 7 THEN 'critical' ELSE 'medium' END)::severity,"
+        "  t, 'run-' || i, now(), now(), 1, '{\"targets\": []}', 'finding ' || i"
+        " FROM generate_series(0, 199) i, unnest(ARRAY['T-FLOOD', 'T-OTHER']) t"
+        " WHERE t = 'T-FLOOD' OR i < 2 RETURNING *)"
+        " SELECT count(*) FROM f");
+    ck_assert_str_eq(ok, "202\n");
+    free(ok);
+    ok = rows(w.dsn, "WITH n AS (INSERT INTO notifications (delivery_id, finding_id, kind,"
+                     " severity, task_id) SELECT finding_id || '.created.' || severity,"
+                     " finding_id, 'created', severity, task_id FROM findings"
+                     " ORDER BY finding_id RETURNING 1) SELECT count(*) FROM n");
+    ck_assert_str_eq(ok, "202\n");
+    free(ok);
+
+    snprintf(spath, sizeof(spath), "/tmp/st-alerts-%d-secret", (int)getpid());
+    write_secret(spath);
+    snprintf(opts, sizeof(opts), "--secret-file %s --schema " SCHEMA, spath);
+    receiver_start(&r, "flood", opts);
+    /* start early in a 10 s window, so that the flood falls in one */
+    while (time(NULL) % 10 > 2)
+        usleep(100000);
+    snprintf(opts, sizeof(opts),
+             "--drain -X alert.alertmanager.url= -X alert.throttle.max=5"
+             " -X alert.throttle.window_s=10 -X alert.batch=20"
+             " -X alert.webhook.url=http://127.0.0.1:%d/hook -X alert.webhook.secret_file=%s",
+             r.port, spath);
+    /* two alerters share the count through Redis */
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         ALERTER " %s 2> /dev/null & " ALERTER " %s 2> /dev/null; wait",
+                         opts, opts),
+                     0);
+
+    char *ids = per_delivery(&r, 1, &total);
+    free(ids);
+    cJSON *reqs = receiver_requests(&r);
+    const cJSON *q;
+    int singles = 0, critical = 0, other = 0, digests = 0, named = 0;
+    struct st_buf seen;
+    st_buf_init(&seen);
+    st_buf_adds(&seen, "");
+    cJSON_ArrayForEach(q, reqs)
+    {
+        cJSON *body = cJSON_Parse(cJSON_GetObjectItem(q, "body")->valuestring);
+        const char *type = cJSON_GetObjectItem(body, "type")->valuestring;
+        const char *task = cJSON_GetObjectItem(body, "task_id")->valuestring;
+        if (!strcmp(type, "digest")) {
+            digests++;
+            ck_assert_str_eq(task, "T-FLOOD");
+            const char *sum = cJSON_GetObjectItem(body, "summary")->valuestring;
+            char want[64];
+            snprintf(want, sizeof(want), "and %d more findings for task T-FLOOD: ",
+                     cJSON_GetArraySize(cJSON_GetObjectItem(body, "findings")));
+            ck_assert_msg(strstr(sum, want) == sum &&
+                              strstr(sum, " denial_burst") && strstr(sum, " retry_across_paths"),
+                          "%s", sum);
+            const cJSON *f;
+            cJSON_ArrayForEach(f, cJSON_GetObjectItem(body, "findings"))
+            {
+                ck_assert_str_eq(cJSON_GetObjectItem(f, "severity")->valuestring, "medium");
+                st_buf_printf(&seen, "%s\n", cJSON_GetObjectItem(f, "finding_id")->valuestring);
+                named++;
+            }
+        } else if (!strcmp(task, "T-OTHER")) {
+            other++;
+        } else {
+            if (!strcmp(cJSON_GetObjectItem(body, "severity")->valuestring, "critical"))
+                critical++;
+            else
+                singles++;
+            st_buf_printf(&seen, "%s\n", cJSON_GetObjectItem(body, "finding_id")->valuestring);
+            named++;
+        }
+        cJSON_Delete(body);
+    }
+    cJSON_Delete(reqs);
+    /* five alone, the critical one never held, the other task untouched,
+     * the 194 others in one digest */
+    ck_assert_int_eq(singles, 5);
+    ck_assert_int_eq(critical, 1);
+    ck_assert_int_eq(other, 2);
+    ck_assert_int_eq(digests, 1);
+    ck_assert_int_eq(named, 200);
+    /* every T-FLOOD finding named exactly once */
+    char path[256];
+    snprintf(path, sizeof(path), "%s/named.txt", r.dir);
+    FILE *fp = fopen(path, "w");
+    fputs(seen.data, fp);
+    fclose(fp);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "sort -u %s | wc -l", path);
+    char *uniq = world_sh(cmd);
+    ck_assert_int_eq(atoi(uniq), 200);
+    free(uniq);
+    st_buf_fini(&seen);
+    /* and on record: every notification delivered, alone or in the digest */
+    char *rec = rows(w.dsn, "SELECT digest_id IS NOT NULL, count(*) FROM finding_notices"
+                            " WHERE delivered_at IS NOT NULL GROUP BY 1 ORDER BY 1");
+    ck_assert_str_eq(rec, "f|8\nt|194\n");
+    free(rec);
+
+    unlink(spath);
+    receiver_stop(&r);
     world_drop(&w);
 }
 END_TEST
@@ -585,6 +725,7 @@ int main(void)
     tcase_add_test(tc, alerts_alertmanager_holds_the_finding_and_routes_it);
     tcase_add_test(tc, alerts_webhook_retries_503_signs_and_fails_4xx_loudly);
     tcase_add_test(tc, alerts_sigkill_mid_delivery_redelivers_with_the_same_id);
+    tcase_add_test(tc, alerts_throttle_folds_a_flood_into_digests_naming_every_finding);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
