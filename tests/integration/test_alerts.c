@@ -390,6 +390,14 @@ END_TEST
 
 #define SCHEMA SANDTRAIL_SOURCE_DIR "/schemas/alert.v1.schema.json"
 
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
 static int cmp_line(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -713,6 +721,72 @@ START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
 }
 END_TEST
 
+/* The canary and a token, as tests/data/canary/secrets.txt holds them. */
+#define CANARY "CANARY-7f3a9c1e2b44d0"
+#define TOKEN "ghp_Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAB7C"
+
+START_TEST(alerts_carry_redaction_markers_never_the_secret)
+{
+    struct world w;
+    struct receiver r, amr;
+    struct am a;
+    char path[256], opts[1024];
+
+    world_init(&w, "redact");
+    receiver_start(&r, "redact", "--schema " SCHEMA);
+    receiver_start(&amr, "redact-am", "");
+    am_start(&a, amr.port);
+    /* twelve refused connections to hosts that carry the secrets */
+    snprintf(path, sizeof(path), "%s/events.ndjson", r.dir);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < 12; i++)
+        fprintf(f,
+                "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"sec-%d\","
+                "\"ts\":\"2026-11-29T08:00:%02d.000Z\",\"source\":{\"kind\":\"proxy\","
+                "\"name\":\"squid\"},\"task_id\":\"T-SECRET\",\"run_id\":\"run-secret\","
+                "\"type\":\"request\",\"decision\":\"deny\",\"reason\":\"not_in_allowlist\","
+                "\"attrs\":{\"method\":\"CONNECT\",\"host\":\"%s%d.example.net\","
+                "\"port\":443,\"status\":403}}\n",
+                i, i * 2, i % 2 ? TOKEN ".paste" : "up-" CANARY "-", i);
+    fclose(f);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/collector/sandtrail-collector --input %s -X redact.canaries_file="
+                             SANDTRAIL_SOURCE_DIR "/tests/data/canary/canaries.txt 2> /dev/null",
+                         path),
+                     0);
+    ck_assert_int_eq(run(&w, w.name, w.name, ANALYZER " 2> /dev/null"), 0);
+    snprintf(opts, sizeof(opts),
+             "--drain -X alert.alertmanager.url=http://127.0.0.1:%d"
+             " -X alert.webhook.url=http://127.0.0.1:%d/hook",
+             a.port, r.port);
+    ck_assert_int_eq(run(&w, w.name, w.name, ALERTER " %s 2> /dev/null", opts), 0);
+
+    snprintf(path, sizeof(path), "%s/requests.ndjson", r.dir);
+    char *hooks = world_slurp(path);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "curl -fsS http://127.0.0.1:%d/api/v2/alerts", a.port);
+    char *am = world_sh(cmd);
+    char *both[2] = {hooks, am};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(!strstr(both[i], CANARY) && !strstr(both[i], TOKEN),
+                      "a secret reached on-call: %s", both[i]);
+        ck_assert_msg(strstr(both[i], "[REDACTED:canary:") &&
+                          strstr(both[i], "[REDACTED:github_token:"),
+                      "no marker: %s", both[i]);
+    }
+    ck_assert_ptr_null(strstr(hooks, "schema_errors\": [\""));
+    /* four findings, each in Alertmanager and at the webhook */
+    ck_assert_int_eq(count_of(am, "\"finding_id\":"), 4);
+    ck_assert_int_eq(count_of(hooks, "\"delivery\": "), 4);
+    free(am);
+    free(hooks);
+    am_stop(&a);
+    receiver_stop(&amr);
+    receiver_stop(&r);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -726,6 +800,7 @@ int main(void)
     tcase_add_test(tc, alerts_webhook_retries_503_signs_and_fails_4xx_loudly);
     tcase_add_test(tc, alerts_sigkill_mid_delivery_redelivers_with_the_same_id);
     tcase_add_test(tc, alerts_throttle_folds_a_flood_into_digests_naming_every_finding);
+    tcase_add_test(tc, alerts_carry_redaction_markers_never_the_secret);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
