@@ -80,6 +80,10 @@ struct st_receiver_ops {
     /* Sends one notification. Never fails outright: the outcome says what
      * happened. */
     void (*send)(void *state, const struct st_alert *a, struct st_send_result *r);
+    /* Sends n notifications in one request, one outcome for all; NULL when
+     * the receiver takes one document per request. */
+    void (*send_batch)(void *state, const struct st_alert *a, size_t n,
+                       struct st_send_result *r);
     /* Sends n findings that are still firing again (Alertmanager forgets
      * alerts that are not re-sent); NULL when the receiver needs none.
      * Returns 0, or -1 with r set. */

@@ -240,8 +240,42 @@ static void count(struct alerter *al, const char *rcv, const char *outcome, int6
                   n);
 }
 
-/* Sends one claimed row and records the attempt. Returns 0, or -1 with
- * errstr set when PostgreSQL failed (the claim is rolled back). */
+/* Records the attempt of claimed row a (to receiver name) with its outcome
+ * r: metrics, logs, SQL. Returns 0, or -1 with errstr set when PostgreSQL
+ * failed (the claim is rolled back). */
+static int record(struct alerter *al, const struct st_alert *a, const char *name,
+                  int attempts, const struct st_send_result *r, char *errstr, size_t errsz)
+{
+    int64_t delay = r->outcome == ST_SEND_RETRY ? retry_delay(al, attempts + 1, r) : 0;
+    const char *state = st_queue_record(al->queue, a->notification_id, name, attempts + 1,
+                                        r, delay, NULL, errstr, errsz);
+    if (!state)
+        return -1;
+    count(al, name, r->outcome == ST_SEND_DELIVERED ? "delivered"
+                    : !strcmp(state, "failed")     ? "failed"
+                                                   : "retry", 1);
+    if (r->outcome == ST_SEND_DELIVERED) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "receiver=\"%s\"", name);
+        st_metric_observe(st_metric_get(al->metrics, ST_METRIC_HISTOGRAM,
+                                        "sandtrail_alerter_notify_seconds",
+                                        "from the notification's commit to its delivery",
+                                        labels),
+                          (double)(st_time_now_us() - a->notified_us) / 1e6);
+    } else if (!strcmp(state, "failed")) {
+        st_error("delivery of notification %" PRId64 " (%s, finding %s) to %s failed for "
+                 "good after %d attempt(s): %s",
+                 a->notification_id, a->kind, a->finding_id, name, attempts + 1, r->error);
+    } else {
+        st_warn("delivery of notification %" PRId64 " to %s failed (%s), retrying in %" PRId64
+                " ms",
+                a->notification_id, name, r->error, delay);
+    }
+    return 0;
+}
+
+/* Sends one claimed row (or holds it for a digest) and records the
+ * attempt. Returns 0, or -1 with errstr set when PostgreSQL failed. */
 static int deliver(struct alerter *al, int i, char *errstr, size_t errsz)
 {
     struct st_alert a;
@@ -261,32 +295,32 @@ static int deliver(struct alerter *al, int i, char *errstr, size_t errsz)
                              errsz);
     }
     rcv->ops->send(rcv->state, &a, &r);
-    int64_t delay = r.outcome == ST_SEND_RETRY ? retry_delay(al, attempts + 1, &r) : 0;
-    const char *state = st_queue_record(al->queue, a.notification_id, name, attempts + 1,
-                                        &r, delay, NULL, errstr, errsz);
-    if (!state)
-        return -1;
-    count(al, name, r.outcome == ST_SEND_DELIVERED ? "delivered"
-                    : !strcmp(state, "failed")    ? "failed"
-                                                  : "retry", 1);
-    if (r.outcome == ST_SEND_DELIVERED) {
-        char labels[64];
-        snprintf(labels, sizeof(labels), "receiver=\"%s\"", name);
-        st_metric_observe(st_metric_get(al->metrics, ST_METRIC_HISTOGRAM,
-                                        "sandtrail_alerter_notify_seconds",
-                                        "from the notification's commit to its delivery",
-                                        labels),
-                          (double)(st_time_now_us() - a.notified_us) / 1e6);
-    } else if (!strcmp(state, "failed")) {
-        st_error("delivery of notification %" PRId64 " (%s, finding %s) to %s failed for "
-                 "good after %d attempt(s): %s",
-                 a.notification_id, a.kind, a.finding_id, name, attempts + 1, r.error);
-    } else {
-        st_warn("delivery of notification %" PRId64 " to %s failed (%s), retrying in %" PRId64
-                " ms",
-                a.notification_id, name, r.error, delay);
+    return record(al, &a, name, attempts, &r, errstr, errsz);
+}
+
+/* Sends every claimed row of a receiver that takes batches in one request
+ * and records each. Returns 0, or -1 with errstr set. */
+static int deliver_batch(struct alerter *al, struct st_receiver *rcv, int n, char *errstr,
+                         size_t errsz)
+{
+    struct st_alert *a = st_calloc((size_t)n, sizeof(*a));
+    int *att = st_calloc((size_t)n, sizeof(*att));
+    struct st_send_result r;
+    const char *name;
+    int k = 0, rc = 0;
+    for (int i = 0; i < n; i++) {
+        st_queue_alert(al->queue, i, &a[k], &name, &att[k]);
+        if (!strcmp(name, rcv->name))
+            k++;
     }
-    return 0;
+    if (k > 0) {
+        rcv->ops->send_batch(rcv->state, a, (size_t)k, &r);
+        for (int i = 0; i < k && rc == 0; i++)
+            rc = record(al, &a[i], rcv->name, att[i], &r, errstr, errsz);
+    }
+    free(att);
+    free(a);
+    return rc;
 }
 
 /* Claims and sends until nothing is due. Returns 0, or -1 with errstr. */
@@ -294,8 +328,18 @@ static int deliver_due(struct alerter *al, char *errstr, size_t errsz)
 {
     int n;
     while (!stop && (n = st_queue_claim(al->queue, (int)al->conf.batch, errstr, errsz)) > 0) {
-        for (int i = 0; i < n; i++)
-            if (deliver(al, i, errstr, errsz))
+        for (int i = 0; i < n; i++) {
+            struct st_alert a;
+            const char *name;
+            int attempts;
+            st_queue_alert(al->queue, i, &a, &name, &attempts);
+            struct st_receiver *rcv = receiver(al, name);
+            if (rcv && !rcv->ops->send_batch && deliver(al, i, errstr, errsz))
+                return -1;
+        }
+        for (size_t j = 0; j < al->nrcv; j++)
+            if (al->rcv[j].ops->send_batch &&
+                deliver_batch(al, &al->rcv[j], n, errstr, errsz))
                 return -1;
         if (st_queue_commit(al->queue, errstr, errsz))
             return -1;

@@ -43,28 +43,31 @@ struct st_queue {
 
 enum { C_ID, C_RECEIVER, C_ATTEMPTS, C_DELIVERY, C_WINDOW_END = C_DELIVERY + 17 };
 
+/* the rows are locked first, then their columns computed for those only */
 static const char *sql_claim =
-    "SELECT q.notification_id, q.receiver, q.attempts," ALERT_COLS
-    " FROM notification_queue q JOIN notifications n USING (notification_id)"
-    " JOIN findings f USING (finding_id)"
-    " WHERE q.state = 'pending' AND q.next_attempt_at <= now()"
-    " AND q.receiver = ANY ($3::text[])"
-    " ORDER BY q.next_attempt_at, q.notification_id LIMIT $4"
-    " FOR UPDATE OF q SKIP LOCKED";
+    "WITH c AS (SELECT q.notification_id, q.receiver, q.attempts, q.next_attempt_at"
+    "  FROM notification_queue q WHERE q.state = 'pending' AND q.next_attempt_at <= now()"
+    "  AND q.receiver = ANY ($3::text[])"
+    "  ORDER BY q.next_attempt_at, q.notification_id LIMIT $4 FOR UPDATE SKIP LOCKED)"
+    " SELECT c.notification_id, c.receiver, c.attempts," ALERT_COLS
+    " FROM c JOIN notifications n USING (notification_id) JOIN findings f USING (finding_id)"
+    " ORDER BY c.next_attempt_at, c.notification_id";
 
 /* held rows whose window has closed, grouped for their digests; the
  * advisory lock gives each receiver and task's rows to one alerter, so
  * that alerters side by side send one digest, not a share each */
 static const char *sql_claim_held =
-    "SELECT q.notification_id, q.receiver, q.attempts," ALERT_COLS ","
-    " extract(epoch FROM q.next_attempt_at)::bigint"
-    " FROM notification_queue q JOIN notifications n USING (notification_id)"
-    " JOIN findings f USING (finding_id)"
-    " WHERE q.state = 'held' AND q.next_attempt_at <= now()"
-    " AND q.receiver = ANY ($3::text[])"
-    " AND pg_try_advisory_xact_lock(74657302, hashtext(q.receiver || '/' || f.task_id))"
-    " ORDER BY q.receiver, f.task_id, q.next_attempt_at, q.notification_id LIMIT $4"
-    " FOR UPDATE OF q SKIP LOCKED";
+    "WITH c AS (SELECT q.notification_id, q.receiver, q.attempts, q.next_attempt_at,"
+    "  n.task_id FROM notification_queue q JOIN notifications n USING (notification_id)"
+    "  WHERE q.state = 'held' AND q.next_attempt_at <= now()"
+    "  AND q.receiver = ANY ($3::text[])"
+    "  AND pg_try_advisory_xact_lock(74657302, hashtext(q.receiver || '/' || n.task_id))"
+    "  ORDER BY q.receiver, n.task_id, q.next_attempt_at, q.notification_id LIMIT $4"
+    "  FOR UPDATE OF q SKIP LOCKED)"
+    " SELECT c.notification_id, c.receiver, c.attempts," ALERT_COLS ","
+    " extract(epoch FROM c.next_attempt_at)::bigint"
+    " FROM c JOIN notifications n USING (notification_id) JOIN findings f USING (finding_id)"
+    " ORDER BY c.receiver, c.task_id, c.next_attempt_at, c.notification_id";
 
 static const char *sql_hold =
     "WITH d AS (INSERT INTO deliveries (notification_id, receiver, attempt, outcome,"

@@ -135,13 +135,20 @@ static void post(struct am *am, cJSON *arr, struct st_send_result *r)
     free(body);
 }
 
-static void am_send(void *state, const struct st_alert *a, struct st_send_result *r)
+static void am_send_batch(void *state, const struct st_alert *a, size_t n,
+                          struct st_send_result *r)
 {
     struct am *am = state;
     cJSON *arr = cJSON_CreateArray();
-    add_alerts(am, arr, a);
+    for (size_t i = 0; i < n; i++)
+        add_alerts(am, arr, &a[i]);
     post(am, arr, r);
     cJSON_Delete(arr);
+}
+
+static void am_send(void *state, const struct st_alert *a, struct st_send_result *r)
+{
+    am_send_batch(state, a, 1, r);
 }
 
 static int am_resend(void *state, const struct st_alert *a, size_t n, struct st_send_result *r)
@@ -158,6 +165,7 @@ static int am_resend(void *state, const struct st_alert *a, size_t n, struct st_
 const struct st_receiver_ops st_receiver_alertmanager = {
     .kind = "alertmanager",
     .send = am_send,
+    .send_batch = am_send_batch,
     .resend = am_resend,
     .destroy = am_destroy,
 };
