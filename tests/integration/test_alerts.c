@@ -787,6 +787,93 @@ START_TEST(alerts_carry_redaction_markers_never_the_secret)
 }
 END_TEST
 
+/* Findings first..last of task, with their notifications, as the
+ * analyzer's outbox writes them, each in its own transaction. */
+static void insert_findings(const struct world *w, const char *task, int first, int last)
+{
+    char sql[1400];
+    for (int i = first; i <= last; i++) {
+        snprintf(sql, sizeof(sql),
+                 "WITH f AS (INSERT INTO findings (finding_id, detector, detector_version,"
+                 "  config_hash, severity, task_id, run_id, first_seen, last_seen,"
+                 "  event_count, evidence, summary)"
+                 " VALUES (md5('%s' || %d), 'denial_burst', 1, 'h', 'high', '%s', 'run-%d',"
+                 "  now(), now(), 1, '{}', 'finding %d') RETURNING *),"
+                 " n AS (INSERT INTO notifications (delivery_id, finding_id, kind, severity,"
+                 "  task_id) SELECT finding_id || '.created.high', finding_id, 'created',"
+                 "  'high', task_id FROM f RETURNING 1)"
+                 " SELECT count(*) FROM n",
+                 task, i, task, i, i);
+        char *r = rows(w->dsn, sql);
+        ck_assert_str_eq(r, "1\n");
+        free(r);
+    }
+}
+
+static int am_count(const struct am *a)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd),
+             "curl -fsS 'http://127.0.0.1:%d/api/v2/alerts?active=true' 2> /dev/null", a->port);
+    char *out = world_sh(cmd);
+    cJSON *arr = cJSON_Parse(out);
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+    cJSON_Delete(arr);
+    free(out);
+    return n;
+}
+
+START_TEST(alerts_alertmanager_down_30s_then_every_alert_arrives_once)
+{
+    struct world w;
+    struct receiver r;
+    struct am a;
+    char opts[512];
+
+    receiver_start(&r, "outage", "");
+    am_start(&a, r.port);
+    world_init(&w, "outage");
+    ck_assert_int_eq(run(&w, w.name, w.name, CLI " migrate > /dev/null"), 0);
+    snprintf(opts, sizeof(opts),
+             "-X alert.alertmanager.url=http://127.0.0.1:%d -X alert.webhook.url="
+             " -X alert.repeat_s=5 -X alert.retry.backoff_ms=200"
+             " -X alert.retry.max_backoff_ms=2000 -X alert.retry.max_attempts=1000",
+             a.port);
+    int pid = alerter_start(&w, r.dir, opts);
+    insert_findings(&w, "T-OUT", 1, 5);
+    for (int i = 0; i < 100 && am_count(&a) < 5; i++)
+        usleep(100000);
+    ck_assert_int_eq(am_count(&a), 5);
+
+    /* down for 30 s while a finding a second keeps coming */
+    ck_assert_int_eq(am_services(&a, r.port, "stop"), 0);
+    for (int i = 6; i <= 35; i++) {
+        insert_findings(&w, "T-OUT", i, i);
+        sleep(1);
+    }
+    ck_assert_int_eq(am_services(&a, r.port, "start"), 0);
+    /* the 30 new ones retried until taken; the 5 it forgot sent again */
+    for (int i = 0; i < 300 && am_count(&a) < 35; i++)
+        usleep(100000);
+    ck_assert_int_eq(am_count(&a), 35);
+    char *d = rows(w.dsn, "SELECT count(*), count(*) FILTER (WHERE delivered = 1),"
+                          " count(*) FILTER (WHERE retries > 0)"
+                          " FROM (SELECT n.notification_id,"
+                          "  count(*) FILTER (WHERE d.outcome = 'delivered') AS delivered,"
+                          "  count(*) FILTER (WHERE d.outcome = 'retry') AS retries"
+                          "  FROM notifications n LEFT JOIN deliveries d USING (notification_id)"
+                          "  GROUP BY 1) s");
+    /* 35 notifications, each delivered once; those of the outage after retries */
+    ck_assert_msg(!strncmp(d, "35|35|", 6) && atoi(d + 6) >= 25, "%s", d);
+    free(d);
+
+    kill(pid, SIGTERM);
+    am_stop(&a);
+    receiver_stop(&r);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -801,6 +888,7 @@ int main(void)
     tcase_add_test(tc, alerts_sigkill_mid_delivery_redelivers_with_the_same_id);
     tcase_add_test(tc, alerts_throttle_folds_a_flood_into_digests_naming_every_finding);
     tcase_add_test(tc, alerts_carry_redaction_markers_never_the_secret);
+    tcase_add_test(tc, alerts_alertmanager_down_30s_then_every_alert_arrives_once);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
