@@ -165,6 +165,17 @@ struct st_queue *st_queue_new(const struct st_alerter_conf *conf,
         st_queue_destroy(q);
         return NULL;
     }
+    /* the analyzer (or `sandtrail migrate`) creates the outbox: without it
+     * there is nothing to wait for */
+    PGresult *res = PQexec(q->pg, "SELECT to_regclass('notification_queue') IS NOT NULL");
+    int ok = PQresultStatus(res) == PGRES_TUPLES_OK && !strcmp(PQgetvalue(res, 0, 0), "t");
+    PQclear(res);
+    if (!ok) {
+        snprintf(errstr, errsz, "no alert outbox in the database (migration 003_alerts.sql): "
+                                "run `sandtrail migrate` or start the analyzer first");
+        st_queue_destroy(q);
+        return NULL;
+    }
     return q;
 }
 

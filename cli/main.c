@@ -74,6 +74,24 @@ static void put_safe(const char *s, FILE *out)
     }
 }
 
+/* Writes row i of res, column j padded to |w[j]| (negative: left-aligned,
+ * 0: not padded), escaped by put_safe, with sep between columns. */
+static void put_row(PGresult *res, int i, const int *w, int n, const char *sep)
+{
+    for (int j = 0; j < n; j++) {
+        const char *v = PQgetvalue(res, i, j);
+        int pad = abs(w[j]) - (int)strlen(v);
+        for (int k = 0; w[j] > 0 && k < pad; k++)
+            putchar(' ');
+        put_safe(v, stdout);
+        for (int k = 0; w[j] < 0 && k < pad; k++)
+            putchar(' ');
+        if (j < n - 1)
+            fputs(sep, stdout);
+    }
+    putchar('\n');
+}
+
 /* sandtrail findings ack|resolve|dismiss ID --by NAME [--note TEXT]:
  * through sandtrail_triage(), which records the change and queues the
  * notification that ends the alert. */
@@ -184,12 +202,11 @@ static int cmd_findings(int argc, char **argv)
         for (int i = 0; i < rows; i++)
             printf("%s\n", PQgetvalue(res, i, 0));
     } else {
-        printf("%-19s %-8s %-12s %-12s %-20s %6s  %s\n", "DETECTOR", "SEVERITY", "TASK",
+        printf("%-19s %-8s %-12s %-12s %-20s %7s %s\n", "DETECTOR", "SEVERITY", "TASK",
                "RUN", "FIRST SEEN", "EVENTS", "SUMMARY");
+        static const int w[] = {-19, -8, -12, -12, -20, 7, 0};
         for (int i = 0; i < rows; i++)
-            printf("%-19s %-8s %-12s %-12s %-20s %6s  %s\n", PQgetvalue(res, i, 0),
-                   PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
-                   PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), PQgetvalue(res, i, 6));
+            put_row(res, i, w, 7, " ");
         printf("(%d finding%s)\n", rows, rows == 1 ? "" : "s");
     }
     PQclear(res);
@@ -288,25 +305,11 @@ static int cmd_alerts(int argc, char **argv)
         return 1;
     }
     int rows = PQntuples(res);
-    printf("%-8s %-14s %-9s %-15s %-8s %-32s %4s %-20s %4s  %s\n", "ID", "RECEIVER",
+    printf("%-8s %-14s %-9s %-15s %-8s %-32s %4s %-20s %5s %s\n", "ID", "RECEIVER",
            "STATE", "KIND", "SEVERITY", "FINDING", "TRY", "LAST ATTEMPT", "HTTP", "ERROR");
-    for (int i = 0; i < rows; i++) {
-        static const int w[] = {-8, -14, -9, -15, -8, -32, 4, -20, 4, 0};
-        for (int j = 0; j < 10; j++) {
-            const char *v = PQgetvalue(res, i, j);
-            int pad = abs(w[j]) - (int)strlen(v);
-            if (w[j] > 0)
-                for (int k = 0; k < pad; k++)
-                    putchar(' ');
-            put_safe(v, stdout);
-            if (w[j] < 0)
-                for (int k = 0; k < pad; k++)
-                    putchar(' ');
-            if (j < 9)
-                fputs(j == 8 ? "  " : " ", stdout);
-        }
-        putchar('\n');
-    }
+    static const int w[] = {-8, -14, -9, -15, -8, -32, 4, -20, 5, 0};
+    for (int i = 0; i < rows; i++)
+        put_row(res, i, w, 10, " ");
     printf("(%d deliver%s)\n", rows, rows == 1 ? "y" : "ies");
     PQclear(res);
     PQfinish(pg);

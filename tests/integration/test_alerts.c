@@ -1,18 +1,20 @@
-/* test_alerts.c: on-call alerts, against the real PostgreSQL (and, for the
- * alerter, the real Alertmanager that scripts/services starts).
+/* test_alerts.c: on-call alerts, against the real PostgreSQL, Redis and
+ * Alertmanager (each test starts its own Alertmanager with the shipped
+ * configuration, and webhook receivers, tests/integration/alert_receiver.py,
+ * that check every signature and the schema).
  *
  * The outbox (analyzer/sinks/outbox.c) writes one notification per finding
  * created and per severity it rises to, in the batch transaction; triage
  * (sandtrail_triage through `sandtrail findings ...`) records who changed
- * a finding and queues the notification that ends its alert. */
-#include <arpa/inet.h>
+ * a finding and queues the notification that ends its alert;
+ * sandtrail-alerter delivers them: to Alertmanager within seconds of the
+ * commit, to webhooks with retries, throttled into digests, at least once
+ * across a SIGKILL and an Alertmanager outage, secrets only as markers. */
 #include <check.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,10 +24,7 @@
 #include "timeutil.h"
 #include "world.h"
 
-#define SERVICES SANDTRAIL_SOURCE_DIR "/scripts/services"
-#define RECEIVER SANDTRAIL_SOURCE_DIR "/tests/integration/alert_receiver.py"
 #define ALERTER BIN "/alerter/sandtrail-alerter"
-
 #define FIXTURE SANDTRAIL_SOURCE_DIR "/tests/data/demo.ndjson"
 #define CLI BIN "/cli/sandtrail"
 #define ANALYZER BIN "/analyzer/sandtrail-analyzer --drain"
@@ -120,6 +119,21 @@ START_TEST(alerts_triage_records_who_and_queues_the_resolution)
     ck_assert_str_eq(n, "resolved|medium|resolved\n");
     free(n);
 
+    /* what the CLI prints is escaped: no stored text moves the terminal */
+    char *upd = rows(w.dsn, "UPDATE findings SET summary = E'evil\\x1b[2J\\nforged line'"
+                            " WHERE detector = 'denial_burst' RETURNING 1");
+    free(upd);
+    ck_assert_int_eq(run(&w, w.name, w.name, CLI " findings > /tmp/st-alerts-%d-cli.txt",
+                         (int)getpid()),
+                     0);
+    char cli[128];
+    snprintf(cli, sizeof(cli), "/tmp/st-alerts-%d-cli.txt", (int)getpid());
+    char *out = world_slurp(cli);
+    ck_assert_msg(strstr(out, "evil\\x1b[2J\\x0aforged line\n") && !strchr(out, 0x1b), "%s",
+                  out);
+    free(out);
+    unlink(cli);
+
     /* a dismissed finding raises nothing more, even when its severity rises */
     char *other = rows(w.dsn, "SELECT finding_id FROM findings"
                               " WHERE detector = 'retry_across_paths'");
@@ -145,107 +159,8 @@ START_TEST(alerts_triage_records_who_and_queues_the_resolution)
 }
 END_TEST
 
-/* A webhook receiver (alert_receiver.py) in a folder of its own. */
-struct receiver {
-    char dir[160];
-    int port;
-    int pid;
-};
-
-static int read_int(const char *path)
-{
-    char *s = world_slurp(path);
-    int v = atoi(s);
-    free(s);
-    return v;
-}
-
-static void receiver_start(struct receiver *r, const char *tag, const char *opts)
-{
-    char cmd[1024], path[256];
-    snprintf(r->dir, sizeof(r->dir), "/tmp/st-alerts-%d-%s", (int)getpid(), tag);
-    snprintf(cmd, sizeof(cmd),
-             "rm -rf %s && mkdir -p %s && (python3 " RECEIVER " %s %s > %s/log 2>&1 &"
-             " echo $! > %s/pid)",
-             r->dir, r->dir, r->dir, opts, r->dir, r->dir);
-    ck_assert_int_eq(system(cmd), 0);
-    snprintf(path, sizeof(path), "%s/port", r->dir);
-    for (int i = 0; i < 100 && access(path, R_OK); i++)
-        usleep(100000);
-    r->port = read_int(path);
-    ck_assert_int_gt(r->port, 0);
-    snprintf(path, sizeof(path), "%s/pid", r->dir);
-    r->pid = read_int(path);
-}
-
-static void receiver_stop(struct receiver *r)
-{
-    char cmd[256];
-    kill(r->pid, SIGTERM);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", r->dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-/* Every request so far, one JSON object each. */
-static cJSON *receiver_requests(const struct receiver *r)
-{
-    char path[256];
-    snprintf(path, sizeof(path), "%s/requests.ndjson", r->dir);
-    char *text = world_slurp(path);
-    cJSON *arr = cJSON_CreateArray();
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
-        cJSON_AddItemToArray(arr, cJSON_Parse(line));
-    free(text);
-    return arr;
-}
-
-static int free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    getsockname(fd, (struct sockaddr *)&sa, &len);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-/* An Alertmanager of the test's own, started by scripts/services with the
- * shipped configuration, routing to webhook_port. */
-struct am {
-    char run[160];
-    int port;
-};
-
-static int am_services(const struct am *a, int webhook_port, const char *verb)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd),
-             "SANDTRAIL_RUN=%s SANDTRAIL_ALERTMANAGER_PORT=%d"
-             " SANDTRAIL_ALERTMANAGER_WEBHOOK=http://127.0.0.1:%d/am " SERVICES
-             " %s alertmanager 2> /dev/null",
-             a->run, a->port, webhook_port, verb);
-    return system(cmd);
-}
-
-static void am_start(struct am *a, int webhook_port)
-{
-    snprintf(a->run, sizeof(a->run), "/tmp/st-alerts-%d-am", (int)getpid());
-    a->port = free_port();
-    ck_assert_int_eq(am_services(a, webhook_port, "start"), 0);
-}
-
-static void am_stop(struct am *a)
-{
-    char cmd[256];
-    ck_assert_int_eq(am_services(a, 0, "stop"), 0);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", a->run);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
 /* Alertmanager's alerts for one finding (GET /api/v2/alerts). */
-static cJSON *am_alerts(const struct am *a, const char *finding_id)
+static cJSON *am_alerts(const struct world_am *a, const char *finding_id)
 {
     char cmd[512];
     snprintf(cmd, sizeof(cmd),
@@ -274,7 +189,7 @@ static int alerter_start(const struct world *w, const char *dir, const char *opt
                          opts, dir, dir),
                      0);
     snprintf(path, sizeof(path), "%s/alerter.pid", dir);
-    int pid = read_int(path);
+    int pid = world_read_int(path);
     ck_assert_int_gt(pid, 1);
     return pid;
 }
@@ -293,12 +208,12 @@ static char *first_id(const struct world *w, const char *detector)
 START_TEST(alerts_alertmanager_holds_the_finding_and_routes_it)
 {
     struct world w;
-    struct receiver r;
-    struct am a;
+    struct world_receiver r;
+    struct world_am a;
     char opts[512];
 
-    receiver_start(&r, "am", "");
-    am_start(&a, r.port);
+    world_receiver_start(&r, "am", "");
+    world_am_start(&a, r.port);
     world_init(&w, "am");
     ck_assert_int_eq(run(&w, w.name, w.name, CLI " migrate > /dev/null"), 0);
     /* the alerter waits first, as in production */
@@ -340,7 +255,7 @@ START_TEST(alerts_alertmanager_holds_the_finding_and_routes_it)
     /* the shipped route: Alertmanager's own webhook, grouped by task */
     int routed = 0;
     for (int i = 0; i < 150 && !routed; i++) {
-        cJSON *reqs = receiver_requests(&r);
+        cJSON *reqs = world_receiver_requests(&r);
         const cJSON *q;
         cJSON_ArrayForEach(q, reqs)
         {
@@ -382,8 +297,8 @@ START_TEST(alerts_alertmanager_holds_the_finding_and_routes_it)
 
     kill(pid, SIGTERM);
     free(id);
-    am_stop(&a);
-    receiver_stop(&r);
+    world_am_stop(&a);
+    world_receiver_stop(&r);
     world_drop(&w);
 }
 END_TEST
@@ -405,9 +320,9 @@ static int cmp_line(const void *a, const void *b)
 
 /* delivery id -> requests, "id:n" per line in id order; also checks that
  * every request was signed correctly and matches the schema. */
-static char *per_delivery(const struct receiver *r, int signed_, int *total)
+static char *per_delivery(const struct world_receiver *r, int signed_, int *total)
 {
-    cJSON *reqs = receiver_requests(r);
+    cJSON *reqs = world_receiver_requests(r);
     const cJSON *q;
     char line[256];
     struct st_buf b;
@@ -463,20 +378,20 @@ static void write_secret(const char *path)
 START_TEST(alerts_webhook_retries_503_signs_and_fails_4xx_loudly)
 {
     struct world w;
-    struct receiver ok, refusing, high;
+    struct world_receiver ok, refusing, high;
     char opts[1400], group[96];
     int total;
 
     demo_world(&w, "webhook");
-    receiver_start(&refusing, "refusing", "--status 400");
-    receiver_start(&high, "high", "");
+    world_receiver_start(&refusing, "refusing", "--status 400");
+    world_receiver_start(&high, "high", "");
     char okopts[512];
     snprintf(okopts, sizeof(okopts), "--fail-first 2 --secret-file /tmp/st-alerts-%d-secret"
              " --schema " SCHEMA, (int)getpid());
     char spath[128];
     snprintf(spath, sizeof(spath), "/tmp/st-alerts-%d-secret", (int)getpid());
     write_secret(spath);
-    receiver_start(&ok, "ok", okopts);
+    world_receiver_start(&ok, "ok", okopts);
     snprintf(opts, sizeof(opts),
              "--drain -X alert.alertmanager.url= -X alert.retry.backoff_ms=50"
              " -X alert.webhook.url=http://127.0.0.1:%d/hook -X alert.webhook.secret_file=%s"
@@ -538,14 +453,14 @@ START_TEST(alerts_webhook_retries_503_signs_and_fails_4xx_loudly)
     ids = per_delivery(&ok, 1, &total);
     ck_assert_int_eq(total, 6);
     free(ids);
-    cJSON *none = receiver_requests(&high);
+    cJSON *none = world_receiver_requests(&high);
     ck_assert_int_eq(cJSON_GetArraySize(none), 0);
     cJSON_Delete(none);
 
     unlink(spath);
-    receiver_stop(&ok);
-    receiver_stop(&refusing);
-    receiver_stop(&high);
+    world_receiver_stop(&ok);
+    world_receiver_stop(&refusing);
+    world_receiver_stop(&high);
     world_drop(&w);
 }
 END_TEST
@@ -553,20 +468,20 @@ END_TEST
 START_TEST(alerts_sigkill_mid_delivery_redelivers_with_the_same_id)
 {
     struct world w;
-    struct receiver slow;
+    struct world_receiver slow;
     char opts[512];
     int total;
 
     demo_world(&w, "kill");
     /* the first request of each delivery is answered only after 3 s */
-    receiver_start(&slow, "slow", "--delay-first 3");
+    world_receiver_start(&slow, "slow", "--delay-first 3");
     snprintf(opts, sizeof(opts), "-X alert.alertmanager.url= -X alert.batch=10"
              " -X alert.webhook.url=http://127.0.0.1:%d/hook", slow.port);
     int pid = alerter_start(&w, slow.dir, opts);
     cJSON *reqs = NULL;
     for (int i = 0; i < 100; i++) {
         cJSON_Delete(reqs);
-        reqs = receiver_requests(&slow);
+        reqs = world_receiver_requests(&slow);
         if (cJSON_GetArraySize(reqs) > 0)
             break;
         usleep(100000);
@@ -593,7 +508,7 @@ START_TEST(alerts_sigkill_mid_delivery_redelivers_with_the_same_id)
     state = rows(w.dsn, "SELECT state, count(*) FROM notification_queue GROUP BY 1");
     ck_assert_str_eq(state, "delivered|2\n");
     free(state);
-    receiver_stop(&slow);
+    world_receiver_stop(&slow);
     world_drop(&w);
 }
 END_TEST
@@ -601,7 +516,7 @@ END_TEST
 START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
 {
     struct world w;
-    struct receiver r;
+    struct world_receiver r;
     char opts[1024], spath[128];
     int total;
 
@@ -632,7 +547,7 @@ START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
     snprintf(spath, sizeof(spath), "/tmp/st-alerts-%d-secret", (int)getpid());
     write_secret(spath);
     snprintf(opts, sizeof(opts), "--secret-file %s --schema " SCHEMA, spath);
-    receiver_start(&r, "flood", opts);
+    world_receiver_start(&r, "flood", opts);
     /* start early in a 10 s window, so that the flood falls in one */
     while (time(NULL) % 10 > 2)
         usleep(100000);
@@ -649,7 +564,7 @@ START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
 
     char *ids = per_delivery(&r, 1, &total);
     free(ids);
-    cJSON *reqs = receiver_requests(&r);
+    cJSON *reqs = world_receiver_requests(&r);
     const cJSON *q;
     int singles = 0, critical = 0, other = 0, digests = 0, named = 0;
     struct st_buf seen;
@@ -716,7 +631,7 @@ START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
     free(rec);
 
     unlink(spath);
-    receiver_stop(&r);
+    world_receiver_stop(&r);
     world_drop(&w);
 }
 END_TEST
@@ -728,14 +643,14 @@ END_TEST
 START_TEST(alerts_carry_redaction_markers_never_the_secret)
 {
     struct world w;
-    struct receiver r, amr;
-    struct am a;
+    struct world_receiver r, amr;
+    struct world_am a;
     char path[256], opts[1024];
 
     world_init(&w, "redact");
-    receiver_start(&r, "redact", "--schema " SCHEMA);
-    receiver_start(&amr, "redact-am", "");
-    am_start(&a, amr.port);
+    world_receiver_start(&r, "redact", "--schema " SCHEMA);
+    world_receiver_start(&amr, "redact-am", "");
+    world_am_start(&a, amr.port);
     /* twelve refused connections to hosts that carry the secrets */
     snprintf(path, sizeof(path), "%s/events.ndjson", r.dir);
     FILE *f = fopen(path, "w");
@@ -780,9 +695,9 @@ START_TEST(alerts_carry_redaction_markers_never_the_secret)
     ck_assert_int_eq(count_of(hooks, "\"delivery\": "), 4);
     free(am);
     free(hooks);
-    am_stop(&a);
-    receiver_stop(&amr);
-    receiver_stop(&r);
+    world_am_stop(&a);
+    world_receiver_stop(&amr);
+    world_receiver_stop(&r);
     world_drop(&w);
 }
 END_TEST
@@ -810,7 +725,7 @@ static void insert_findings(const struct world *w, const char *task, int first, 
     }
 }
 
-static int am_count(const struct am *a)
+static int am_count(const struct world_am *a)
 {
     char cmd[256];
     snprintf(cmd, sizeof(cmd),
@@ -826,12 +741,12 @@ static int am_count(const struct am *a)
 START_TEST(alerts_alertmanager_down_30s_then_every_alert_arrives_once)
 {
     struct world w;
-    struct receiver r;
-    struct am a;
+    struct world_receiver r;
+    struct world_am a;
     char opts[512];
 
-    receiver_start(&r, "outage", "");
-    am_start(&a, r.port);
+    world_receiver_start(&r, "outage", "");
+    world_am_start(&a, r.port);
     world_init(&w, "outage");
     ck_assert_int_eq(run(&w, w.name, w.name, CLI " migrate > /dev/null"), 0);
     snprintf(opts, sizeof(opts),
@@ -846,12 +761,12 @@ START_TEST(alerts_alertmanager_down_30s_then_every_alert_arrives_once)
     ck_assert_int_eq(am_count(&a), 5);
 
     /* down for 30 s while a finding a second keeps coming */
-    ck_assert_int_eq(am_services(&a, r.port, "stop"), 0);
+    ck_assert_int_eq(world_am_services(&a, r.port, "stop"), 0);
     for (int i = 6; i <= 35; i++) {
         insert_findings(&w, "T-OUT", i, i);
         sleep(1);
     }
-    ck_assert_int_eq(am_services(&a, r.port, "start"), 0);
+    ck_assert_int_eq(world_am_services(&a, r.port, "start"), 0);
     /* the 30 new ones retried until taken; the 5 it forgot sent again */
     for (int i = 0; i < 300 && am_count(&a) < 35; i++)
         usleep(100000);
@@ -868,8 +783,8 @@ START_TEST(alerts_alertmanager_down_30s_then_every_alert_arrives_once)
     free(d);
 
     kill(pid, SIGTERM);
-    am_stop(&a);
-    receiver_stop(&r);
+    world_am_stop(&a);
+    world_receiver_stop(&r);
     world_drop(&w);
 }
 END_TEST
