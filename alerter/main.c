@@ -326,7 +326,7 @@ static int deliver_batch(struct alerter *al, struct st_receiver *rcv, int n, cha
 /* Claims and sends until nothing is due. Returns 0, or -1 with errstr. */
 static int deliver_due(struct alerter *al, char *errstr, size_t errsz)
 {
-    int n;
+    int n = 0;
     while (!stop && (n = st_queue_claim(al->queue, (int)al->conf.batch, errstr, errsz)) > 0) {
         for (int i = 0; i < n; i++) {
             struct st_alert a;
@@ -391,7 +391,7 @@ static int deliver_digest(struct alerter *al, int i, int j, char *errstr, size_t
 /* Sends the digests of every closed window. Returns 0, or -1 with errstr. */
 static int deliver_digests(struct alerter *al, char *errstr, size_t errsz)
 {
-    int n;
+    int n = 0;
     while (!stop && (n = st_queue_claim_held(al->queue, 10000, errstr, errsz)) > 0) {
         struct st_alert a, b;
         const char *ra, *rb;

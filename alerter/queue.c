@@ -114,9 +114,14 @@ static const char *sql_update =
     " done_at = CASE WHEN $4 IN ('pending', 'held') THEN NULL ELSE now() END"
     " WHERE notification_id = $1 AND receiver = $2";
 
+/* Reconnects what was lost; a claim left open by a failure is rolled back
+ * here, before anything else runs on the connection. */
 static int connect_all(struct st_queue *q, char *errstr, size_t errsz)
 {
     char err[512];
+    if (q->pg && PQstatus(q->pg) == CONNECTION_OK &&
+        PQtransactionStatus(q->pg) != PQTRANS_IDLE)
+        st_pg_exec(q->pg, "ROLLBACK", err, sizeof(err));
     if (!q->pg || PQstatus(q->pg) != CONNECTION_OK) {
         PQfinish(q->pg);
         if (!(q->pg = st_pg_connect(q->dsn, errstr, errsz)))
