@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """A webhook receiver for the alert tests, on 127.0.0.1.
 
-  alert_receiver.py DIR [--secret-file F] [--fail-first N] [--status S]
+  alert_receiver.py DIR [--secret-file F] [--fail-first N] [--fail-status S]
+                        [--retry-after SECONDS] [--status S]
                         [--delay-first SECONDS] [--schema FILE]
 
 Writes its port to DIR/port once listening, and one JSON line per request to
 DIR/requests.ndjson (path, delivery id, signature check, body), flushed
-before answering. Each delivery id's first N requests get 503; the others
-get S (default 200). --delay-first holds the first request of each delivery
+before answering. Each delivery id's first N requests get --fail-status
+(503) with Retry-After (0); the others get --status (200). --delay-first holds the first request of each delivery
 id that long before answering (a slow receiver, to kill a sender
 mid-delivery). With a secret, each signature is checked as the README
 documents: hex HMAC-SHA256(secret, "<timestamp>.<body>"); with a schema,
@@ -24,7 +25,7 @@ import time
 args = sys.argv[1:]
 out_dir = args.pop(0)
 opts = {"--secret-file": None, "--fail-first": "0", "--status": "200", "--delay-first": "0",
-        "--schema": None}
+        "--schema": None, "--retry-after": "0", "--fail-status": "503"}
 while args:
     name, value = args[0], args[1]
     del args[:2]
@@ -70,10 +71,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             log.flush()
         if n == 1 and float(opts["--delay-first"]) > 0:
             time.sleep(float(opts["--delay-first"]))
-        status = 503 if n <= int(opts["--fail-first"]) else int(opts["--status"])
+        failing = n <= int(opts["--fail-first"])
+        status = int(opts["--fail-status"]) if failing else int(opts["--status"])
         self.send_response(status)
-        if status == 503:
-            self.send_header("Retry-After", "0")
+        if failing:
+            self.send_header("Retry-After", opts["--retry-after"])
         self.send_header("Content-Length", "0")
         self.end_headers()
 

@@ -789,6 +789,61 @@ START_TEST(alerts_alertmanager_down_30s_then_every_alert_arrives_once)
 }
 END_TEST
 
+START_TEST(alerts_429_waits_as_long_as_retry_after_asks)
+{
+    struct world w;
+    struct world_receiver r;
+    char opts[512];
+
+    demo_world(&w, "retryafter");
+    world_receiver_start(&r, "retryafter", "--fail-first 1 --fail-status 429 --retry-after 2");
+    snprintf(opts, sizeof(opts),
+             "--drain -X alert.alertmanager.url= -X alert.retry.backoff_ms=10"
+             " -X alert.webhook.url=http://127.0.0.1:%d/hook", r.port);
+    ck_assert_int_eq(run(&w, w.name, w.name, ALERTER " %s 2> /dev/null", opts), 0);
+    /* backoff alone would retry after 10 ms; the receiver asked for 2 s */
+    char *d = rows(w.dsn, "SELECT string_agg(outcome || ' ' || http_status, ', '"
+                          "  ORDER BY attempt),"
+                          " max(attempted_at) - min(attempted_at) >= interval '1900 ms'"
+                          " FROM deliveries GROUP BY notification_id");
+    ck_assert_str_eq(d, "retry 429, delivered 200|t\nretry 429, delivered 200|t\n");
+    free(d);
+    world_receiver_stop(&r);
+    world_drop(&w);
+}
+END_TEST
+
+START_TEST(alerts_quiet_finding_ends_in_alertmanager)
+{
+    struct world w;
+    struct world_receiver r;
+    struct world_am a;
+    char opts[512];
+
+    world_receiver_start(&r, "quiet", "");
+    world_am_start(&a, r.port);
+    world_init(&w, "quiet");
+    ck_assert_int_eq(run(&w, w.name, w.name, CLI " migrate > /dev/null"), 0);
+    insert_findings(&w, "T-QUIET", 1, 1);
+    /* no new evidence for 5 s: the alert's endsAt is its last update + 5 s */
+    snprintf(opts, sizeof(opts),
+             "--drain -X alert.alertmanager.url=http://127.0.0.1:%d -X alert.webhook.url="
+             " -X alert.quiet_s=5", a.port);
+    ck_assert_int_eq(run(&w, w.name, w.name, ALERTER " %s 2> /dev/null", opts), 0);
+    ck_assert_int_eq(am_count(&a), 1);
+    int ended = 0;
+    for (int i = 0; i < 200 && !ended; i++) {
+        ended = am_count(&a) == 0;
+        if (!ended)
+            usleep(100000);
+    }
+    ck_assert_msg(ended, "the quiet finding still fires");
+    world_am_stop(&a);
+    world_receiver_stop(&r);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -804,6 +859,8 @@ int main(void)
     tcase_add_test(tc, alerts_throttle_folds_a_flood_into_digests_naming_every_finding);
     tcase_add_test(tc, alerts_carry_redaction_markers_never_the_secret);
     tcase_add_test(tc, alerts_alertmanager_down_30s_then_every_alert_arrives_once);
+    tcase_add_test(tc, alerts_429_waits_as_long_as_retry_after_asks);
+    tcase_add_test(tc, alerts_quiet_finding_ends_in_alertmanager);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
