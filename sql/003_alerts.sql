@@ -120,10 +120,14 @@ CREATE TRIGGER notifications_notify AFTER INSERT ON notifications
 -- 'resolved' or 'dismissed' notification when an alert must end. Returns
 -- the history row's id, or NULL when the finding already had that status.
 -- Raises when the finding does not exist or by is empty.
+--
+-- SECURITY DEFINER: a role granted EXECUTE can triage without any right on
+-- the tables; db_user still records the login role (session_user). No one
+-- but the owner may call it until granted (analyst roles, sql/005).
 CREATE FUNCTION sandtrail_triage(p_finding_id text, p_status finding_status,
                                  p_by text, p_note text DEFAULT '')
 RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     f findings%ROWTYPE;
     cid bigint;
@@ -154,3 +158,4 @@ BEGIN
     END IF;
     RETURN cid;
 END $$;
+REVOKE ALL ON FUNCTION sandtrail_triage(text, finding_status, text, text) FROM PUBLIC;
