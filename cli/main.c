@@ -81,16 +81,28 @@ static int cmd_migrate(void)
 
 /* Writes s with control characters (and backslashes) escaped, so that
  * nothing stored can move the terminal's cursor or forge a line. */
+/* Writes s escaped (st_escape_ctl: C0, DEL, C1 and invalid UTF-8). */
 static void put_safe(const char *s, FILE *out)
 {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '\\')
-            fputs("\\\\", out);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(out, "\\x%02x", *p);
-        else
-            fputc(*p, out);
+    fputs(safe(7, s, 0), out);
+}
+
+/* Writes row i of res, column j padded to |w[j]| (negative: left-aligned,
+ * 0: not padded), escaped by put_safe, with sep between columns. */
+static void put_row(PGresult *res, int i, const int *w, int n, const char *sep)
+{
+    for (int j = 0; j < n; j++) {
+        const char *v = PQgetvalue(res, i, j);
+        int pad = abs(w[j]) - (int)strlen(v);
+        for (int k = 0; w[j] > 0 && k < pad; k++)
+            putchar(' ');
+        put_safe(v, stdout);
+        for (int k = 0; w[j] < 0 && k < pad; k++)
+            putchar(' ');
+        if (j < n - 1)
+            fputs(sep, stdout);
     }
+    putchar('\n');
 }
 
 /* sandtrail findings ack|resolve|dismiss ID --by NAME [--note TEXT]:
@@ -203,14 +215,11 @@ static int cmd_findings(int argc, char **argv)
         for (int i = 0; i < rows; i++)
             printf("%s\n", safe(0, PQgetvalue(res, i, 0), 1));
     } else {
-        printf("%-19s %-8s %-12s %-12s %-20s %6s  %s\n", "DETECTOR", "SEVERITY", "TASK",
+        printf("%-19s %-8s %-12s %-12s %-20s %7s %s\n", "DETECTOR", "SEVERITY", "TASK",
                "RUN", "FIRST SEEN", "EVENTS", "SUMMARY");
+        static const int w[] = {-19, -8, -12, -12, -20, 7, 0};
         for (int i = 0; i < rows; i++)
-            printf("%-19s %-8s %-12s %-12s %-20s %6s  %s\n",
-                   safe(0, PQgetvalue(res, i, 0), 0), safe(1, PQgetvalue(res, i, 1), 0),
-                   safe(2, PQgetvalue(res, i, 2), 0), safe(3, PQgetvalue(res, i, 3), 0),
-                   safe(4, PQgetvalue(res, i, 4), 0), safe(5, PQgetvalue(res, i, 5), 0),
-                   safe(6, PQgetvalue(res, i, 6), 0));
+            put_row(res, i, w, 7, " ");
         printf("(%d finding%s)\n", rows, rows == 1 ? "" : "s");
     }
     PQclear(res);
@@ -309,25 +318,11 @@ static int cmd_alerts(int argc, char **argv)
         return 1;
     }
     int rows = PQntuples(res);
-    printf("%-8s %-14s %-9s %-15s %-8s %-32s %4s %-20s %4s  %s\n", "ID", "RECEIVER",
+    printf("%-8s %-14s %-9s %-15s %-8s %-32s %4s %-20s %5s %s\n", "ID", "RECEIVER",
            "STATE", "KIND", "SEVERITY", "FINDING", "TRY", "LAST ATTEMPT", "HTTP", "ERROR");
-    for (int i = 0; i < rows; i++) {
-        static const int w[] = {-8, -14, -9, -15, -8, -32, 4, -20, 4, 0};
-        for (int j = 0; j < 10; j++) {
-            const char *v = PQgetvalue(res, i, j);
-            int pad = abs(w[j]) - (int)strlen(v);
-            if (w[j] > 0)
-                for (int k = 0; k < pad; k++)
-                    putchar(' ');
-            put_safe(v, stdout);
-            if (w[j] < 0)
-                for (int k = 0; k < pad; k++)
-                    putchar(' ');
-            if (j < 9)
-                fputs(j == 8 ? "  " : " ", stdout);
-        }
-        putchar('\n');
-    }
+    static const int w[] = {-8, -14, -9, -15, -8, -32, 4, -20, 5, 0};
+    for (int i = 0; i < rows; i++)
+        put_row(res, i, w, 10, " ");
     printf("(%d deliver%s)\n", rows, rows == 1 ? "y" : "ies");
     PQclear(res);
     PQfinish(pg);

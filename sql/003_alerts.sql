@@ -56,44 +56,53 @@ CREATE INDEX notifications_created ON notifications (created_at);
 -- What is still to be sent to whom. The alerter adds a row for each
 -- receiver it serves when it first sees a notification, and claims pending
 -- rows with FOR UPDATE SKIP LOCKED, so alerters can run side by side.
--- state: pending (to send at next_attempt_at), delivered, failed (for good:
--- a refusing 4xx or attempts exhausted; `sandtrail alerts retry` resets it).
+-- state: pending (to send at next_attempt_at), held (throttled: goes out in
+-- the digest of its receiver and task when the window closes, at
+-- next_attempt_at), delivered, failed (for good: a refusing 4xx or attempts
+-- exhausted; `sandtrail alerts retry` resets it).
 CREATE TABLE notification_queue (
     notification_id bigint      NOT NULL REFERENCES notifications ON DELETE CASCADE,
     receiver        text        NOT NULL,    -- "alertmanager", "webhook", "webhook.2", ...
     state           text        NOT NULL DEFAULT 'pending'
-                    CHECK (state IN ('pending', 'delivered', 'failed')),
+                    CHECK (state IN ('pending', 'held', 'delivered', 'failed')),
     attempts        integer     NOT NULL DEFAULT 0,
     next_attempt_at timestamptz NOT NULL DEFAULT now(),
     done_at         timestamptz,
     PRIMARY KEY (notification_id, receiver)
 );
 CREATE INDEX notification_queue_due ON notification_queue (next_attempt_at)
-    WHERE state = 'pending';
+    WHERE state IN ('pending', 'held');
 CREATE INDEX notification_queue_receiver ON notification_queue (receiver, notification_id);
 
--- Every delivery attempt, whatever its outcome.
+-- Every delivery attempt, whatever its outcome. A notification held by the
+-- throttle gets a 'held' row, then rows for the digest that carried it
+-- (digest_id: that digest's X-Sandtrail-Delivery).
 CREATE TABLE deliveries (
     attempt_id      bigserial   PRIMARY KEY,
     notification_id bigint      NOT NULL REFERENCES notifications ON DELETE CASCADE,
     receiver        text        NOT NULL,
     attempt         integer     NOT NULL,   -- 1 for the first
     attempted_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
-    outcome         text        NOT NULL CHECK (outcome IN ('delivered', 'retry', 'failed')),
+    outcome         text        NOT NULL CHECK (outcome IN ('delivered', 'retry', 'failed', 'held')),
     http_status     integer,                -- NULL when no answer came
     error           text,
+    digest_id       text,
     alerter         text                    -- host:pid of the alerter that tried
 );
 CREATE INDEX deliveries_notification ON deliveries (notification_id, attempted_at);
 
 -- For each finding, each notification and receiver: when it was first
--- delivered (NULL: not yet), how many attempts, and the queue state.
+-- delivered, alone or in a digest (NULL: not yet), how many attempts, and
+-- the queue state.
 CREATE VIEW finding_notices AS
 SELECT n.finding_id, n.notification_id, n.delivery_id, n.kind, n.severity,
        n.created_at AS notified_at, q.receiver, q.state, q.attempts,
        (SELECT min(d.attempted_at) FROM deliveries d
          WHERE d.notification_id = n.notification_id AND d.receiver = q.receiver
-           AND d.outcome = 'delivered') AS delivered_at
+           AND d.outcome = 'delivered') AS delivered_at,
+       (SELECT min(d.digest_id) FROM deliveries d
+         WHERE d.notification_id = n.notification_id AND d.receiver = q.receiver
+           AND d.outcome = 'delivered') AS digest_id
 FROM notifications n
 JOIN notification_queue q USING (notification_id);
 
@@ -111,10 +120,14 @@ CREATE TRIGGER notifications_notify AFTER INSERT ON notifications
 -- 'resolved' or 'dismissed' notification when an alert must end. Returns
 -- the history row's id, or NULL when the finding already had that status.
 -- Raises when the finding does not exist or by is empty.
+--
+-- SECURITY DEFINER: a role granted EXECUTE can triage without any right on
+-- the tables; db_user still records the login role (session_user). No one
+-- but the owner may call it until granted (analyst roles, sql/005).
 CREATE FUNCTION sandtrail_triage(p_finding_id text, p_status finding_status,
                                  p_by text, p_note text DEFAULT '')
 RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     f findings%ROWTYPE;
     cid bigint;
@@ -145,3 +158,4 @@ BEGIN
     END IF;
     RETURN cid;
 END $$;
+REVOKE ALL ON FUNCTION sandtrail_triage(text, finding_status, text, text) FROM PUBLIC;

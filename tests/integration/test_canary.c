@@ -8,7 +8,9 @@
  * --listen). Then the analyzer reads the topic into PostgreSQL. The raw
  * values must appear nowhere -- events and dead-letter topics, every table,
  * the collectors' and the analyzer's logs, the metrics pages, the HTTP
- * answers -- and every format and input must show every rule's marker, one
+ * answers, the alerts in Alertmanager and the webhook bodies that
+ * sandtrail-alerter sends -- and every format and input must show every
+ * rule's marker, one
  * fingerprint per secret across all of them. A second run with one rule
  * deliberately broken (fault.redact_rule_off) proves the test sees a leak. */
 #include <check.h>
@@ -21,7 +23,7 @@
 #include "world.h"
 
 #define DRIVER SANDTRAIL_SOURCE_DIR "/tests/integration/canary.py"
-#define NSINKS 9
+#define NSINKS 11
 
 static int count(const char *hay, const char *needle)
 {
@@ -77,7 +79,7 @@ START_TEST(canary_every_format_every_input)
     const char *names[NSINKS] = {"events topic", "dead-letter topic", "events table",
                                  "findings table", "finding_context", "finding_events",
                                  "collector and analyzer logs", "metrics pages",
-                                 "HTTP answers"};
+                                 "HTTP answers", "webhook bodies", "Alertmanager's alerts"};
     sinks[0] = topic_dump(w.topic, &nev);
     sinks[1] = topic_dump(w.dlq, &ndlq);
     sinks[2] = rows(w.dsn, "SELECT body::text, target, reason, task_id, run_id FROM events");
@@ -90,12 +92,41 @@ START_TEST(canary_every_format_every_input)
     sinks[7] = world_sh(cmd);
     snprintf(cmd, sizeof(cmd), "cat %s/sinks/*.answers", dir);
     sinks[8] = world_sh(cmd);
+    /* the findings sent to on-call: a webhook and an Alertmanager, whose
+     * own webhook posts to the same receiver (path /am) */
+    struct world_receiver hook;
+    struct world_am am;
+    world_receiver_start(&hook, "canary", "");
+    world_am_start(&am, hook.port);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/alerter/sandtrail-alerter --drain -X alert.throttle.max=0"
+                             " -X alert.alertmanager.url=http://127.0.0.1:%d"
+                             " -X alert.webhook.url=http://127.0.0.1:%d/hook"
+                             " 2>> %s/sinks/alerter.log",
+                         am.port, hook.port, dir),
+                     0);
+    snprintf(cmd, sizeof(cmd), "cat %s/requests.ndjson", hook.dir);
+    sinks[9] = world_sh(cmd);
+    snprintf(cmd, sizeof(cmd), "curl -fsS http://127.0.0.1:%d/api/v2/alerts", am.port);
+    sinks[10] = world_sh(cmd);
+    world_am_stop(&am);
+    world_receiver_stop(&hook);
     /* the sinks hold something: a test of empty files proves nothing */
     ck_assert_int_gt(nev, 1000);
     ck_assert_int_gt(ndlq, 100);
     ck_assert_int_ge(count(sinks[6], "info: lines="), 15);
     ck_assert_int_gt(count(sinks[7], "sandtrail_collector_redactions_total"), 10);
     ck_assert_int_gt(count(sinks[8], "\"errors\":[{"), 0);
+    ck_assert_int_gt(count(sinks[9], "sandtrail.alert.v1"), 0);
+    /* one request per notification, one alert per finding */
+    char *nn = rows(w.dsn, "SELECT (SELECT count(*) FROM notifications),"
+                           " (SELECT count(*) FROM findings)");
+    int nnotif = 0, nfind = 0;
+    ck_assert_int_eq(sscanf(nn, "%d|%d", &nnotif, &nfind), 2);
+    free(nn);
+    ck_assert_int_gt(nfind, 0);
+    ck_assert_int_eq(count(sinks[9], "\"path\": \"/hook\""), nnotif);
+    ck_assert_int_eq(count(sinks[10], "\"alertname\":"), nfind);
 
     /* every line is accounted for: produced, dead-lettered or skipped */
     long lines = 0, in = 0, acc = 0, rej = 0, skip = 0;

@@ -1,11 +1,15 @@
 /* world.c: an isolated world for integration tests against the real
  * services: a PostgreSQL database, a pair of Kafka topics, a consumer group
  * and a Redis key prefix of its own (see world.h). */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +19,9 @@
 
 #include "buf.h"
 #include "world.h"
+
+#define WORLD_SERVICES SANDTRAIL_SOURCE_DIR "/scripts/services"
+#define WORLD_RECEIVER SANDTRAIL_SOURCE_DIR "/tests/integration/alert_receiver.py"
 
 static char base_dsn[512];
 static char brokers[256];
@@ -199,4 +206,90 @@ int world_run(Suite *s)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* --- on-call: webhook receivers and Alertmanagers of the test's own --- */
+
+int world_read_int(const char *path)
+{
+    char *s = world_slurp(path);
+    int v = atoi(s);
+    free(s);
+    return v;
+}
+
+void world_receiver_start(struct world_receiver *r, const char *tag, const char *opts)
+{
+    char cmd[1024], path[256];
+    snprintf(r->dir, sizeof(r->dir), "/tmp/st-alerts-%d-%s", (int)getpid(), tag);
+    snprintf(cmd, sizeof(cmd),
+             "rm -rf %s && mkdir -p %s && (python3 " WORLD_RECEIVER " %s %s > %s/log 2>&1 &"
+             " echo $! > %s/pid)",
+             r->dir, r->dir, r->dir, opts, r->dir, r->dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof(path), "%s/port", r->dir);
+    for (int i = 0; i < 100 && access(path, R_OK); i++)
+        usleep(100000);
+    r->port = world_read_int(path);
+    ck_assert_int_gt(r->port, 0);
+    snprintf(path, sizeof(path), "%s/pid", r->dir);
+    r->pid = world_read_int(path);
+}
+
+void world_receiver_stop(struct world_receiver *r)
+{
+    char cmd[256];
+    kill(r->pid, SIGTERM);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", r->dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+cJSON *world_receiver_requests(const struct world_receiver *r)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/requests.ndjson", r->dir);
+    char *text = world_slurp(path);
+    cJSON *arr = cJSON_CreateArray();
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        cJSON_AddItemToArray(arr, cJSON_Parse(line));
+    free(text);
+    return arr;
+}
+
+int world_free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+int world_am_services(const struct world_am *a, int webhook_port, const char *verb)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "SANDTRAIL_RUN=%s SANDTRAIL_ALERTMANAGER_PORT=%d"
+             " SANDTRAIL_ALERTMANAGER_WEBHOOK=http://127.0.0.1:%d/am " WORLD_SERVICES
+             " %s alertmanager 2> /dev/null",
+             a->run, a->port, webhook_port, verb);
+    return system(cmd);
+}
+
+void world_am_start(struct world_am *a, int webhook_port)
+{
+    snprintf(a->run, sizeof(a->run), "/tmp/st-alerts-%d-am", (int)getpid());
+    a->port = world_free_port();
+    ck_assert_int_eq(world_am_services(a, webhook_port, "start"), 0);
+}
+
+void world_am_stop(struct world_am *a)
+{
+    char cmd[256];
+    ck_assert_int_eq(world_am_services(a, 0, "stop"), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", a->run);
+    ck_assert_int_eq(system(cmd), 0);
 }

@@ -8,6 +8,8 @@
 
 #include <check.h>
 
+#include <cjson/cJSON.h>
+
 #define BIN SANDTRAIL_BINARY_DIR
 
 struct world {
@@ -42,6 +44,39 @@ char *world_sh(const char *cmd);
 
 /* A whole file ("" when it cannot be read). Caller frees. */
 char *world_slurp(const char *path);
+
+/* The contents of a file as an integer (0 when unreadable). */
+int world_read_int(const char *path);
+
+/* A free TCP port on 127.0.0.1 (free when asked). */
+int world_free_port(void);
+
+/* A webhook receiver (tests/integration/alert_receiver.py: records every
+ * request, checks signatures and the schema) in /tmp/st-alerts-PID-TAG;
+ * opts are its options. */
+struct world_receiver {
+    char dir[160];
+    int port;
+    int pid;
+};
+void world_receiver_start(struct world_receiver *r, const char *tag, const char *opts);
+void world_receiver_stop(struct world_receiver *r); /* and removes its folder */
+
+/* Every request so far, one JSON object each. Caller deletes. */
+cJSON *world_receiver_requests(const struct world_receiver *r);
+
+/* An Alertmanager of the test's own on a free port, started by
+ * scripts/services with the shipped configuration, routing to
+ * webhook_port. */
+struct world_am {
+    char run[160];
+    int port;
+};
+void world_am_start(struct world_am *a, int webhook_port);
+void world_am_stop(struct world_am *a); /* and removes its data */
+
+/* scripts/services VERB alertmanager for a's instance; its exit status. */
+int world_am_services(const struct world_am *a, int webhook_port, const char *verb);
 
 /* Runs the suite; the process's exit status. */
 int world_run(Suite *s);
