@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "analyzer.h"
@@ -35,6 +36,7 @@
 #include "reorder.h"
 #include "rpipe.h"
 #include "sink.h"
+#include "sources.h"
 #include "timeutil.h"
 
 #ifndef SANDTRAIL_SQL_DIR
@@ -161,6 +163,7 @@ struct analyzer {
     int nmsgs;
     long events, invalid, refused, late, skewed, batches, commits, findings_written;
     struct st_metrics *metrics;
+    struct st_sources *sources; /* per-source metrics */
     struct st_metric *m_events, *m_invalid, *m_late, *m_skewed, *m_batches, *m_buffered;
     struct st_metric *m_redis_s, *m_pg_s, *m_redis_err, *m_pg_err;
 };
@@ -359,6 +362,7 @@ static int batch_write(struct analyzer *a, size_t *nrel)
  * on its receive time (reorder.h). */
 static void ingest(struct analyzer *a, rd_kafka_message_t **msgs, int n, int64_t now)
 {
+    int64_t wall_s = (int64_t)time(NULL);
     for (int i = 0; i < n; i++) {
         struct st_event ev;
         struct st_reject rej;
@@ -373,6 +377,7 @@ static void ingest(struct analyzer *a, rd_kafka_message_t **msgs, int n, int64_t
         int64_t recv_us = recv_ms >= 0 ? recv_ms * 1000 : -1;
         int skewed = st_reorder_skewed(ev.ts_us, recv_us, a->conf.max_future_s * 1000000,
                                        a->conf.max_past_s * 1000000);
+        st_sources_seen(a->sources, ev.source_name, wall_s);
         struct st_sink_event se = {&ev, msgs[i], skewed};
         st_sink_stage(a->sink, &se);
         if (skewed) {
@@ -552,6 +557,7 @@ int main(int argc, char **argv)
         PQfinish(pg);
     }
     metrics_init(&a);
+    a.sources = st_sources_new(a.metrics);
     if (!(a.sink = st_sink_new(&a.conf, errstr, sizeof(errstr))) ||
         !(a.dlq = st_deadletter_new(&a.conf, errstr, sizeof(errstr))) ||
         !(a.redis = st_rpipe_new(a.conf.redis_url, errstr, sizeof(errstr))) ||
@@ -591,6 +597,7 @@ out:
     st_deadletter_destroy(a.dlq);
     st_sink_destroy(a.sink);
     st_overrides_fini(&a.conf.overrides);
+    st_sources_destroy(a.sources);
     st_metrics_destroy(a.metrics);
     st_conf_fini(analyzer_props, &a.conf);
     return status;

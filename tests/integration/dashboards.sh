@@ -43,7 +43,7 @@ promtool check rules "$tmp/check.yml" >/dev/null || fail "a dashboard expression
 
 # --- 2. every metric named is exported by a live program
 base=$((20000 + $$ % 20000))
-cport=$base aport=$((base + 1))
+cport=$base aport=$((base + 1)) lport=$((base + 2))
 log=$tmp/source.log
 {
     for i in $(seq 1 20); do
@@ -57,11 +57,18 @@ pids+=($!)
 "$bin/analyzer/sandtrail-analyzer" -X "metrics.listen=127.0.0.1:$aport" \
     -X detect.lateness_s=0 2>"$tmp/analyzer.err" &
 pids+=($!)
-for i in $(seq 1 60); do
+# the twenty denials make a denial_burst finding, which the alerter sends to
+# the Alertmanager of scripts/services
+"$bin/alerter/sandtrail-alerter" -X "metrics.listen=127.0.0.1:$lport" 2>"$tmp/alerter.err" &
+pids+=($!)
+for i in $(seq 1 120); do
     curl -sf "http://127.0.0.1:$cport/metrics" >"$tmp/collector.prom" 2>/dev/null || true
     curl -sf "http://127.0.0.1:$aport/metrics" >"$tmp/analyzer.prom" 2>/dev/null || true
+    curl -sf "http://127.0.0.1:$lport/metrics" >"$tmp/alerter.prom" 2>/dev/null || true
     grep -q '^sandtrail_collector_redactions_total{' "$tmp/collector.prom" 2>/dev/null &&
         grep -q '^sandtrail_analyzer_consumer_lag{' "$tmp/analyzer.prom" 2>/dev/null &&
+        grep -q '^sandtrail_analyzer_source_events_total{' "$tmp/analyzer.prom" 2>/dev/null &&
+        grep -q '^sandtrail_alerter_deliveries_total{' "$tmp/alerter.prom" 2>/dev/null &&
         break
     sleep 0.5
 done
