@@ -31,6 +31,14 @@ struct st_collector_conf {
     char *http_listen;      /* http.listen (--listen) */
     char *http_tokens_file;
     int64_t http_max_body;
+    int64_t http_concurrency;    /* http.concurrency: requests processed at once */
+    int64_t http_max_conns;      /* http.max_connections */
+    int64_t http_max_conns_ip;   /* http.max_connections_per_ip */
+    int64_t http_header_ms;      /* http.header_timeout_ms */
+    int64_t http_request_ms;     /* http.request_timeout_ms */
+    int64_t http_idle_s;         /* http.idle_timeout_s */
+    int64_t http_max_errors;     /* http.max_errors */
+    int64_t http_max_dlq;        /* http.max_dlq_records */
     char *spool_dir;        /* spool.dir */
     int64_t spool_max_bytes;
 };

@@ -4,7 +4,18 @@
  * the other. A batch is cut into as many ranges as there are executors; a
  * range's outcomes go into its own buffer, so executors share nothing but
  * the batch's range counter. Ownership: the pool owns the batches, their
- * buffers and the st_accept of each executor; the caller's line is copied. */
+ * buffers and the st_accept of each executor; the caller's line is copied.
+ *
+ * Threading rules (checked by the ThreadSanitizer build, SANDTRAIL_TSAN):
+ * pool->mu guards every batch's state, seq, nranges, next_range and
+ * ranges_done, and pool->quit. A batch's lines, text and n are written by
+ * the caller only while the batch is B_FREE, and read by executors only
+ * after submit() published them under the lock; a range's outcomes and
+ * out buffer are written by the one executor that claimed the range and
+ * read by the caller after complete() saw ranges_done under the lock.
+ * Notes on functions: @locality (which thread runs it) and @locks (what it
+ * takes or must hold). One st_ingest has one caller thread at a time: the
+ * HTTP input gives each concurrent request its own st_ingest. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -79,6 +90,8 @@ struct st_ingest_pool {
 
 /* An HTTP caller may send only as the source its token names: a
  * compromised sandbox cannot forge proxy or broker events. */
+/* @locality any executor @locks none (reads the caller's allow_* fields,
+ * which stay fixed until st_ingest_drain returns) */
 static int source_allowed(const struct st_ingest *in, struct st_accept *acc,
                           struct st_reject *rej)
 {
@@ -94,6 +107,8 @@ static int source_allowed(const struct st_ingest *in, struct st_accept *acc,
     return 0;
 }
 
+/* @locality the executor that claimed the range holding line i
+ * @locks none: writes only b->out[i], out and its own scratch */
 static void accept_one(struct st_ingest_pool *pool, int exec, struct batch *b, size_t i,
                        struct st_buf *out)
 {
@@ -146,12 +161,14 @@ static void accept_one(struct st_ingest_pool *pool, int exec, struct batch *b, s
     st_buf_add(out, rec->data, rec->len);
 }
 
-/* Lines per range of b (the last range may hold fewer). */
+/* Lines per range of b (the last range may hold fewer).
+ * @locality any @locks none: n and nranges are fixed while b is submitted */
 static size_t range_lines(const struct batch *b)
 {
     return b->nranges ? (b->n + (size_t)b->nranges - 1) / (size_t)b->nranges : 1;
 }
 
+/* @locality the executor that claimed range r @locks none */
 static void accept_range(struct st_ingest_pool *pool, int exec, struct batch *b, int r)
 {
     size_t per = range_lines(b);
@@ -162,7 +179,8 @@ static void accept_range(struct st_ingest_pool *pool, int exec, struct batch *b,
         accept_one(pool, exec, b, i, out);
 }
 
-/* The oldest submitted batch with a range nobody took; NULL when none. */
+/* The oldest submitted batch with a range nobody took; NULL when none.
+ * @locality worker threads @locks pool->mu held */
 static struct batch *claimable(struct st_ingest_pool *pool)
 {
     struct batch *best = NULL;
@@ -175,6 +193,8 @@ static struct batch *claimable(struct st_ingest_pool *pool)
     return best;
 }
 
+/* @locality a worker thread @locks takes pool->mu, released while a range
+ * is accepted */
 static void *worker(void *arg)
 {
     struct st_ingest_pool *pool = arg;
@@ -202,6 +222,7 @@ static void *worker(void *arg)
 
 /* --- the caller's side -------------------------------------------------- */
 
+/* @locality the caller @locks takes pool->mu */
 static void submit(struct st_ingest_pool *pool, struct batch *b)
 {
     pthread_mutex_lock(&pool->mu);
@@ -214,7 +235,8 @@ static void submit(struct st_ingest_pool *pool, struct batch *b)
     pthread_mutex_unlock(&pool->mu);
 }
 
-/* Waits until b is accepted, taking its ranges nobody has taken yet. */
+/* Waits until b is accepted, taking its ranges nobody has taken yet.
+ * @locality the caller @locks takes pool->mu, released while it accepts */
 static void complete(struct st_ingest_pool *pool, struct batch *b)
 {
     int exec = pool->nexec - 1;
@@ -231,6 +253,7 @@ static void complete(struct st_ingest_pool *pool, struct batch *b)
     pthread_mutex_unlock(&pool->mu);
 }
 
+/* @locality the caller @locks the metrics' own */
 static void metric_rejected(struct st_ingest *in, const char *reason)
 {
     char labels[96];
@@ -242,7 +265,9 @@ static void metric_rejected(struct st_ingest *in, const char *reason)
                   1);
 }
 
-/* Produces b's outcomes in input order and frees b for filling. */
+/* Produces b's outcomes in input order and frees b for filling.
+ * @locality the caller @locks the producer's (inside st_producer_*); takes
+ * pool->mu to hand b back, since workers read b->state under it */
 static int emit(struct st_ingest *in, struct batch *b)
 {
     int rc = 0;
@@ -273,6 +298,15 @@ static int emit(struct st_ingest *in, struct batch *b)
             snprintf(rej.msg, sizeof(rej.msg), "%s", base + o->msg_off);
             in->stats.rejected++;
             metric_rejected(in, o->code);
+            /* past the caller's cap the line is only counted (and given to
+             * on_reject): one hostile request must not flood the
+             * dead-letter topic and stderr */
+            if (in->dlq_max && in->dlq_count >= in->dlq_max) {
+                if (in->on_reject)
+                    in->on_reject(in->on_reject_arg, b->lines[i].lineno, &rej);
+                break;
+            }
+            in->dlq_count++;
             fprintf(stderr, "%s:%ld: rejected: %s: %s\n", in->input_name,
                     b->lines[i].lineno, o->code, rej.msg);
             if (st_producer_dlq(in->prod, o->code, base + o->off, o->len)) {
@@ -287,12 +321,14 @@ static int emit(struct st_ingest *in, struct batch *b)
     }
     b->n = 0;
     st_buf_reset(&b->text);
+    pthread_mutex_lock(&in->pool->mu);
     b->state = B_FREE;
+    pthread_mutex_unlock(&in->pool->mu);
     return rc;
 }
 
 /* Submits the batch being filled; completes and produces the older one,
- * which becomes the batch to fill. */
+ * which becomes the batch to fill. @locality the caller */
 static int dispatch(struct st_ingest *in)
 {
     struct st_ingest_pool *pool = in->pool;
@@ -307,6 +343,8 @@ static int dispatch(struct st_ingest *in)
     return rc;
 }
 
+/* @locality the caller @locks none: the batch being filled is B_FREE,
+ * which no executor touches */
 int st_ingest_add(struct st_ingest *in, const char *line, size_t len, int too_long)
 {
     struct batch *b = &in->pool->b[in->pool->cur];
@@ -322,6 +360,7 @@ int st_ingest_add(struct st_ingest *in, const char *line, size_t len, int too_lo
     return 0;
 }
 
+/* @locality the caller @locks pool->mu via submit/complete/emit */
 int st_ingest_drain(struct st_ingest *in)
 {
     struct st_ingest_pool *pool = in->pool;

@@ -11,7 +11,9 @@
  * thread, which reads, helps, and produces the outcomes strictly in input
  * order. While one batch is being accepted the caller fills the next, so
  * reading and producing overlap the accepting. Everything that touches the
- * producer, the metrics and stderr happens on the calling thread. */
+ * producer, the metrics and stderr happens on the calling thread. One
+ * st_ingest serves one calling thread at a time; inputs that take lines on
+ * several threads at once (HTTP) use one st_ingest per thread. */
 #ifndef ST_INGEST_H
 #define ST_INGEST_H
 
@@ -48,6 +50,10 @@ struct st_ingest {
     const char *allow_kind, *allow_name;
     st_ingest_reject_fn *on_reject;
     void *on_reject_arg;
+    /* 0: every rejected line is dead-lettered and reported on stderr; else
+     * only the first dlq_max until the caller resets dlq_count, the rest
+     * only counted (stats, metrics, on_reject) */
+    long dlq_max, dlq_count;
     struct st_ingest_stats stats;
     struct st_ingest_pool *pool; /* owned */
     struct st_metric *m_lines, *m_accepted, *m_skipped;

@@ -7,16 +7,32 @@
  * broker events. The answer comes only once the accepted events are in
  * Kafka (and the rejected lines in the dead-letter topic):
  *   200 {"accepted":N,"rejected":M,"errors":[{"line":i,"reason":..,"error":..}]}
- *   401 no or unknown token     413 body over http.max_body_bytes
+ *     (at most http.max_errors listed; "errors_truncated" says how many were
+ *     not, "rejected_by_reason" counts them all, "dead_lettered" how many of
+ *     them have a dead-letter record: at most http.max_dlq_records)
+ *   400 not gzip, or data after the gzip stream   401 no or unknown token
+ *   413 body over http.max_body_bytes (compressed or inflated)
+ *   415 a Content-Encoding other than gzip/x-gzip
  *   503 (Retry-After) the spool is full, or, without a spool, Kafka did not
- *       acknowledge in time: send again; event ids make a resent event a
- *       duplicate that PostgreSQL drops
+ *       acknowledge this request's messages in time: send again; event ids
+ *       make a resent event a duplicate that PostgreSQL drops
  * With a spool (spool.dir) the answer waits for the spool's fsync, not for
- * Kafka.
- * libmicrohttpd runs one thread; requests are handled one at a time (the
- * lines of one request are accepted by ingest.c's workers), which keeps the
- * producer single-threaded. */
+ * Kafka; without, for the delivery reports of the request's own messages
+ * (a message of another request that failed for good is not its concern).
+ *
+ * Threads: libmicrohttpd gives each connection its own thread (polled with
+ * poll(), so no select() limit on descriptors), up to http.max_connections
+ * and http.max_connections_per_ip. Up to http.concurrency requests are
+ * processed at once, each on its connection's thread with a "lane" of its
+ * own (an st_ingest: batches and accept workers), so a slow or heavy
+ * request never stalls another; the lanes are the one serialization point
+ * (a request waits for a free lane), and the producer serializes itself
+ * (its lock). A request that does not send its headers within
+ * http.header_timeout_ms, or its body within http.request_timeout_ms, is
+ * closed by the listener's thread (reap()), whatever the bytes trickling
+ * in; the idle timeout closes silent connections. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +41,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <openssl/crypto.h>
 #include <zlib.h>
 
@@ -33,23 +50,60 @@
 #include "ingest.h"
 #include "input.h"
 #include "log.h"
+#include "metrics.h"
 #include "produce.h"
+#include "redact.h"
+#include "timeutil.h"
 
 struct token {
     char *token, *kind, *name;
 };
 
-struct http {
+/* One TCP connection, from accept to close: its deadline, checked by
+ * reap(). Guarded by http.conns_mu. */
+struct conn {
+    struct conn *prev, *next;
+    int fd;
+    int64_t deadline; /* mono ms; 0 while its request is processed */
+    int closed;       /* reap() shut it down */
+};
+
+/* One request at a time: an st_ingest and what its metrics were synced at.
+ * Guarded by http.lanes_mu while free; owned by its request while busy. */
+struct lane {
     struct st_ingest *in;
-    struct token *tokens;
+    int busy, owned; /* owned: not the caller's st_ingest */
+    uint64_t *synced; /* redaction hits already added to the metrics */
+};
+
+struct http {
+    struct st_ingest *in; /* the caller's: conf, producer, metrics */
+    struct token *tokens; /* read-only once loaded */
     size_t ntokens;
+    struct lane *lanes;
+    int nlanes;
+    pthread_mutex_t lanes_mu;
+    pthread_cond_t lane_free;
+    pthread_mutex_t conns_mu;
+    struct conn *conns;
+    long reaped; /* connections closed at a deadline, not yet logged */
+    int64_t reaped_logged_ms;
+    struct st_metric *m_reaped;
 };
 
 struct request {
     struct st_buf body;
     const struct token *tok;
+    int64_t deadline; /* the whole body must be in by then */
     int too_big;
     int gzip;
+};
+
+/* The answer being built for one request: errors listed up to a cap, every
+ * rejection counted by reason. */
+struct answer {
+    cJSON *errors, *by_reason;
+    long listed, max;
 };
 
 static int load_tokens(struct http *h, const char *path)
@@ -101,13 +155,15 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
     return ret;
 }
 
-/* Inflates a gzip body, refusing to grow past max (a small bomb must not
- * cost memory). Returns 0, 1 when too big, -1 when not gzip. */
+/* Inflates a gzip body, every member of it (concatenated members are one
+ * stream, RFC 1952), refusing to grow past max (a small bomb must not cost
+ * memory). Returns 0; 1 when too big; -1 when not gzip or cut short; -2
+ * when something other than a gzip member follows the stream. */
 static int gunzip(const struct st_buf *in, size_t max, struct st_buf *out)
 {
     z_stream z;
     unsigned char chunk[16384];
-    int rc;
+    int rc, ret = -1;
 
     memset(&z, 0, sizeof(z));
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
@@ -115,61 +171,163 @@ static int gunzip(const struct st_buf *in, size_t max, struct st_buf *out)
     z.next_in = (unsigned char *)in->data;
     z.avail_in = (uInt)in->len;
     st_buf_adds(out, "");
-    do {
+    for (;;) {
         z.next_out = chunk;
         z.avail_out = sizeof(chunk);
         rc = inflate(&z, Z_NO_FLUSH);
-        if (rc != Z_OK && rc != Z_STREAM_END) {
-            inflateEnd(&z);
-            return -1;
-        }
+        if (rc != Z_OK && rc != Z_STREAM_END)
+            break; /* Z_BUF_ERROR: the input ended inside a member */
         st_buf_add(out, chunk, sizeof(chunk) - z.avail_out);
         if (out->len > max) {
-            inflateEnd(&z);
-            return 1;
+            ret = 1;
+            break;
         }
-    } while (rc != Z_STREAM_END && z.avail_in > 0);
+        if (rc != Z_STREAM_END)
+            continue;
+        if (z.avail_in == 0) {
+            ret = 0;
+            break;
+        }
+        if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
+            ret = -2;
+            break;
+        }
+        inflateReset(&z); /* the next member */
+    }
     inflateEnd(&z);
-    return rc == Z_STREAM_END ? 0 : -1;
+    return ret;
 }
 
-/* Each rejected line of a request, in its answer. */
+/* Each rejected line of a request: listed in its answer up to the cap,
+ * counted by reason always. */
 static void add_error(void *arg, long lineno, const struct st_reject *rej)
 {
+    struct answer *a = arg;
+    cJSON *n = cJSON_GetObjectItemCaseSensitive(a->by_reason, rej->code);
+    if (n)
+        cJSON_SetNumberValue(n, n->valuedouble + 1);
+    else
+        cJSON_AddNumberToObject(a->by_reason, rej->code, 1);
+    if (a->listed >= a->max)
+        return;
+    a->listed++;
     cJSON *e = cJSON_CreateObject();
     cJSON_AddNumberToObject(e, "line", (double)lineno);
     cJSON_AddStringToObject(e, "reason", rej->code);
     cJSON_AddStringToObject(e, "error", rej->msg);
-    cJSON_AddItemToArray((cJSON *)arg, e);
+    cJSON_AddItemToArray(a->errors, e);
 }
 
+/* A free lane, waiting for one when every lane is busy: the one place
+ * requests wait for each other (http.concurrency of them run at once).
+ * @locality a connection's thread @locks takes lanes_mu */
+static struct lane *lane_take(struct http *h)
+{
+    pthread_mutex_lock(&h->lanes_mu);
+    struct lane *l = NULL;
+    for (;;) {
+        for (int k = 0; k < h->nlanes && !l; k++)
+            if (!h->lanes[k].busy)
+                l = &h->lanes[k];
+        if (l)
+            break;
+        pthread_cond_wait(&h->lane_free, &h->lanes_mu);
+    }
+    l->busy = 1;
+    pthread_mutex_unlock(&h->lanes_mu);
+    return l;
+}
+
+/* @locality a connection's thread @locks takes lanes_mu */
+static void lane_give(struct http *h, struct lane *l)
+{
+    pthread_mutex_lock(&h->lanes_mu);
+    l->busy = 0;
+    pthread_cond_signal(&h->lane_free);
+    pthread_mutex_unlock(&h->lanes_mu);
+}
+
+/* Adds the lane's new redactions to the metrics. Its workers are idle:
+ * st_ingest_drain returned. @locality the lane's owner */
+static void lane_sync_metrics(struct lane *l)
+{
+    char labels[96];
+    for (size_t i = 0; i < st_ingest_nrules(l->in); i++) {
+        uint64_t hits = st_ingest_rule_hits(l->in, i);
+        if (hits == l->synced[i])
+            continue;
+        snprintf(labels, sizeof(labels), "rule=\"%s\"", st_ingest_rule_name(l->in, i));
+        st_metric_add(st_metric_get(l->in->metrics, ST_METRIC_COUNTER,
+                                    "sandtrail_collector_redactions_total",
+                                    "values redacted, by rule", labels),
+                      (int64_t)(hits - l->synced[i]));
+        l->synced[i] = hits;
+    }
+}
+
+/* The connection's entry (NULL when it has none). */
+static struct conn *conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* @locality a connection's thread @locks takes conns_mu */
+static void conn_deadline(struct http *h, struct MHD_Connection *c, int64_t ms)
+{
+    struct conn *cn = conn_of(c);
+    if (!cn)
+        return;
+    pthread_mutex_lock(&h->conns_mu);
+    cn->deadline = ms ? st_time_mono_ms() + ms : 0;
+    pthread_mutex_unlock(&h->conns_mu);
+}
+
+/* Decodes, accepts and produces one request's body on a lane of its own,
+ * then answers once its own messages are durable.
+ * @locality a connection's thread @locks a lane (lane_take), the
+ * producer's inside st_producer_* */
 static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
                                struct request *rq)
 {
-    struct st_ingest *in = h->in;
-    size_t max_line = (size_t)in->conf->max_line_bytes;
+    const struct st_collector_conf *conf = h->in->conf;
+    size_t max_line = (size_t)conf->max_line_bytes;
     struct st_buf plain;
     const struct st_buf *body = &rq->body;
-    long accepted = in->stats.accepted, rejected = in->stats.rejected;
 
     st_buf_init(&plain);
     if (rq->gzip) {
-        int g = gunzip(&rq->body, (size_t)in->conf->http_max_body, &plain);
+        int g = gunzip(&rq->body, (size_t)conf->http_max_body, &plain);
         if (g) {
             st_buf_fini(&plain);
             return g > 0 ? reply(c, 413, "{\"error\":\"body too large once inflated\"}", 0)
-                         : reply(c, 400, "{\"error\":\"body is not valid gzip\"}", 0);
+                   : g == -2
+                       ? reply(c, 400,
+                               "{\"error\":\"data after the gzip stream\","
+                               "\"reason\":\"gzip_trailing_data\"}",
+                               0)
+                       : reply(c, 400,
+                               "{\"error\":\"body is not valid gzip\","
+                               "\"reason\":\"gzip_invalid\"}",
+                               0);
         }
         body = &plain;
     }
-    cJSON *resp = cJSON_CreateObject();
-    cJSON *errors = cJSON_CreateArray();
+    struct lane *lane = lane_take(h);
+    struct st_ingest *in = lane->in;
+    long accepted = in->stats.accepted, rejected = in->stats.rejected;
+    struct answer a = {cJSON_CreateArray(), cJSON_CreateObject(), 0, (long)conf->http_max_errors};
     in->lineno = 0;
     in->input_name = "http";
     in->allow_kind = rq->tok->kind;
     in->allow_name = rq->tok->name;
     in->on_reject = add_error;
-    in->on_reject_arg = errors;
+    in->on_reject_arg = &a;
+    in->dlq_max = (long)conf->http_max_dlq;
+    in->dlq_count = 0;
+    /* without a spool, this request's messages are tracked on their own */
+    struct st_delivery *d = st_producer_track(in->prod);
     const char *p = body->data ? body->data : "", *end = p + body->len;
     int fatal = 0;
     while (p < end && !fatal) {
@@ -188,23 +346,37 @@ static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
     in->allow_kind = in->allow_name = NULL;
     in->on_reject = NULL;
     st_buf_fini(&plain);
+    long n_acc = in->stats.accepted - accepted, n_rej = in->stats.rejected - rejected;
+    long dead_lettered = in->dlq_count;
+    lane_sync_metrics(lane);
+    lane_give(h, lane);
+    if (n_rej > dead_lettered)
+        st_warn("http: %s/%s: %ld rejected line(s) past http.max_dlq_records=%ld have no "
+                "dead-letter record (counted in the answer and the metrics)",
+                rq->tok->kind, rq->tok->name, n_rej - dead_lettered, dead_lettered);
 
     /* durable before we answer: everything of this request acknowledged */
-    int64_t undelivered = fatal ? 1 : st_producer_durable(in->prod,
-                                                          (int)in->conf->delivery_timeout_ms);
-    st_ingest_sync_metrics(in);
+    int wait_ms = fatal ? 0 : (int)conf->delivery_timeout_ms + 2000;
+    int64_t undelivered = d ? st_producer_track_wait(in->prod, d, wait_ms)
+                            : fatal ? 1
+                                    : st_producer_durable(in->prod, wait_ms);
+    cJSON *resp = cJSON_CreateObject();
     enum MHD_Result ret;
-    if (undelivered) {
-        cJSON_Delete(errors);
+    if (undelivered || fatal) {
+        cJSON_Delete(a.errors);
+        cJSON_Delete(a.by_reason);
         cJSON_AddStringToObject(resp, "error",
                                 "Kafka did not acknowledge every event: send the batch again");
         char *text = cJSON_PrintUnformatted(resp);
         ret = reply(c, 503, text, 1);
         free(text);
     } else {
-        cJSON_AddNumberToObject(resp, "accepted", (double)(in->stats.accepted - accepted));
-        cJSON_AddNumberToObject(resp, "rejected", (double)(in->stats.rejected - rejected));
-        cJSON_AddItemToObject(resp, "errors", errors);
+        cJSON_AddNumberToObject(resp, "accepted", (double)n_acc);
+        cJSON_AddNumberToObject(resp, "rejected", (double)n_rej);
+        cJSON_AddItemToObject(resp, "errors", a.errors);
+        cJSON_AddNumberToObject(resp, "errors_truncated", (double)(n_rej - a.listed));
+        cJSON_AddItemToObject(resp, "rejected_by_reason", a.by_reason);
+        cJSON_AddNumberToObject(resp, "dead_lettered", (double)dead_lettered);
         char *text = cJSON_PrintUnformatted(resp);
         ret = reply(c, 200, text, 0);
         free(text);
@@ -213,13 +385,23 @@ static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
     return ret;
 }
 
+/* 0 no encoding, 1 gzip, -1 one we do not read. */
+static int encoding(const char *ce)
+{
+    if (!ce || !*ce || !strcasecmp(ce, "identity"))
+        return 0;
+    return !strcasecmp(ce, "gzip") || !strcasecmp(ce, "x-gzip") ? 1 : -1;
+}
+
+/* @locality a connection's thread */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **state)
 {
     struct http *h = cls;
     struct request *rq = *state;
-    size_t max = (size_t)h->in->conf->http_max_body;
+    const struct st_collector_conf *conf = h->in->conf;
+    size_t max = (size_t)conf->http_max_body;
 
     if (!rq) {
         if (strcmp(url, "/v1/events") != 0)
@@ -235,15 +417,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > max)
             return reply(c, 413, "{\"error\":\"body larger than http.max_body_bytes\"}", 0);
-        const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+        int gz = encoding(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding"));
+        if (gz < 0)
+            return reply(c, 415,
+                         "{\"error\":\"unsupported Content-Encoding: gzip, x-gzip or none\"}",
+                         0);
         rq = st_calloc(1, sizeof(*rq));
         st_buf_init(&rq->body);
         rq->tok = tok;
-        rq->gzip = ce && strcmp(ce, "gzip") == 0;
+        rq->gzip = gz;
+        rq->deadline = st_time_mono_ms() + conf->http_request_ms;
+        conn_deadline(h, c, conf->http_request_ms);
         *state = rq;
         return MHD_YES;
     }
     if (*upload_size) {
+        /* a body that trickles in past its deadline is cut here (reap()
+         * cuts one that stops) */
+        if (st_time_mono_ms() > rq->deadline)
+            return MHD_NO;
         if (rq->body.len + *upload_size > max)
             rq->too_big = 1; /* keep reading, keep nothing */
         else
@@ -253,13 +445,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (rq->too_big)
         return reply(c, 413, "{\"error\":\"body larger than http.max_body_bytes\"}", 0);
+    conn_deadline(h, c, 0); /* processing is bounded by the delivery timeout */
     return process(h, c, rq);
 }
 
+/* The end of a request: the connection's next request has
+ * http.header_timeout_ms again. @locality a connection's thread */
 static void on_done(void *cls, struct MHD_Connection *c, void **state,
                     enum MHD_RequestTerminationCode code)
 {
+    struct http *h = cls;
     struct request *rq = *state;
+    conn_deadline(h, c, h->in->conf->http_header_ms);
     if (!rq)
         return;
     st_buf_fini(&rq->body);
@@ -267,14 +464,84 @@ static void on_done(void *cls, struct MHD_Connection *c, void **state,
     *state = NULL;
 }
 
+/* A connection opens or closes. libmicrohttpd reports the close before it
+ * closes the socket, so an entry's fd is the connection's while listed.
+ * @locality the listener's or the connection's thread @locks conns_mu */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct http *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct conn *cn = st_calloc(1, sizeof(*cn));
+        cn->fd = ci ? ci->connect_fd : -1;
+        cn->deadline = st_time_mono_ms() + h->in->conf->http_header_ms;
+        pthread_mutex_lock(&h->conns_mu);
+        cn->next = h->conns;
+        if (h->conns)
+            h->conns->prev = cn;
+        h->conns = cn;
+        pthread_mutex_unlock(&h->conns_mu);
+        *socket_context = cn;
+        return;
+    }
+    struct conn *cn = *socket_context;
+    if (!cn)
+        return;
+    pthread_mutex_lock(&h->conns_mu);
+    if (cn->prev)
+        cn->prev->next = cn->next;
+    else
+        h->conns = cn->next;
+    if (cn->next)
+        cn->next->prev = cn->prev;
+    pthread_mutex_unlock(&h->conns_mu);
+    free(cn);
+    *socket_context = NULL;
+}
+
+/* Closes the connections past their deadline (headers or body not in
+ * time, however slowly the bytes come): shutdown() wakes the connection's
+ * thread, which closes it. @locality the listener's loop @locks conns_mu */
+static void reap(struct http *h)
+{
+    int64_t now = st_time_mono_ms();
+    long n = 0;
+    pthread_mutex_lock(&h->conns_mu);
+    for (struct conn *cn = h->conns; cn; cn = cn->next)
+        if (!cn->closed && cn->deadline && now > cn->deadline && cn->fd >= 0) {
+            shutdown(cn->fd, SHUT_RDWR);
+            cn->closed = 1;
+            n++;
+        }
+    pthread_mutex_unlock(&h->conns_mu);
+    h->reaped += n;
+    if (n && h->m_reaped)
+        st_metric_add(h->m_reaped, n);
+    if (h->reaped && now - h->reaped_logged_ms > 10000) {
+        st_warn("http: closed %ld connection(s) that did not send their request within "
+                "http.header_timeout_ms / http.request_timeout_ms",
+                h->reaped);
+        h->reaped = 0;
+        h->reaped_logged_ms = now;
+    }
+}
+
 int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
 {
     const struct st_collector_conf *conf = in->conf;
-    struct http h = {in, NULL, 0};
+    struct http h;
     struct sockaddr_in sa;
-    char host[64];
+    char host[64], errstr[512];
     int port, rc = -1;
+    struct MHD_Daemon *d = NULL;
 
+    memset(&h, 0, sizeof(h));
+    h.in = in;
+    pthread_mutex_init(&h.lanes_mu, NULL);
+    pthread_cond_init(&h.lane_free, NULL);
+    pthread_mutex_init(&h.conns_mu, NULL);
     if (load_tokens(&h, conf->http_tokens_file))
         goto out;
     if (sscanf(conf->http_listen, "%63[^:]:%d", host, &port) != 2 || port <= 0 ||
@@ -289,28 +556,78 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
         st_error("invalid value for \"http.listen\": \"%s\" is not an IPv4 address", host);
         goto out;
     }
-    struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)port, NULL, NULL, on_request, &h,
-        MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
+    /* lane 0 is the caller's st_ingest, the others our own */
+    h.nlanes = (int)conf->http_concurrency;
+    h.lanes = st_calloc((size_t)h.nlanes, sizeof(*h.lanes));
+    for (int k = 0; k < h.nlanes; k++) {
+        struct lane *l = &h.lanes[k];
+        if (k == 0) {
+            l->in = in;
+        } else {
+            l->in = st_calloc(1, sizeof(*l->in));
+            l->owned = 1;
+            if (st_ingest_init(l->in, conf, in->prod, in->metrics, "http", errstr,
+                               sizeof(errstr))) {
+                st_error("%s", errstr);
+                free(l->in);
+                l->in = NULL;
+                goto out;
+            }
+            l->in->prod = in->prod;
+        }
+        l->synced = st_calloc(st_ingest_nrules(l->in) + 1, sizeof(*l->synced));
+        for (size_t i = 0; i < st_ingest_nrules(l->in); i++)
+            l->synced[i] = st_ingest_rule_hits(l->in, i);
+    }
+    h.m_reaped = st_metric_get(in->metrics, ST_METRIC_COUNTER,
+                               "sandtrail_collector_http_deadline_closed_total",
+                               "connections closed for not sending their request in time",
+                               "");
+    d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
+        (uint16_t)port, NULL, NULL, on_request, &h, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_OPTION_NOTIFY_COMPLETED, on_done, &h, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, &h, MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->http_max_conns,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)conf->http_max_conns_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conf->http_idle_s, MHD_OPTION_END);
     if (!d) {
         st_error("could not listen on \"%s\"", conf->http_listen);
         goto out;
     }
-    st_info("listening on http://%s/v1/events (%zu source token(s))", conf->http_listen,
-            h.ntokens);
+    st_info("listening on http://%s/v1/events (%zu source token(s), %d request(s) at "
+            "once, %" PRId64 " connections)",
+            conf->http_listen, h.ntokens, h.nlanes, conf->http_max_conns);
     while (!*stop) {
         st_producer_poll(in->prod);
+        reap(&h);
         usleep(100000);
     }
-    MHD_stop_daemon(d);
     rc = 0;
 out:
+    if (d)
+        MHD_stop_daemon(d); /* joins every connection's thread */
+    for (int k = 0; k < h.nlanes; k++) {
+        struct lane *l = &h.lanes[k];
+        if (l->owned && l->in) {
+            /* the run's totals, for the caller's summary */
+            in->stats.lines += l->in->stats.lines;
+            in->stats.accepted += l->in->stats.accepted;
+            in->stats.rejected += l->in->stats.rejected;
+            in->stats.skipped += l->in->stats.skipped;
+            st_ingest_fini(l->in);
+            free(l->in);
+        }
+        free(l->synced);
+    }
+    free(h.lanes);
     for (size_t i = 0; i < h.ntokens; i++) {
         free(h.tokens[i].token);
         free(h.tokens[i].kind);
         free(h.tokens[i].name);
     }
     free(h.tokens);
+    pthread_mutex_destroy(&h.lanes_mu);
+    pthread_cond_destroy(&h.lane_free);
+    pthread_mutex_destroy(&h.conns_mu);
     return rc;
 }

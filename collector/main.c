@@ -87,6 +87,26 @@ static const struct st_conf_prop collector_props[] = {
      0, NULL, "--listen: lines \"<token> <source kind> <source name>\", one per source"},
     {"http.max_body_bytes", NULL, ST_CONF_INT, C(http_max_body), 1024,
      INT64_C(1073741824), "8388608", "--listen: largest request body, inflated (413 above)"},
+    {"http.concurrency", NULL, ST_CONF_INT, C(http_concurrency), 1, 64, "4",
+     "--listen: requests decoded and produced at once, each with its own "
+     "input.workers (a heavy request holds one; others wait only when all are busy)"},
+    {"http.max_connections", NULL, ST_CONF_INT, C(http_max_conns), 1, 100000, "512",
+     "--listen: open connections at most (one thread each); more are refused"},
+    {"http.max_connections_per_ip", NULL, ST_CONF_INT, C(http_max_conns_ip), 1, 100000,
+     "64", "--listen: open connections at most from one client address"},
+    {"http.header_timeout_ms", NULL, ST_CONF_INT, C(http_header_ms), 100, 3600000,
+     "10000",
+     "--listen: a connection must send a request's headers within this, from its "
+     "start or the end of its last request, or it is closed"},
+    {"http.request_timeout_ms", NULL, ST_CONF_INT, C(http_request_ms), 100, 3600000,
+     "60000", "--listen: a request's body must arrive within this after its headers"},
+    {"http.idle_timeout_s", NULL, ST_CONF_INT, C(http_idle_s), 1, 3600, "15",
+     "--listen: a connection that sends nothing for this long is closed"},
+    {"http.max_errors", NULL, ST_CONF_INT, C(http_max_errors), 0, 100000, "100",
+     "--listen: rejected lines listed in an answer; the rest are counted by reason"},
+    {"http.max_dlq_records", NULL, ST_CONF_INT, C(http_max_dlq), 1, 100000000, "1000",
+     "--listen: dead-letter records (and stderr lines) per request; the rest of its "
+     "rejected lines are counted by reason in the answer and the metrics only"},
     {"spool.dir", "SANDTRAIL_SPOOL_DIR", ST_CONF_STR, C(spool_dir), 0, 0, NULL,
      "folder of the on-disk spool in front of Kafka (unset: no spool, inputs wait "
      "for Kafka)"},

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "collector.h"
 #include "kafka.h"
@@ -29,7 +30,20 @@ struct st_producer {
      * every public function holds this lock (delivery reports run inside
      * them, on the calling thread) */
     pthread_mutex_t lock;
+    pthread_cond_t tracked_done; /* a tracked request's last report came */
 };
+
+/* The messages of one request (HTTP without a spool), so that its answer
+ * depends on its own messages only, not on every message since the start
+ * (one failure for good must not make every later request fail). Guarded
+ * by the producer's lock: delivery reports run inside it. */
+struct st_delivery {
+    int64_t pending, failed;
+    int orphaned; /* its waiter gave up: the last report frees it */
+};
+
+/* The request whose messages this thread is producing (st_producer_track). */
+static __thread struct st_delivery *tracking;
 
 /* Delivery reports run on the thread that polls, so plain counters do. */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -37,6 +51,16 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     struct st_producer *p = opaque;
     if (p->spool)
         st_spool_delivered(p->spool, (int64_t)(intptr_t)m->_private, !m->err);
+    else if (m->_private) {
+        struct st_delivery *d = m->_private;
+        d->failed += m->err != 0;
+        if (--d->pending == 0) {
+            if (d->orphaned)
+                free(d);
+            else
+                pthread_cond_broadcast(&p->tracked_done);
+        }
+    }
     if (p->m_latency) {
         int64_t us = rd_kafka_message_latency(m);
         if (us >= 0)
@@ -71,10 +95,16 @@ struct st_producer *st_producer_new(const struct st_collector_conf *conf,
 {
     struct st_producer *p = st_calloc(1, sizeof(*p));
     pthread_mutex_init(&p->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->tracked_done, &ca);
+    pthread_condattr_destroy(&ca);
     if (conf->spool_dir && *conf->spool_dir) {
         p->spool = st_spool_open(conf->spool_dir, conf->spool_max_bytes, errstr, errsz);
         if (!p->spool) {
             pthread_mutex_destroy(&p->lock);
+            pthread_cond_destroy(&p->tracked_done);
             free(p);
             return NULL;
         }
@@ -147,6 +177,7 @@ fail_conf:
 fail:
     st_spool_close(p->spool);
     pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->tracked_done);
     free(p);
     return NULL;
 }
@@ -169,6 +200,7 @@ void st_producer_destroy(struct st_producer *p)
         st_spool_close(p->spool);
     }
     pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->tracked_done);
     free(p);
 }
 
@@ -217,10 +249,19 @@ static int produce(struct st_producer *p, int dlq, const char *key, const char *
 
     pthread_mutex_lock(&p->lock);
     if (p->spool &&
-        (seg = st_spool_append(p->spool, dlq, topic, key, keylen, value, len)) < 0)
+        (seg = st_spool_append(p->spool, dlq, topic, key, keylen, value, len)) < 0) {
         rc = -1;
-    else
+    } else if (!p->spool && tracking) {
+        /* counted before: its report may come inside hand_over's poll */
+        tracking->pending++;
+        rc = hand_over(p, (int64_t)(intptr_t)tracking, topic, key, keylen, value, len) < 0
+                 ? -1
+                 : 0;
+        if (rc)
+            tracking->pending--;
+    } else {
         rc = hand_over(p, seg, topic, key, keylen, value, len) < 0 ? -1 : 0;
+    }
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -296,6 +337,51 @@ int64_t st_producer_flush(struct st_producer *p, int timeout_ms)
     }
     spool_maintain(p);
     int64_t left = p->queued - p->delivered;
+    pthread_mutex_unlock(&p->lock);
+    return left;
+}
+
+struct st_delivery *st_producer_track(struct st_producer *p)
+{
+    if (p->spool)
+        return NULL;
+    tracking = st_calloc(1, sizeof(*tracking));
+    return tracking;
+}
+
+int64_t st_producer_track_wait(struct st_producer *p, struct st_delivery *d,
+                               int timeout_ms)
+{
+    tracking = NULL;
+    if (!d)
+        return 0;
+    struct timespec until;
+    int64_t deadline = st_time_mono_ms() + timeout_ms;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        char err[256];
+        rd_kafka_poll(p->rk, 0);
+        if (d->pending == 0 || st_time_mono_ms() >= deadline)
+            break;
+        if (rd_kafka_fatal_error(p->rk, err, sizeof(err))) {
+            st_error("fatal Kafka producer error: %s", err);
+            break;
+        }
+        /* the lock is free while we wait: other requests produce; a 50 ms
+         * tick serves the reports when no other thread polls */
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += 50 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&p->tracked_done, &p->lock, &until);
+    }
+    int64_t left = d->pending + d->failed;
+    if (d->pending)
+        d->orphaned = 1;
+    else
+        free(d);
     pthread_mutex_unlock(&p->lock);
     return left;
 }

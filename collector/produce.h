@@ -51,6 +51,18 @@ int st_producer_full(struct st_producer *p);
  * means everything queued so far is durably in Kafka. */
 int64_t st_producer_flush(struct st_producer *p, int timeout_ms);
 
+/* Per-request delivery (without a spool): the messages this thread
+ * produces after st_producer_track, until st_producer_track_wait, are
+ * tracked on their own. NULL with a spool (its fsync is what counts). */
+struct st_delivery;
+struct st_delivery *st_producer_track(struct st_producer *p);
+/* Stops tracking on this thread and waits until each tracked message has
+ * its delivery report, or timeout_ms. Returns how many failed or are still
+ * undelivered (0: all in Kafka); d is freed (a late report is absorbed).
+ * Accepts NULL (returns 0). */
+int64_t st_producer_track_wait(struct st_producer *p, struct st_delivery *d,
+                               int timeout_ms);
+
 struct st_producer_stats {
     int64_t queued, delivered, failed;
 };
