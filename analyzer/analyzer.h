@@ -4,10 +4,12 @@
 
 #include <stdint.h>
 
+#include "kafka.h"
 #include "override.h"
 
 struct st_analyzer_conf {
     char *brokers;
+    struct st_kafka_props kafka; /* kafka.rdkafka.*, kafka.sasl.password_file */
     char *topic_events;
     char *topic_dlq;
     int64_t dlq_raw_bytes;

@@ -46,6 +46,11 @@
 static const struct st_conf_prop analyzer_props[] = {
     {"kafka.brokers", "SANDTRAIL_KAFKA_BROKERS", ST_CONF_STR, A(brokers), 0, 0,
      "127.0.0.1:19092", "Kafka bootstrap servers"},
+    {"kafka.sasl.password_file", "SANDTRAIL_KAFKA_PASSWORD_FILE", ST_CONF_STR,
+     A(kafka.password_file), 0, 0, NULL,
+     "file holding the SASL password (librdkafka's sasl.password), read at start. "
+     "Any librdkafka property is passed through as kafka.rdkafka.<name>, e.g. "
+     "kafka.rdkafka.security.protocol=SASL_SSL; an unknown name stops start-up"},
     {"kafka.topic.events", "SANDTRAIL_TOPIC_EVENTS", ST_CONF_STR, A(topic_events), 0,
      0, "sandtrail.events", "topic of validated events"},
     {"kafka.topic.dlq", "SANDTRAIL_TOPIC_DLQ", ST_CONF_STR, A(topic_dlq), 0, 0,
@@ -128,6 +133,15 @@ static const struct st_conf_prop analyzer_props[] = {
 };
 
 static volatile sig_atomic_t stop;
+
+/* names outside the table: kafka.rdkafka.* then override.* */
+static int analyzer_extra(void *arg, const char *name, const char *value, char *errstr,
+                          size_t errsz)
+{
+    struct st_analyzer_conf *conf = arg;
+    int rc = st_kafka_props_parse(&conf->kafka, name, value, errstr, errsz);
+    return rc == 1 ? st_override_parse(&conf->overrides, name, value, errstr, errsz) : rc;
+}
 
 static void on_signal(int sig)
 {
@@ -520,8 +534,8 @@ int main(int argc, char **argv)
         return 64;
     }
     a.conf.overrides.props = analyzer_props;
-    if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, st_override_parse,
-                     &a.conf.overrides, errstr, sizeof(errstr)))
+    if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, analyzer_extra,
+                     &a.conf, errstr, sizeof(errstr)))
         goto conf_error;
     free(sets);
     sets = NULL;
@@ -591,6 +605,7 @@ out:
     st_deadletter_destroy(a.dlq);
     st_sink_destroy(a.sink);
     st_overrides_fini(&a.conf.overrides);
+    st_kafka_props_fini(&a.conf.kafka);
     st_metrics_destroy(a.metrics);
     st_conf_fini(analyzer_props, &a.conf);
     return status;
@@ -599,6 +614,7 @@ conf_error:
     st_error("%s", errstr);
     free(sets);
     st_overrides_fini(&a.conf.overrides);
+    st_kafka_props_fini(&a.conf.kafka);
     st_conf_fini(analyzer_props, &a.conf);
     return 78;
 }

@@ -4,8 +4,11 @@
 
 #include <stdint.h>
 
+#include "kafka.h"
+
 struct st_collector_conf {
     char *brokers;
+    struct st_kafka_props kafka; /* kafka.rdkafka.*, kafka.sasl.password_file */
     char *topic_events;
     char *topic_dlq;
     int64_t topic_partitions;

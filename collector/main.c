@@ -38,6 +38,11 @@
 static const struct st_conf_prop collector_props[] = {
     {"kafka.brokers", "SANDTRAIL_KAFKA_BROKERS", ST_CONF_STR, C(brokers), 0, 0,
      "127.0.0.1:19092", "Kafka bootstrap servers"},
+    {"kafka.sasl.password_file", "SANDTRAIL_KAFKA_PASSWORD_FILE", ST_CONF_STR,
+     C(kafka.password_file), 0, 0, NULL,
+     "file holding the SASL password (librdkafka's sasl.password), read at start. "
+     "Any librdkafka property is passed through as kafka.rdkafka.<name>, e.g. "
+     "kafka.rdkafka.security.protocol=SASL_SSL; an unknown name stops start-up"},
     {"kafka.topic.events", "SANDTRAIL_TOPIC_EVENTS", ST_CONF_STR, C(topic_events), 0,
      0, "sandtrail.events", "topic that accepted events are produced to"},
     {"kafka.topic.dlq", "SANDTRAIL_TOPIC_DLQ", ST_CONF_STR, C(topic_dlq), 0, 0,
@@ -198,8 +203,8 @@ int main(int argc, char **argv)
     }
 
     memset(&conf, 0, sizeof(conf));
-    if (st_conf_load(collector_props, &conf, config_file, sets, nsets, NULL, NULL, errstr,
-                     sizeof(errstr)))
+    if (st_conf_load(collector_props, &conf, config_file, sets, nsets, st_kafka_props_parse,
+                     &conf.kafka, errstr, sizeof(errstr)))
         goto conf_error;
     free(sets);
     sets = NULL;
@@ -210,6 +215,7 @@ int main(int argc, char **argv)
     FILE *in = !input ? NULL : strcmp(input, "-") == 0 ? stdin : fopen(input, "rb");
     if (input && !in) {
         st_error("could not open input \"%s\": %s", input, strerror(errno));
+        st_kafka_props_fini(&conf.kafka);
         st_conf_fini(collector_props, &conf);
         return 66;
     }
@@ -279,12 +285,14 @@ int main(int argc, char **argv)
 out:
     if (in && in != stdin)
         fclose(in);
+    st_kafka_props_fini(&conf.kafka);
     st_conf_fini(collector_props, &conf);
     return status;
 
 conf_error:
     st_error("%s", errstr);
     free(sets);
+    st_kafka_props_fini(&conf.kafka);
     st_conf_fini(collector_props, &conf);
     return 78;
 }
