@@ -70,7 +70,8 @@ static const struct st_conf_prop analyzer_props[] = {
      "giving its partitions to others"},
     {"pg.dsn", "SANDTRAIL_PG_DSN", ST_CONF_STR, A(pg_dsn), 0, 0,
      "host=127.0.0.1 port=15433 user=sandtrail dbname=sandtrail",
-     "PostgreSQL connection string (libpq)"},
+     "PostgreSQL connection string (libpq): TLS and login are libpq's options, e.g. "
+     "sslmode=verify-full sslrootcert=FILE passfile=FILE; the password is never logged"},
     {"redis.url", "SANDTRAIL_REDIS_URL", ST_CONF_STR, A(redis_url), 0, 0,
      "redis://127.0.0.1:16380/0", "Redis holding detector windows"},
     {"redis.prefix", "SANDTRAIL_REDIS_PREFIX", ST_CONF_STR, A(redis_prefix), 0, 0,

@@ -72,6 +72,32 @@ START_TEST(transport_kafka_sasl_ssl_carries_events_and_refuses_wrong_secrets)
 }
 END_TEST
 
+START_TEST(transport_pg_verify_full_scram_and_no_password_in_messages)
+{
+    struct world w;
+    world_init(&w, "tpg");
+    char *out = transport(&w, "pg");
+    /* the analyzer stored every event over TLS with scram-sha-256 */
+    ck_assert_int_eq(value(out, "produce_status"), 0);
+    ck_assert_int_eq(value(out, "consume_status"), 0);
+    ck_assert_int_eq(value(out, "events"), 14);
+    ck_assert_ptr_nonnull(strstr(out, "\nssl=t\n"));
+    /* wrong or missing CA, wrong password: refused at start, clearly */
+    ck_refused(out, "wrong_ca", 1);
+    ck_refused(out, "missing_ca", 1);
+    ck_refused(out, "wrong_password", 1);
+    /* the server takes no plaintext at all */
+    ck_refused(out, "plaintext", 1);
+    /* a password in the DSN is never logged, even from a DSN libpq cannot
+     * read (it quotes the bad part of a URI) */
+    ck_refused(out, "inline_password", 1);
+    ck_refused(out, "bad_uri", 1);
+    ck_assert_int_eq(value(out, "password_logged"), 0);
+    free(out);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -80,6 +106,7 @@ int main(void)
     TCase *tc = tcase_create("tls");
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, transport_kafka_sasl_ssl_carries_events_and_refuses_wrong_secrets);
+    tcase_add_test(tc, transport_pg_verify_full_scram_and_no_password_in_messages);
     suite_add_tcase(s, tc);
     return world_run(s);
 }

@@ -73,6 +73,64 @@ kafka)
     # the password is in no message
     echo "password_logged=$(cat "$dir"/*.log | grep -cF -- "$(cat "$dir/kafka.password")")"
     ;;
+pg)
+    # a PostgreSQL of the test's own: TLS only (hostssl), scram-sha-256, a
+    # role with a password owning its database
+    pgbin=/usr/lib/postgresql/15/bin
+    port=15533
+    pd=$dir/pg
+    mkdir -p "$pd"
+    if [ "$(id -u)" -eq 0 ]; then
+        pguser=sandtrail
+        id "$pguser" >/dev/null 2>&1 ||
+            useradd --system --no-create-home --shell /usr/sbin/nologin "$pguser"
+        as_pg() { runuser -u "$pguser" -- "$@"; }
+    else
+        pguser=$(id -un)
+        as_pg() { "$@"; }
+    fi
+    head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$pd/su.pw"
+    cp "$dir/server.crt" "$dir/server.key" "$pd/"
+    chmod 600 "$pd/server.key" "$pd/su.pw"
+    chown -R "$pguser" "$pd"
+    as_pg "$pgbin/initdb" -D "$pd/data" -U "$pguser" --auth=scram-sha-256 \
+        --pwfile="$pd/su.pw" -E UTF8 --locale=C.UTF-8 >"$pd/initdb.log" 2>&1 ||
+        { cat "$pd/initdb.log" >&2; exit 1; }
+    # TLS or nothing: no "host" line, so a plaintext connection has no entry
+    echo "hostssl all all 127.0.0.1/32 scram-sha-256" >"$pd/data/pg_hba.conf"
+    as_pg "$pgbin/pg_ctl" -D "$pd/data" -l "$pd/server.log" -w -t 60 -o \
+        "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories='' -c ssl=on -c ssl_cert_file=$pd/server.crt -c ssl_key_file=$pd/server.key -c fsync=off -c max_connections=20" \
+        start >/dev/null || { tail -n 20 "$pd/server.log" >&2; exit 1; }
+    cleanups+=("as_pg '$pgbin/pg_ctl' -D '$pd/data' -m immediate -w stop >/dev/null 2>&1")
+    tls="host=127.0.0.1 port=$port sslmode=verify-full sslrootcert=$dir/ca.crt"
+    app_pw=app-$(head -c 12 /dev/urandom | base64 | tr -d '/+=')
+    PGPASSWORD=$(cat "$pd/su.pw") "$pgbin/psql" "$tls user=$pguser dbname=postgres" -qAt \
+        -c "CREATE ROLE st_app LOGIN PASSWORD '$app_pw'" -c "CREATE DATABASE st OWNER st_app" ||
+        exit 1
+    (umask 077 && echo "127.0.0.1:$port:st:st_app:$app_pw" >"$dir/pgpass" &&
+        echo "127.0.0.1:$port:st:st_app:not-$app_pw" >"$dir/wrong.pgpass")
+    dsn="$tls dbname=st user=st_app passfile=$dir/pgpass"
+    # events through the shared Kafka (the world's topic) into this server
+    run produce "" "$collector" --input "$events"
+    run consume "" "$analyzer" --drain -X pg.dsn="$dsn"
+    echo "events=$("$pgbin/psql" "$dsn" -qAtc 'SELECT count(*) FROM events')"
+    echo "ssl=$("$pgbin/psql" "$dsn" -qAtc 'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()')"
+    run wrong_ca "certificate verify failed" \
+        "$analyzer" --drain -X pg.dsn="$dsn sslrootcert=$dir/other-ca.crt"
+    run missing_ca "root certificate file" \
+        "$analyzer" --drain -X pg.dsn="$dsn sslrootcert=$dir/absent.crt"
+    run wrong_password "password authentication failed" \
+        "$analyzer" --drain -X pg.dsn="$dsn passfile=$dir/wrong.pgpass"
+    run plaintext "no encryption" "$analyzer" --drain -X pg.dsn="$dsn sslmode=disable"
+    # a password in the DSN is in no message, even when libpq quotes the
+    # part of a URI it cannot read
+    secret=Secret-$RANDOM$RANDOM
+    run inline_password "password authentication failed" \
+        "$analyzer" --drain -X pg.dsn="$tls dbname=st user=st_app password=$secret"
+    run bad_uri "invalid connection string" "$analyzer" --drain \
+        -X pg.dsn="postgresql://st_app:$secret%zz@127.0.0.1:$port/st?sslmode=verify-full"
+    echo "password_logged=$(cat "$dir"/*.log | grep -cF -e "$secret" -e "$app_pw")"
+    ;;
 *)
     echo "usage: transport.sh kafka|pg|redis DIR BINDIR" >&2
     exit 64
