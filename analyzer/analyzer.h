@@ -18,6 +18,7 @@ struct st_analyzer_conf {
     int64_t session_timeout_ms;
     char *pg_dsn;
     char *redis_url;
+    char *redis_password_file;
     char *redis_prefix;
     char *sql_dir;
     char *metrics_listen;

@@ -73,7 +73,14 @@ static const struct st_conf_prop analyzer_props[] = {
      "PostgreSQL connection string (libpq): TLS and login are libpq's options, e.g. "
      "sslmode=verify-full sslrootcert=FILE passfile=FILE; the password is never logged"},
     {"redis.url", "SANDTRAIL_REDIS_URL", ST_CONF_STR, A(redis_url), 0, 0,
-     "redis://127.0.0.1:16380/0", "Redis holding detector windows"},
+     "redis://127.0.0.1:16380/0",
+     "Redis holding detector windows: redis://[user[:password]@]host:port[/db] "
+     "(an ACL user; AUTH is sent on every connection). Redis has no TLS here: "
+     "reach a remote one through a TLS tunnel (README)"},
+    {"redis.password_file", "SANDTRAIL_REDIS_PASSWORD_FILE", ST_CONF_STR,
+     A(redis_password_file), 0, 0, NULL,
+     "file holding the Redis password, read at start; takes precedence over the "
+     "URL's"},
     {"redis.prefix", "SANDTRAIL_REDIS_PREFIX", ST_CONF_STR, A(redis_prefix), 0, 0,
      "st:", "prefix of every Redis key the analyzer writes"},
     {"sql.dir", "SANDTRAIL_SQL_DIR", ST_CONF_STR, A(sql_dir), 0, 0, NULL,
@@ -569,7 +576,7 @@ int main(int argc, char **argv)
     metrics_init(&a);
     if (!(a.sink = st_sink_new(&a.conf, errstr, sizeof(errstr))) ||
         !(a.dlq = st_deadletter_new(&a.conf, errstr, sizeof(errstr))) ||
-        !(a.redis = st_rpipe_new(a.conf.redis_url, errstr, sizeof(errstr))) ||
+        !(a.redis = st_rpipe_new(a.conf.redis_url, a.conf.redis_password_file, errstr, sizeof(errstr))) ||
         !(a.consumer = st_consumer_new(&a.conf, errstr, sizeof(errstr)))) {
         st_error("%s", errstr);
         goto out;

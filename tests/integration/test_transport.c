@@ -98,6 +98,34 @@ START_TEST(transport_pg_verify_full_scram_and_no_password_in_messages)
 }
 END_TEST
 
+START_TEST(transport_redis_acl_user_through_tls_tunnel)
+{
+    struct world w;
+    world_init(&w, "tredis");
+    char *out = transport(&w, "redis");
+    /* the analyzer logged in as the ACL user, through the tunnel, and its
+     * detectors wrote their state */
+    ck_assert_int_eq(value(out, "produce_status"), 0);
+    ck_assert_int_eq(value(out, "consume_status"), 0);
+    ck_assert_int_gt(value(out, "keys"), 0);
+    ck_assert_int_eq(value(out, "url_password_status"), 0);
+    char *n = rows(w.dsn, "SELECT count(*) FROM events");
+    ck_assert_str_eq(n, "14\n");
+    free(n);
+    /* a wrong password or none: refused at start with Redis's words */
+    ck_refused(out, "wrong_password", 1);
+    ck_refused(out, "no_login", 1);
+    /* a tunnel that does not trust the server's CA carries nothing */
+    ck_refused(out, "wrong_ca", 1);
+    ck_assert_int_eq(value(out, "tunnel_refused_ca"), 1);
+    /* the password of a URL is masked in messages */
+    ck_refused(out, "bad_url", 1);
+    ck_assert_int_eq(value(out, "password_logged"), 0);
+    free(out);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -107,6 +135,7 @@ int main(void)
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, transport_kafka_sasl_ssl_carries_events_and_refuses_wrong_secrets);
     tcase_add_test(tc, transport_pg_verify_full_scram_and_no_password_in_messages);
+    tcase_add_test(tc, transport_redis_acl_user_through_tls_tunnel);
     suite_add_tcase(s, tc);
     return world_run(s);
 }

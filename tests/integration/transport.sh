@@ -131,6 +131,61 @@ pg)
         -X pg.dsn="postgresql://st_app:$secret%zz@127.0.0.1:$port/st?sslmode=verify-full"
     echo "password_logged=$(cat "$dir"/*.log | grep -cF -e "$secret" -e "$app_pw")"
     ;;
+redis)
+    # a Redis of the test's own with an ACL user (the default user off),
+    # reached through a TLS tunnel: stunnel in front of it (server) and one
+    # on the analyzer's side (client), both on loopback; hiredis 0.14 has
+    # no TLS of its own
+    rport=16480
+    sport=16481
+    cport=16482
+    badport=16483
+    stunnel=$(command -v stunnel4 || command -v stunnel) || { echo "stunnel4 not installed: scripts/setup" >&2; exit 1; }
+    rpw=redis-$(head -c 12 /dev/urandom | base64 | tr -d '/+=')
+    (umask 077 && echo "$rpw" >"$dir/redis.password")
+    redis-server --bind 127.0.0.1 --port $rport --save "" --appendonly no --dir "$dir" \
+        --user default off --user sandtrail on ">$rpw" "~*" "&*" "+@all" \
+        >"$dir/redis-server.log" 2>&1 </dev/null &
+    cleanups+=("kill $!")
+    tunnel() # NAME ACCEPT CONNECT [client options...]
+    {
+        local name=$1 accept=$2 connect=$3
+        shift 3
+        {
+            printf '%s\n' "foreground = yes" "pid =" "[redis]" "accept = 127.0.0.1:$accept" \
+                "connect = 127.0.0.1:$connect" "$@"
+        } >"$dir/$name.conf"
+        "$stunnel" "$dir/$name.conf" >"$dir/$name.log" 2>&1 </dev/null &
+        cleanups+=("kill $!")
+    }
+    tunnel stunnel-server $sport $rport "cert = $dir/server.crt" "key = $dir/server.key"
+    tunnel stunnel-client $cport $sport "client = yes" "CAfile = $dir/ca.crt" \
+        "verifyChain = yes" "checkIP = 127.0.0.1"
+    tunnel stunnel-wrong-ca $badport $sport "client = yes" "CAfile = $dir/other-ca.crt" \
+        "verifyChain = yes" "checkIP = 127.0.0.1"
+    for _ in $(seq 1 50); do
+        redis-cli -p $cport --user sandtrail --pass "$rpw" --no-auth-warning ping 2>/dev/null |
+            grep -q PONG && break
+        sleep 0.1
+    done
+    run produce "" "$collector" --input "$events"
+    run consume "" "$analyzer" --drain -X redis.url=redis://sandtrail@127.0.0.1:$cport/0 \
+        -X redis.password_file="$dir/redis.password"
+    echo "keys=$(redis-cli -p $rport --user sandtrail --pass "$rpw" --no-auth-warning \
+        --scan --pattern "${SANDTRAIL_REDIS_PREFIX}*" | wc -l)"
+    run url_password "" "$analyzer" --drain \
+        -X redis.url="redis://sandtrail:$rpw@127.0.0.1:$cport/0"
+    run wrong_password "WRONGPASS" "$analyzer" --drain \
+        -X redis.url="redis://sandtrail:not-$rpw@127.0.0.1:$cport/0"
+    run no_login "NOAUTH" "$analyzer" --drain -X redis.url=redis://127.0.0.1:$cport/0
+    run wrong_ca "could not log in to Redis" "$analyzer" --drain \
+        -X redis.url=redis://sandtrail@127.0.0.1:$badport/0 \
+        -X redis.password_file="$dir/redis.password"
+    grep -q "certificate verify failed" "$dir/stunnel-wrong-ca.log" &&
+        echo "tunnel_refused_ca=1" || echo "tunnel_refused_ca=0"
+    run bad_url "bad port" "$analyzer" --drain -X redis.url="redis://sandtrail:$rpw@127.0.0.1:0/0"
+    echo "password_logged=$(cat "$dir"/*.log | grep -cF -e "$rpw")"
+    ;;
 *)
     echo "usage: transport.sh kafka|pg|redis DIR BINDIR" >&2
     exit 64
