@@ -33,6 +33,8 @@ struct st_collector_conf {
     char *metrics_listen;
     char *http_listen;      /* http.listen (--listen) */
     char *http_tokens_file;
+    char *http_tls_cert;    /* http.tls_cert_file: HTTPS only when set */
+    char *http_tls_key;     /* http.tls_key_file */
     int64_t http_max_body;
     int64_t http_concurrency;    /* http.concurrency: requests processed at once */
     int64_t http_max_conns;      /* http.max_connections */

@@ -47,6 +47,7 @@
 
 #include "buf.h"
 #include "collector.h"
+#include "http_tls.h"
 #include "ingest.h"
 #include "input.h"
 #include "log.h"
@@ -533,6 +534,7 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
     const struct st_collector_conf *conf = in->conf;
     struct http h;
     struct sockaddr_in sa;
+    struct st_http_tls tls = {0};
     char host[64], errstr[512];
     int port, rc = -1;
     struct MHD_Daemon *d = NULL;
@@ -583,20 +585,26 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
                                "sandtrail_collector_http_deadline_closed_total",
                                "connections closed for not sending their request in time",
                                "");
+    if (st_http_tls_init(&tls, conf, errstr, sizeof(errstr))) {
+        st_error("%s", errstr);
+        goto out;
+    }
     d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+            tls.flags,
         (uint16_t)port, NULL, NULL, on_request, &h, MHD_OPTION_SOCK_ADDR, &sa,
         MHD_OPTION_NOTIFY_COMPLETED, on_done, &h, MHD_OPTION_NOTIFY_CONNECTION,
         on_connection, &h, MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->http_max_conns,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)conf->http_max_conns_ip,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conf->http_idle_s, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conf->http_idle_s, MHD_OPTION_ARRAY,
+        tls.opts, MHD_OPTION_END);
     if (!d) {
         st_error("could not listen on \"%s\"", conf->http_listen);
         goto out;
     }
-    st_info("listening on http://%s/v1/events (%zu source token(s), %d request(s) at "
+    st_info("listening on %s://%s/v1/events (%zu source token(s), %d request(s) at "
             "once, %" PRId64 " connections)",
-            conf->http_listen, h.ntokens, h.nlanes, conf->http_max_conns);
+            tls.flags ? "https" : "http", conf->http_listen, h.ntokens, h.nlanes, conf->http_max_conns);
     while (!*stop) {
         st_producer_poll(in->prod);
         reap(&h);
@@ -606,6 +614,7 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
 out:
     if (d)
         MHD_stop_daemon(d); /* joins every connection's thread */
+    st_http_tls_fini(&tls);
     for (int k = 0; k < h.nlanes; k++) {
         struct lane *l = &h.lanes[k];
         if (l->owned && l->in) {

@@ -90,6 +90,12 @@ static const struct st_conf_prop collector_props[] = {
      "--listen: host:port of POST /v1/events"},
     {"http.tokens_file", "SANDTRAIL_HTTP_TOKENS_FILE", ST_CONF_STR, C(http_tokens_file), 0,
      0, NULL, "--listen: lines \"<token> <source kind> <source name>\", one per source"},
+    {"http.tls_cert_file", "SANDTRAIL_HTTP_TLS_CERT_FILE", ST_CONF_STR, C(http_tls_cert),
+     0, 0, NULL,
+     "--listen: PEM certificate chain; with http.tls_key_file the listener serves "
+     "HTTPS only (plain HTTP gets no answer)"},
+    {"http.tls_key_file", "SANDTRAIL_HTTP_TLS_KEY_FILE", ST_CONF_STR, C(http_tls_key), 0,
+     0, NULL, "--listen: PEM private key (unencrypted) of http.tls_cert_file"},
     {"http.max_body_bytes", NULL, ST_CONF_INT, C(http_max_body), 1024,
      INT64_C(1073741824), "8388608", "--listen: largest request body, inflated (413 above)"},
     {"http.concurrency", NULL, ST_CONF_INT, C(http_concurrency), 1, 64, "4",

@@ -126,6 +126,31 @@ START_TEST(transport_redis_acl_user_through_tls_tunnel)
 }
 END_TEST
 
+START_TEST(transport_https_listener_serves_tls_only)
+{
+    struct world w;
+    world_init(&w, "thttps");
+    char *out = transport(&w, "https");
+    /* a client trusting the CA posts as before: answered, events in Kafka */
+    ck_assert_ptr_nonnull(strstr(out, "\"accepted\":2"));
+    ck_assert_ptr_nonnull(strstr(out, "} 200\n"));
+    int n;
+    free(topic_dump(w.topic, &n));
+    ck_assert_int_eq(n, 2);
+    /* plain HTTP on the same port gets no answer (curl: empty reply) */
+    ck_assert_int_gt(value(out, "plain_curl"), 0);
+    /* a client trusting another CA refuses the server (curl: 60) */
+    ck_assert_int_eq(value(out, "wrong_ca_curl"), 60);
+    /* stopped cleanly; 1: the batch had rejected lines */
+    ck_assert_int_eq(value(out, "listener_status"), 1);
+    /* a certificate without its key, or a key that cannot be read: no start */
+    ck_refused(out, "half", 2);
+    ck_refused(out, "missing_key", 2);
+    free(out);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -136,6 +161,7 @@ int main(void)
     tcase_add_test(tc, transport_kafka_sasl_ssl_carries_events_and_refuses_wrong_secrets);
     tcase_add_test(tc, transport_pg_verify_full_scram_and_no_password_in_messages);
     tcase_add_test(tc, transport_redis_acl_user_through_tls_tunnel);
+    tcase_add_test(tc, transport_https_listener_serves_tls_only);
     suite_add_tcase(s, tc);
     return world_run(s);
 }

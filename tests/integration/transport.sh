@@ -3,7 +3,7 @@
 # test_transport: a throwaway CA (tls_ca.sh) and a server of the test's own on
 # other ports, on 127.0.0.1 only. Every server this script starts is stopped
 # on exit, whatever happened.
-#   transport.sh kafka|pg|redis DIR BINDIR
+#   transport.sh kafka|pg|redis|https DIR BINDIR
 # The world's settings come from the environment (SANDTRAIL_PG_DSN,
 # SANDTRAIL_TOPIC_*, SANDTRAIL_GROUP, SANDTRAIL_REDIS_PREFIX, ...). Prints
 # key=value lines: NAME_status (exit status of a run) and NAME_said=1 when its
@@ -186,8 +186,44 @@ redis)
     run bad_url "bad port" "$analyzer" --drain -X redis.url="redis://sandtrail:$rpw@127.0.0.1:0/0"
     echo "password_logged=$(cat "$dir"/*.log | grep -cF -e "$rpw")"
     ;;
+https)
+    # the collector's listener with a certificate of the throwaway CA
+    port=18493
+    url=https://127.0.0.1:$port/v1/events
+    tokens=$root/tests/data/http/tokens.txt
+    body=$root/tests/data/http/batch.ndjson
+    "$collector" --listen 127.0.0.1:$port -X http.tokens_file="$tokens" \
+        -X http.tls_cert_file="$dir/server.crt" -X http.tls_key_file="$dir/server.key" \
+        2>"$dir/listener.log" </dev/null &
+    pid=$!
+    cleanups+=("kill $pid 2>/dev/null")
+    for _ in $(seq 1 100); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$dir/ca.crt" -X POST "$url")" = 401 ] &&
+            break
+        sleep 0.1
+    done
+    echo "post=$(curl -s -w ' %{http_code}' --cacert "$dir/ca.crt" \
+        -H 'Authorization: Bearer sbx-a-token-0123456789' --data-binary @"$body" "$url")"
+    # plain HTTP to the same port: no answer, never served
+    curl -s -o /dev/null -m 5 -H 'Authorization: Bearer sbx-a-token-0123456789' \
+        --data-binary @"$body" "http://127.0.0.1:$port/v1/events"
+    echo "plain_curl=$?"
+    # a client that trusts another CA refuses the server (curl: 60)
+    curl -s -o /dev/null -m 5 --cacert "$dir/other-ca.crt" -X POST "$url"
+    echo "wrong_ca_curl=$?"
+    kill -TERM $pid
+    wait $pid
+    echo "listener_status=$?"
+    # a half configuration is refused at start
+    run half "http.tls_cert_file and http.tls_key_file go together" \
+        "$collector" --listen 127.0.0.1:$port -X http.tokens_file="$tokens" \
+        -X http.tls_cert_file="$dir/server.crt"
+    run missing_key "could not open http.tls_key_file" \
+        "$collector" --listen 127.0.0.1:$port -X http.tokens_file="$tokens" \
+        -X http.tls_cert_file="$dir/server.crt" -X http.tls_key_file="$dir/absent.key"
+    ;;
 *)
-    echo "usage: transport.sh kafka|pg|redis DIR BINDIR" >&2
+    echo "usage: transport.sh kafka|pg|redis|https DIR BINDIR" >&2
     exit 64
     ;;
 esac
