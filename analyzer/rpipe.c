@@ -1,11 +1,11 @@
 /* rpipe.c: pipelined Redis commands with per-reply callbacks (see rpipe.h). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <openssl/sha.h>
 
+#include "conf.h"
 #include "log.h"
 #include "rpipe.h"
 
@@ -121,25 +121,8 @@ static int parse_url(struct st_rpipe *p, const char *url, char *errstr, size_t e
 static int read_password(struct st_rpipe *p, const char *path, char *errstr, size_t errsz)
 {
     char buf[1024];
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(errstr, errsz, "could not open redis.password_file \"%s\": %s", path,
-                 strerror(errno));
+    if (st_conf_read_secret("redis.password_file", path, buf, sizeof(buf), errstr, errsz))
         return -1;
-    }
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    int bad = ferror(f) || !feof(f);
-    fclose(f);
-    buf[n] = '\0';
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        buf[--n] = '\0';
-    if (bad || n == 0 || strlen(buf) != n) {
-        snprintf(errstr, errsz,
-                 "redis.password_file \"%s\" must hold one password (1..%zu bytes, no NUL)",
-                 path, sizeof(buf) - 2);
-        explicit_bzero(buf, sizeof(buf));
-        return -1;
-    }
     secret_free(p->password);
     p->password = st_strdup(buf);
     explicit_bzero(buf, sizeof(buf));

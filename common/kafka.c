@@ -1,10 +1,10 @@
 /* kafka.c: librdkafka set-up shared by every program. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "kafka.h"
 #include "log.h"
 
@@ -54,26 +54,9 @@ int st_kafka_props_apply(rd_kafka_conf_t *conf, const struct st_kafka_props *p,
             return -1;
     if (!p->password_file || !*p->password_file)
         return 0;
-    FILE *f = fopen(p->password_file, "r");
-    if (!f) {
-        snprintf(errstr, errsz, "could not open kafka.sasl.password_file \"%s\": %s",
-                 p->password_file, strerror(errno));
+    if (st_conf_read_secret("kafka.sasl.password_file", p->password_file, buf,
+                            sizeof(buf), errstr, errsz))
         return -1;
-    }
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    int bad = ferror(f) || !feof(f);
-    fclose(f);
-    buf[n] = '\0';
-    /* one line: the trailing newline an editor adds is not the password's */
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        buf[--n] = '\0';
-    if (bad || n == 0 || strlen(buf) != n) {
-        snprintf(errstr, errsz,
-                 "kafka.sasl.password_file \"%s\" must hold one password (1..%zu bytes, no NUL)",
-                 p->password_file, sizeof(buf) - 2);
-        explicit_bzero(buf, sizeof(buf));
-        return -1;
-    }
     int rc = st_kafka_conf_set(conf, "sasl.password", buf, errstr, errsz);
     explicit_bzero(buf, sizeof(buf));
     return rc;
