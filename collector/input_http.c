@@ -58,6 +58,7 @@
 
 struct token {
     char *token, *kind, *name;
+    char *task; /* an fnmatch(3) pattern of task ids, or NULL: any */
 };
 
 /* One TCP connection, from accept to close: its deadline, checked by
@@ -116,13 +117,18 @@ static int load_tokens(struct http *h, const char *path)
         return -1;
     }
     while (fgets(line, sizeof(line), f)) {
-        char tok[512], kind[32], name[257];
-        if (line[0] == '#' || sscanf(line, "%511s %31s %256s", tok, kind, name) != 3)
+        char tok[512], kind[32], name[257], task[257];
+        int n = line[0] == '#' ? 0
+                               : sscanf(line, "%511s %31s %256s %256s", tok, kind, name, task);
+        if (n < 3)
             continue;
+        if (n == 4 && task[0] == '#') /* a comment after the source */
+            n = 3;
         h->tokens = st_realloc(h->tokens, (h->ntokens + 1) * sizeof(*h->tokens));
         h->tokens[h->ntokens].token = st_strdup(tok);
         h->tokens[h->ntokens].kind = st_strdup(kind);
         h->tokens[h->ntokens].name = st_strdup(name);
+        h->tokens[h->ntokens].task = n == 4 ? st_strdup(task) : NULL;
         h->ntokens++;
     }
     fclose(f);
@@ -323,6 +329,7 @@ static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
     in->input_name = "http";
     in->allow_kind = rq->tok->kind;
     in->allow_name = rq->tok->name;
+    in->allow_task = rq->tok->task;
     in->on_reject = add_error;
     in->on_reject_arg = &a;
     in->dlq_max = (long)conf->http_max_dlq;
@@ -344,7 +351,7 @@ static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
     }
     if (st_ingest_drain(in) < 0)
         fatal = 1;
-    in->allow_kind = in->allow_name = NULL;
+    in->allow_kind = in->allow_name = in->allow_task = NULL;
     in->on_reject = NULL;
     st_buf_fini(&plain);
     long n_acc = in->stats.accepted - accepted, n_rej = in->stats.rejected - rejected;
@@ -633,6 +640,7 @@ out:
         free(h.tokens[i].token);
         free(h.tokens[i].kind);
         free(h.tokens[i].name);
+        free(h.tokens[i].task);
     }
     free(h.tokens);
     pthread_mutex_destroy(&h.lanes_mu);

@@ -89,7 +89,9 @@ static const struct st_conf_prop collector_props[] = {
     {"http.listen", "SANDTRAIL_HTTP_LISTEN", ST_CONF_STR, C(http_listen), 0, 0, "",
      "--listen: host:port of POST /v1/events"},
     {"http.tokens_file", "SANDTRAIL_HTTP_TOKENS_FILE", ST_CONF_STR, C(http_tokens_file), 0,
-     0, NULL, "--listen: lines \"<token> <source kind> <source name>\", one per source"},
+     0, NULL, "--listen: lines \"<token> <source kind> <source name> [<task id pattern>]\", "
+     "one per source; with a pattern (fnmatch, e.g. T-42*) the token may send "
+     "only events whose task_id matches it"},
     {"http.tls_cert_file", "SANDTRAIL_HTTP_TLS_CERT_FILE", ST_CONF_STR, C(http_tls_cert),
      0, 0, NULL,
      "--listen: PEM certificate chain; with http.tls_key_file the listener serves "

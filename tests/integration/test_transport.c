@@ -136,7 +136,13 @@ START_TEST(transport_https_listener_serves_tls_only)
     ck_assert_ptr_nonnull(strstr(out, "} 200\n"));
     int n;
     free(topic_dump(w.topic, &n));
-    ck_assert_int_eq(n, 2);
+    /* 4: the same two events twice, by the first token and the task-bound one */
+    ck_assert_int_eq(n, 4);
+    /* a token bound to a pattern of task ids: events of other tasks are
+     * refused like those of another source */
+    ck_assert_ptr_nonnull(strstr(out, "task_h={\"accepted\":2,\"rejected\":2"));
+    ck_assert_ptr_nonnull(strstr(out, "task_x={\"accepted\":0,\"rejected\":4"));
+    ck_assert_ptr_nonnull(strstr(out, "may send only for tasks matching T-X*"));
     /* plain HTTP on the same port gets no answer (curl: empty reply) */
     ck_assert_int_gt(value(out, "plain_curl"), 0);
     /* a client trusting another CA refuses the server (curl: 60) */

@@ -190,7 +190,13 @@ https)
     # the collector's listener with a certificate of the throwaway CA
     port=18493
     url=https://127.0.0.1:$port/v1/events
-    tokens=$root/tests/data/http/tokens.txt
+    # the sandbox's token, and tokens of the same source bound to a pattern
+    # of task ids (the batch's events are of task T-H)
+    tokens=$dir/tokens
+    { cat "$root/tests/data/http/tokens.txt"
+      echo "task-h-token-0123456789 sandbox sbx-a T-H*"
+      echo "task-x-token-0123456789 sandbox sbx-a T-X* # another task"
+    } >"$tokens"
     body=$root/tests/data/http/batch.ndjson
     "$collector" --listen 127.0.0.1:$port -X http.tokens_file="$tokens" \
         -X http.tls_cert_file="$dir/server.crt" -X http.tls_key_file="$dir/server.key" \
@@ -204,6 +210,10 @@ https)
     done
     echo "post=$(curl -s -w ' %{http_code}' --cacert "$dir/ca.crt" \
         -H 'Authorization: Bearer sbx-a-token-0123456789' --data-binary @"$body" "$url")"
+    for t in h x; do
+        echo "task_$t=$(curl -s --cacert "$dir/ca.crt" -H "Authorization: Bearer task-$t-token-0123456789" \
+            --data-binary @"$body" "$url")"
+    done
     # plain HTTP to the same port: no answer, never served
     curl -s -o /dev/null -m 5 -H 'Authorization: Bearer sbx-a-token-0123456789' \
         --data-binary @"$body" "http://127.0.0.1:$port/v1/events"
