@@ -42,7 +42,8 @@ static const struct st_conf_prop collector_props[] = {
      C(kafka.password_file), 0, 0, NULL,
      "file holding the SASL password (librdkafka's sasl.password), read at start. "
      "Any librdkafka property is passed through as kafka.rdkafka.<name>, e.g. "
-     "kafka.rdkafka.security.protocol=SASL_SSL; an unknown name stops start-up"},
+     "kafka.rdkafka.security.protocol=SASL_SSL; an unknown name stops start-up; "
+     "the program's own settings (acks, idempotence, group, offsets) still win"},
     {"kafka.topic.events", "SANDTRAIL_TOPIC_EVENTS", ST_CONF_STR, C(topic_events), 0,
      0, "sandtrail.events", "topic that accepted events are produced to"},
     {"kafka.topic.dlq", "SANDTRAIL_TOPIC_DLQ", ST_CONF_STR, C(topic_dlq), 0, 0,
