@@ -39,6 +39,14 @@ static char *transport(const struct world *w, const char *what)
     return text;
 }
 
+/* Removes what transport.sh left (kept when a test fails, to read). */
+static void transport_done(const char *what)
+{
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf /tmp/st_transport_%s_%d", what, (int)getpid());
+    ck_assert_int_eq(system(cmd), 0);
+}
+
 /* A run refused at start: non-zero, and its stderr said why. */
 #define ck_refused(out, name, status)                                                  \
     do {                                                                               \
@@ -68,6 +76,7 @@ START_TEST(transport_kafka_sasl_ssl_carries_events_and_refuses_wrong_secrets)
     ck_assert_int_eq(value(out, "missing_ca_said"), 1);
     ck_assert_int_eq(value(out, "password_logged"), 0);
     free(out);
+    transport_done("kafka");
     world_drop(&w);
 }
 END_TEST
@@ -94,6 +103,7 @@ START_TEST(transport_pg_verify_full_scram_and_no_password_in_messages)
     ck_refused(out, "bad_uri", 1);
     ck_assert_int_eq(value(out, "password_logged"), 0);
     free(out);
+    transport_done("pg");
     world_drop(&w);
 }
 END_TEST
@@ -122,6 +132,7 @@ START_TEST(transport_redis_acl_user_through_tls_tunnel)
     ck_refused(out, "bad_url", 1);
     ck_assert_int_eq(value(out, "password_logged"), 0);
     free(out);
+    transport_done("redis");
     world_drop(&w);
 }
 END_TEST
@@ -153,6 +164,7 @@ START_TEST(transport_https_listener_serves_tls_only)
     ck_refused(out, "half", 2);
     ck_refused(out, "missing_key", 2);
     free(out);
+    transport_done("https");
     world_drop(&w);
 }
 END_TEST

@@ -47,8 +47,8 @@ trap cleanup EXIT
 
 case $what in
 kafka)
-    "$here/kafka_sasl.sh" "$dir" start >&2 || exit 1
     cleanups+=("'$here/kafka_sasl.sh' '$dir' stop")
+    "$here/kafka_sasl.sh" "$dir" start >&2 || exit 1
     sec=(-X kafka.brokers=127.0.0.1:19292 -X kafka.rdkafka.security.protocol=SASL_SSL
         -X kafka.rdkafka.sasl.mechanisms=SCRAM-SHA-512 -X kafka.rdkafka.sasl.username=sandtrail
         -X kafka.sasl.password_file="$dir/kafka.password"
@@ -98,10 +98,10 @@ pg)
         { cat "$pd/initdb.log" >&2; exit 1; }
     # TLS or nothing: no "host" line, so a plaintext connection has no entry
     echo "hostssl all all 127.0.0.1/32 scram-sha-256" >"$pd/data/pg_hba.conf"
+    cleanups+=("as_pg '$pgbin/pg_ctl' -D '$pd/data' -m immediate -w stop >/dev/null 2>&1")
     as_pg "$pgbin/pg_ctl" -D "$pd/data" -l "$pd/server.log" -w -t 60 -o \
         "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories='' -c ssl=on -c ssl_cert_file=$pd/server.crt -c ssl_key_file=$pd/server.key -c fsync=off -c max_connections=20" \
         start >/dev/null || { tail -n 20 "$pd/server.log" >&2; exit 1; }
-    cleanups+=("as_pg '$pgbin/pg_ctl' -D '$pd/data' -m immediate -w stop >/dev/null 2>&1")
     tls="host=127.0.0.1 port=$port sslmode=verify-full sslrootcert=$dir/ca.crt"
     app_pw=app-$(head -c 12 /dev/urandom | base64 | tr -d '/+=')
     PGPASSWORD=$(cat "$pd/su.pw") "$pgbin/psql" "$tls user=$pguser dbname=postgres" -qAt \
