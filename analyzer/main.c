@@ -13,7 +13,8 @@
  * so a retry or a replay after a crash leaves the same rows.
  *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
- * 64 usage; 78 configuration. */
+ * 64 usage; 78 configuration (also when Kafka refuses our login or
+ * certificate). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>

@@ -7,7 +7,8 @@
  *
  * Exit status: 0 every line was accepted and delivered; 1 some lines were
  * rejected (each reported on stderr and delivered to the dead-letter topic);
- * 2 some message could not be delivered to Kafka; 64 usage; 78 configuration. */
+ * 2 some message could not be delivered to Kafka; 64 usage; 78 configuration
+ * (also when Kafka refuses our login or certificate: st_kafka_refused_exit). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
