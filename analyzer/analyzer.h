@@ -4,10 +4,12 @@
 
 #include <stdint.h>
 
+#include "kafka.h"
 #include "override.h"
 
 struct st_analyzer_conf {
     char *brokers;
+    struct st_kafka_props kafka; /* kafka.rdkafka.*, kafka.sasl.password_file */
     char *topic_events;
     char *topic_dlq;
     int64_t dlq_raw_bytes;
@@ -16,6 +18,7 @@ struct st_analyzer_conf {
     int64_t session_timeout_ms;
     char *pg_dsn;
     char *redis_url;
+    char *redis_password_file;
     char *redis_prefix;
     char *sql_dir;
     char *metrics_listen;

@@ -91,6 +91,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
+    st_kafka_refused_exit(err, reason);
     st_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
 }
 
@@ -104,7 +105,8 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
         free(c);
         return NULL;
     }
-    if (st_kafka_conf_set(kc, "group.id", conf->group, errstr, errsz) ||
+    if (st_kafka_props_apply(kc, &conf->kafka, errstr, errsz) ||
+        st_kafka_conf_set(kc, "group.id", conf->group, errstr, errsz) ||
         st_kafka_conf_set(kc, "enable.auto.commit", "false", errstr, errsz) ||
         st_kafka_conf_set(kc, "auto.offset.reset", "earliest", errstr, errsz) ||
         st_kafka_conf_set(kc, "enable.partition.eof", "true", errstr, errsz) ||

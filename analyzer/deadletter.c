@@ -51,6 +51,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
+    st_kafka_refused_exit(err, reason);
     st_warn("kafka dead-letter producer: %s: %s",
             rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
 }
@@ -75,7 +76,8 @@ struct st_deadletter *st_deadletter_new(const struct st_analyzer_conf *conf,
     rd_kafka_conf_t *kc = st_kafka_conf_new(conf->brokers, errstr, errsz);
     if (!kc)
         goto fail;
-    if (st_kafka_conf_set(kc, "enable.idempotence", "true", errstr, errsz) ||
+    if (st_kafka_props_apply(kc, &conf->kafka, errstr, errsz) ||
+        st_kafka_conf_set(kc, "enable.idempotence", "true", errstr, errsz) ||
         st_kafka_conf_set(kc, "acks", "all", errstr, errsz) ||
         st_kafka_conf_set(kc, "linger.ms", "5", errstr, errsz)) {
         rd_kafka_conf_destroy(kc);

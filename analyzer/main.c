@@ -13,7 +13,8 @@
  * so a retry or a replay after a crash leaves the same rows.
  *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
- * 64 usage; 78 configuration. */
+ * 64 usage; 78 configuration (also when Kafka refuses our login or
+ * certificate). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -48,6 +49,12 @@
 static const struct st_conf_prop analyzer_props[] = {
     {"kafka.brokers", "SANDTRAIL_KAFKA_BROKERS", ST_CONF_STR, A(brokers), 0, 0,
      "127.0.0.1:19092", "Kafka bootstrap servers"},
+    {"kafka.sasl.password_file", "SANDTRAIL_KAFKA_PASSWORD_FILE", ST_CONF_STR,
+     A(kafka.password_file), 0, 0, NULL,
+     "file holding the SASL password (librdkafka's sasl.password), read at start. "
+     "Any librdkafka property is passed through as kafka.rdkafka.<name>, e.g. "
+     "kafka.rdkafka.security.protocol=SASL_SSL; an unknown name stops start-up; "
+     "the program's own settings (acks, idempotence, group, offsets) still win"},
     {"kafka.topic.events", "SANDTRAIL_TOPIC_EVENTS", ST_CONF_STR, A(topic_events), 0,
      0, "sandtrail.events", "topic of validated events"},
     {"kafka.topic.dlq", "SANDTRAIL_TOPIC_DLQ", ST_CONF_STR, A(topic_dlq), 0, 0,
@@ -67,9 +74,17 @@ static const struct st_conf_prop analyzer_props[] = {
      "giving its partitions to others"},
     {"pg.dsn", "SANDTRAIL_PG_DSN", ST_CONF_STR, A(pg_dsn), 0, 0,
      "host=127.0.0.1 port=15433 user=sandtrail dbname=sandtrail",
-     "PostgreSQL connection string (libpq)"},
+     "PostgreSQL connection string (libpq): TLS and login are libpq's options, e.g. "
+     "sslmode=verify-full sslrootcert=FILE passfile=FILE; the password is never logged"},
     {"redis.url", "SANDTRAIL_REDIS_URL", ST_CONF_STR, A(redis_url), 0, 0,
-     "redis://127.0.0.1:16380/0", "Redis holding detector windows"},
+     "redis://127.0.0.1:16380/0",
+     "Redis holding detector windows: redis://[user[:password]@]host:port[/db] "
+     "(an ACL user; AUTH is sent on every connection). Redis has no TLS here: "
+     "reach a remote one through a TLS tunnel (README)"},
+    {"redis.password_file", "SANDTRAIL_REDIS_PASSWORD_FILE", ST_CONF_STR,
+     A(redis_password_file), 0, 0, NULL,
+     "file holding the Redis password, read at start; takes precedence over the "
+     "URL's"},
     {"redis.prefix", "SANDTRAIL_REDIS_PREFIX", ST_CONF_STR, A(redis_prefix), 0, 0,
      "st:", "prefix of every Redis key the analyzer writes"},
     {"sql.dir", "SANDTRAIL_SQL_DIR", ST_CONF_STR, A(sql_dir), 0, 0, NULL,
@@ -130,6 +145,15 @@ static const struct st_conf_prop analyzer_props[] = {
 };
 
 static volatile sig_atomic_t stop;
+
+/* names outside the table: kafka.rdkafka.* then override.* */
+static int analyzer_extra(void *arg, const char *name, const char *value, char *errstr,
+                          size_t errsz)
+{
+    struct st_analyzer_conf *conf = arg;
+    int rc = st_kafka_props_parse(&conf->kafka, name, value, errstr, errsz);
+    return rc == 1 ? st_override_parse(&conf->overrides, name, value, errstr, errsz) : rc;
+}
 
 static void on_signal(int sig)
 {
@@ -525,8 +549,8 @@ int main(int argc, char **argv)
         return 64;
     }
     a.conf.overrides.props = analyzer_props;
-    if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, st_override_parse,
-                     &a.conf.overrides, errstr, sizeof(errstr)))
+    if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, analyzer_extra,
+                     &a.conf, errstr, sizeof(errstr)))
         goto conf_error;
     free(sets);
     sets = NULL;
@@ -560,7 +584,7 @@ int main(int argc, char **argv)
     a.sources = st_sources_new(a.metrics);
     if (!(a.sink = st_sink_new(&a.conf, errstr, sizeof(errstr))) ||
         !(a.dlq = st_deadletter_new(&a.conf, errstr, sizeof(errstr))) ||
-        !(a.redis = st_rpipe_new(a.conf.redis_url, errstr, sizeof(errstr))) ||
+        !(a.redis = st_rpipe_new(a.conf.redis_url, a.conf.redis_password_file, errstr, sizeof(errstr))) ||
         !(a.consumer = st_consumer_new(&a.conf, errstr, sizeof(errstr)))) {
         st_error("%s", errstr);
         goto out;
@@ -598,6 +622,7 @@ out:
     st_sink_destroy(a.sink);
     st_overrides_fini(&a.conf.overrides);
     st_sources_destroy(a.sources);
+    st_kafka_props_fini(&a.conf.kafka);
     st_metrics_destroy(a.metrics);
     st_conf_fini(analyzer_props, &a.conf);
     return status;
@@ -606,6 +631,7 @@ conf_error:
     st_error("%s", errstr);
     free(sets);
     st_overrides_fini(&a.conf.overrides);
+    st_kafka_props_fini(&a.conf.kafka);
     st_conf_fini(analyzer_props, &a.conf);
     return 78;
 }

@@ -17,8 +17,13 @@ struct st_rpipe;
  * expects (the batch then fails and is retried). */
 typedef int (*st_rpipe_cb)(const redisReply *r, void *arg);
 
-/* Connects to url ("redis://host:port[/db]"). Returns NULL with errstr set. */
-struct st_rpipe *st_rpipe_new(const char *url, char *errstr, size_t errsz);
+/* Connects to url ("redis://[user[:password]@]host:port[/db]", user and
+ * password percent-encoded) and logs in with AUTH when a password is given,
+ * by the URL or, taking precedence, by password_file (may be NULL). Every
+ * connection, and every reconnection, sends AUTH then checks the server
+ * answers. Returns NULL with errstr set; errstr never holds the password. */
+struct st_rpipe *st_rpipe_new(const char *url, const char *password_file, char *errstr,
+                              size_t errsz);
 void st_rpipe_destroy(struct st_rpipe *p);
 
 /* Queues one command; argv strings are copied. cb may be NULL (the reply is

@@ -4,8 +4,11 @@
 
 #include <stdint.h>
 
+#include "kafka.h"
+
 struct st_collector_conf {
     char *brokers;
+    struct st_kafka_props kafka; /* kafka.rdkafka.*, kafka.sasl.password_file */
     char *topic_events;
     char *topic_dlq;
     int64_t topic_partitions;
@@ -33,6 +36,8 @@ struct st_collector_conf {
     char *metrics_listen;
     char *http_listen;      /* http.listen (--listen) */
     char *http_tokens_file;
+    char *http_tls_cert;    /* http.tls_cert_file: HTTPS only when set */
+    char *http_tls_key;     /* http.tls_key_file */
     int64_t http_max_body;
     int64_t http_concurrency;    /* http.concurrency: requests processed at once */
     int64_t http_max_conns;      /* http.max_connections */

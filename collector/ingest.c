@@ -16,6 +16,7 @@
  * Notes on functions: @locality (which thread runs it) and @locks (what it
  * takes or must hold). One st_ingest has one caller thread at a time: the
  * HTTP input gives each concurrent request its own st_ingest. */
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -97,15 +98,23 @@ static int source_allowed(const struct st_ingest *in, struct st_accept *acc,
                           struct st_reject *rej)
 {
     const struct st_event *ev = st_accept_event(acc);
-    if (!in->allow_kind ||
-        (!strcmp(st_source_kind_name(ev->source_kind), in->allow_kind) &&
-         !strcmp(ev->source_name, in->allow_name)))
+    if (!in->allow_kind)
         return 1;
     rej->code = ST_REASON_SOURCE;
-    snprintf(rej->msg, sizeof(rej->msg),
-             "this token may send only as source %.16s/%.64s", in->allow_kind,
-             in->allow_name);
-    return 0;
+    if (strcmp(st_source_kind_name(ev->source_kind), in->allow_kind) ||
+        strcmp(ev->source_name, in->allow_name)) {
+        snprintf(rej->msg, sizeof(rej->msg),
+                 "this token may send only as source %.16s/%.64s", in->allow_kind,
+                 in->allow_name);
+        return 0;
+    }
+    if (in->allow_task &&
+        (!ev->task_id || fnmatch(in->allow_task, ev->task_id, 0) != 0)) {
+        snprintf(rej->msg, sizeof(rej->msg),
+                 "this token may send only for tasks matching %.64s", in->allow_task);
+        return 0;
+    }
+    return 1;
 }
 
 /* @locality the executor that claimed the range holding line i

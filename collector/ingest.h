@@ -46,8 +46,9 @@ struct st_ingest {
     const char *input_name;
     long lineno; /* of the last line added; the caller may reset it */
     /* when set, an event must claim this source (HTTP: the caller's token);
-     * set before adding lines, keep until st_ingest_drain returns */
-    const char *allow_kind, *allow_name;
+     * set before adding lines, keep until st_ingest_drain returns;
+     * allow_task, when set, is an fnmatch(3) pattern its task_id must match */
+    const char *allow_kind, *allow_name, *allow_task;
     st_ingest_reject_fn *on_reject;
     void *on_reject_arg;
     /* 0: every rejected line is dead-lettered and reported on stderr; else

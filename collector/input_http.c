@@ -47,6 +47,7 @@
 
 #include "buf.h"
 #include "collector.h"
+#include "http_tls.h"
 #include "ingest.h"
 #include "input.h"
 #include "log.h"
@@ -57,6 +58,7 @@
 
 struct token {
     char *token, *kind, *name;
+    char *task; /* an fnmatch(3) pattern of task ids, or NULL: any */
 };
 
 /* One TCP connection, from accept to close: its deadline, checked by
@@ -115,13 +117,18 @@ static int load_tokens(struct http *h, const char *path)
         return -1;
     }
     while (fgets(line, sizeof(line), f)) {
-        char tok[512], kind[32], name[257];
-        if (line[0] == '#' || sscanf(line, "%511s %31s %256s", tok, kind, name) != 3)
+        char tok[512], kind[32], name[257], task[257];
+        int n = line[0] == '#' ? 0
+                               : sscanf(line, "%511s %31s %256s %256s", tok, kind, name, task);
+        if (n < 3)
             continue;
+        if (n == 4 && task[0] == '#') /* a comment after the source */
+            n = 3;
         h->tokens = st_realloc(h->tokens, (h->ntokens + 1) * sizeof(*h->tokens));
         h->tokens[h->ntokens].token = st_strdup(tok);
         h->tokens[h->ntokens].kind = st_strdup(kind);
         h->tokens[h->ntokens].name = st_strdup(name);
+        h->tokens[h->ntokens].task = n == 4 ? st_strdup(task) : NULL;
         h->ntokens++;
     }
     fclose(f);
@@ -322,6 +329,7 @@ static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
     in->input_name = "http";
     in->allow_kind = rq->tok->kind;
     in->allow_name = rq->tok->name;
+    in->allow_task = rq->tok->task;
     in->on_reject = add_error;
     in->on_reject_arg = &a;
     in->dlq_max = (long)conf->http_max_dlq;
@@ -343,7 +351,7 @@ static enum MHD_Result process(struct http *h, struct MHD_Connection *c,
     }
     if (st_ingest_drain(in) < 0)
         fatal = 1;
-    in->allow_kind = in->allow_name = NULL;
+    in->allow_kind = in->allow_name = in->allow_task = NULL;
     in->on_reject = NULL;
     st_buf_fini(&plain);
     long n_acc = in->stats.accepted - accepted, n_rej = in->stats.rejected - rejected;
@@ -533,6 +541,7 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
     const struct st_collector_conf *conf = in->conf;
     struct http h;
     struct sockaddr_in sa;
+    struct st_http_tls tls = {0};
     char host[64], errstr[512];
     int port, rc = -1;
     struct MHD_Daemon *d = NULL;
@@ -582,20 +591,26 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
                                "sandtrail_collector_http_deadline_closed_total",
                                "connections closed for not sending their request in time",
                                "");
+    if (st_http_tls_init(&tls, conf, errstr, sizeof(errstr))) {
+        st_error("%s", errstr);
+        goto out;
+    }
     d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+            tls.flags,
         (uint16_t)port, NULL, NULL, on_request, &h, MHD_OPTION_SOCK_ADDR, &sa,
         MHD_OPTION_NOTIFY_COMPLETED, on_done, &h, MHD_OPTION_NOTIFY_CONNECTION,
         on_connection, &h, MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->http_max_conns,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)conf->http_max_conns_ip,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conf->http_idle_s, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conf->http_idle_s, MHD_OPTION_ARRAY,
+        tls.opts, MHD_OPTION_END);
     if (!d) {
         st_error("could not listen on \"%s\"", conf->http_listen);
         goto out;
     }
-    st_info("listening on http://%s/v1/events (%zu source token(s), %d request(s) at "
+    st_info("listening on %s://%s/v1/events (%zu source token(s), %d request(s) at "
             "once, %" PRId64 " connections)",
-            conf->http_listen, h.ntokens, h.nlanes, conf->http_max_conns);
+            tls.flags ? "https" : "http", conf->http_listen, h.ntokens, h.nlanes, conf->http_max_conns);
     while (!*stop) {
         st_producer_poll(in->prod);
         reap(&h);
@@ -605,6 +620,7 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
 out:
     if (d)
         MHD_stop_daemon(d); /* joins every connection's thread */
+    st_http_tls_fini(&tls);
     for (int k = 0; k < h.nlanes; k++) {
         struct lane *l = &h.lanes[k];
         if (l->owned && l->in) {
@@ -619,6 +635,7 @@ out:
         free(h.tokens[i].token);
         free(h.tokens[i].kind);
         free(h.tokens[i].name);
+        free(h.tokens[i].task);
     }
     free(h.tokens);
     pthread_mutex_destroy(&h.lanes_mu);

@@ -7,7 +7,8 @@
  *
  * Exit status: 0 every line was accepted and delivered; 1 some lines were
  * rejected (each reported on stderr and delivered to the dead-letter topic);
- * 2 some message could not be delivered to Kafka; 64 usage; 78 configuration.
+ * 2 some message could not be delivered to Kafka; 64 usage; 78 configuration
+ * (also when Kafka refuses our login or certificate: st_kafka_refused_exit).
  * A message Kafka refuses for good (too large, invalid) is dead-lettered and
  * counts as rejected (1), never as a failure. */
 #include <errno.h>
@@ -41,6 +42,12 @@
 static const struct st_conf_prop collector_props[] = {
     {"kafka.brokers", "SANDTRAIL_KAFKA_BROKERS", ST_CONF_STR, C(brokers), 0, 0,
      "127.0.0.1:19092", "Kafka bootstrap servers"},
+    {"kafka.sasl.password_file", "SANDTRAIL_KAFKA_PASSWORD_FILE", ST_CONF_STR,
+     C(kafka.password_file), 0, 0, NULL,
+     "file holding the SASL password (librdkafka's sasl.password), read at start. "
+     "Any librdkafka property is passed through as kafka.rdkafka.<name>, e.g. "
+     "kafka.rdkafka.security.protocol=SASL_SSL; an unknown name stops start-up; "
+     "the program's own settings (acks, idempotence, group, offsets) still win"},
     {"kafka.topic.events", "SANDTRAIL_TOPIC_EVENTS", ST_CONF_STR, C(topic_events), 0,
      0, "sandtrail.events", "topic that accepted events are produced to"},
     {"kafka.topic.dlq", "SANDTRAIL_TOPIC_DLQ", ST_CONF_STR, C(topic_dlq), 0, 0,
@@ -101,7 +108,15 @@ static const struct st_conf_prop collector_props[] = {
     {"http.listen", "SANDTRAIL_HTTP_LISTEN", ST_CONF_STR, C(http_listen), 0, 0, "",
      "--listen: host:port of POST /v1/events"},
     {"http.tokens_file", "SANDTRAIL_HTTP_TOKENS_FILE", ST_CONF_STR, C(http_tokens_file), 0,
-     0, NULL, "--listen: lines \"<token> <source kind> <source name>\", one per source"},
+     0, NULL, "--listen: lines \"<token> <source kind> <source name> [<task id pattern>]\", "
+     "one per source; with a pattern (fnmatch, e.g. T-42*) the token may send "
+     "only events whose task_id matches it"},
+    {"http.tls_cert_file", "SANDTRAIL_HTTP_TLS_CERT_FILE", ST_CONF_STR, C(http_tls_cert),
+     0, 0, NULL,
+     "--listen: PEM certificate chain; with http.tls_key_file the listener serves "
+     "HTTPS only (plain HTTP gets no answer)"},
+    {"http.tls_key_file", "SANDTRAIL_HTTP_TLS_KEY_FILE", ST_CONF_STR, C(http_tls_key), 0,
+     0, NULL, "--listen: PEM private key (unencrypted) of http.tls_cert_file"},
     {"http.max_body_bytes", NULL, ST_CONF_INT, C(http_max_body), 1024,
      INT64_C(1073741824), "8388608", "--listen: largest request body, inflated (413 above)"},
     {"http.concurrency", NULL, ST_CONF_INT, C(http_concurrency), 1, 64, "4",
@@ -246,8 +261,8 @@ int main(int argc, char **argv)
     }
 
     memset(&conf, 0, sizeof(conf));
-    if (st_conf_load(collector_props, &conf, config_file, sets, nsets, NULL, NULL, errstr,
-                     sizeof(errstr)))
+    if (st_conf_load(collector_props, &conf, config_file, sets, nsets, st_kafka_props_parse,
+                     &conf.kafka, errstr, sizeof(errstr)))
         goto conf_error;
     free(sets);
     sets = NULL;
@@ -268,6 +283,7 @@ int main(int argc, char **argv)
     FILE *in = !input ? NULL : strcmp(input, "-") == 0 ? stdin : fopen(input, "rb");
     if (input && !in) {
         st_error("could not open input \"%s\": %s", input, strerror(errno));
+        st_kafka_props_fini(&conf.kafka);
         st_conf_fini(collector_props, &conf);
         return 66;
     }
@@ -347,12 +363,14 @@ int main(int argc, char **argv)
 out:
     if (in && in != stdin)
         fclose(in);
+    st_kafka_props_fini(&conf.kafka);
     st_conf_fini(collector_props, &conf);
     return status;
 
 conf_error:
     st_error("%s", errstr);
     free(sets);
+    st_kafka_props_fini(&conf.kafka);
     st_conf_fini(collector_props, &conf);
     return 78;
 }

@@ -189,6 +189,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
+    st_kafka_refused_exit(err, reason);
     /* transient broker errors are retried by librdkafka; say so once each */
     st_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
 }
@@ -238,6 +239,8 @@ struct st_producer *st_producer_new(const struct st_collector_conf *conf,
     rd_kafka_conf_t *kc = st_kafka_conf_new(conf->brokers, errstr, errsz);
     if (!kc)
         goto fail;
+    if (st_kafka_props_apply(kc, &conf->kafka, errstr, errsz))
+        goto fail_conf;
 
     snprintf(num, sizeof(num), "%" PRId64, conf->delivery_timeout_ms);
     if (st_kafka_conf_set(kc, "enable.idempotence", "true", errstr, errsz) ||

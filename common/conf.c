@@ -179,6 +179,31 @@ int st_conf_set_arg_extra(const struct st_conf_prop *props, void *conf,
     return rc;
 }
 
+int st_conf_read_secret(const char *prop, const char *path, char *buf, size_t bufsz,
+                        char *errstr, size_t errsz)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(errstr, errsz, "could not open %s \"%s\": %s", prop, path,
+                 strerror(errno));
+        return -1;
+    }
+    size_t n = fread(buf, 1, bufsz - 1, f);
+    int bad = ferror(f) || !feof(f);
+    fclose(f);
+    buf[n] = '\0';
+    /* one line: the newline an editor adds is not the password's */
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    if (bad || n == 0 || strlen(buf) != n) {
+        snprintf(errstr, errsz, "%s \"%s\" must hold one password (1..%zu bytes, no NUL)",
+                 prop, path, bufsz - 2);
+        explicit_bzero(buf, bufsz);
+        return -1;
+    }
+    return 0;
+}
+
 void st_conf_fini(const struct st_conf_prop *props, void *conf)
 {
     if (!conf)

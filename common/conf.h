@@ -73,6 +73,13 @@ int st_conf_load(const struct st_conf_prop *props, void *conf, const char *confi
 int st_conf_set_arg(const struct st_conf_prop *props, void *conf,
                     const char *arg, char *errstr, size_t errsz);
 
+/* Reads a secret (a password) that property prop names: the one line of
+ * path, its trailing newline dropped, 1..bufsz-2 bytes without NUL, into
+ * buf. Returns 0, or -1 with errstr naming prop and path, never the content.
+ * buf is wiped on failure; on success the caller wipes it after use. */
+int st_conf_read_secret(const char *prop, const char *path, char *buf, size_t bufsz,
+                        char *errstr, size_t errsz);
+
 /* Frees the strings the table's STR properties own. Accepts NULL conf. */
 void st_conf_fini(const struct st_conf_prop *props, void *conf);
 

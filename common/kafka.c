@@ -2,7 +2,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "conf.h"
 #include "kafka.h"
 #include "log.h"
 
@@ -15,6 +17,73 @@ int st_kafka_conf_set(rd_kafka_conf_t *conf, const char *name,
         return -1;
     }
     return 0;
+}
+
+int st_kafka_props_parse(void *arg, const char *name, const char *value,
+                         char *errstr, size_t errsz)
+{
+    struct st_kafka_props *p = arg;
+    size_t plen = strlen(ST_KAFKA_PREFIX);
+    char err[256];
+
+    if (strncmp(name, ST_KAFKA_PREFIX, plen) != 0)
+        return 1;
+    /* a scratch configuration: librdkafka judges the name and the value */
+    rd_kafka_conf_t *scratch = rd_kafka_conf_new();
+    rd_kafka_conf_res_t res =
+        rd_kafka_conf_set(scratch, name + plen, value, err, sizeof(err));
+    rd_kafka_conf_destroy(scratch);
+    if (res != RD_KAFKA_CONF_OK) {
+        snprintf(errstr, errsz, "invalid value for \"%s\": %s", name, err);
+        return -1;
+    }
+    p->names = st_realloc(p->names, (p->n + 1) * sizeof(*p->names));
+    p->values = st_realloc(p->values, (p->n + 1) * sizeof(*p->values));
+    p->names[p->n] = st_strdup(name + plen);
+    p->values[p->n] = st_strdup(value);
+    p->n++;
+    return 0;
+}
+
+int st_kafka_props_apply(rd_kafka_conf_t *conf, const struct st_kafka_props *p,
+                         char *errstr, size_t errsz)
+{
+    char buf[1024];
+    for (size_t i = 0; i < p->n; i++)
+        if (st_kafka_conf_set(conf, p->names[i], p->values[i], errstr, errsz))
+            return -1;
+    if (!p->password_file || !*p->password_file)
+        return 0;
+    if (st_conf_read_secret("kafka.sasl.password_file", p->password_file, buf,
+                            sizeof(buf), errstr, errsz))
+        return -1;
+    int rc = st_kafka_conf_set(conf, "sasl.password", buf, errstr, errsz);
+    explicit_bzero(buf, sizeof(buf));
+    return rc;
+}
+
+void st_kafka_props_fini(struct st_kafka_props *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n; i++) {
+        free(p->names[i]);
+        free(p->values[i]);
+    }
+    free(p->names);
+    free(p->values);
+    p->names = p->values = NULL;
+    p->n = 0;
+}
+
+void st_kafka_refused_exit(int err, const char *reason)
+{
+    if (err != RD_KAFKA_RESP_ERR__AUTHENTICATION && err != RD_KAFKA_RESP_ERR__SSL)
+        return;
+    st_error("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+    st_error("kafka refused the connection's authentication or TLS: stopping (never "
+             "retried without them; check kafka.rdkafka.* and kafka.sasl.password_file)");
+    _exit(78);
 }
 
 rd_kafka_conf_t *st_kafka_conf_new(const char *brokers, char *errstr,
@@ -52,7 +121,14 @@ int st_kafka_ensure_topics(rd_kafka_t *rk, const char *const *topics, int n,
         }
     }
     rd_kafka_CreateTopics(rk, nt, (size_t)n, opts, q);
-    rkev = rd_kafka_queue_poll(q, timeout_ms + 2000);
+    /* a producer's error callback runs from rd_kafka_poll: serve it while
+     * waiting, so that a refused login or certificate stops start-up at
+     * once (st_kafka_refused_exit) rather than after the timeout */
+    for (int waited = 0; waited <= timeout_ms + 2000 && !rkev; waited += 100) {
+        if (rd_kafka_type(rk) == RD_KAFKA_PRODUCER)
+            rd_kafka_poll(rk, 0);
+        rkev = rd_kafka_queue_poll(q, 100);
+    }
     if (!rkev) {
         snprintf(errstr, errsz, "could not create topics: no answer from Kafka in %d ms",
                  timeout_ms);

@@ -9,15 +9,63 @@
 #include "log.h"
 #include "pg.h"
 
+/* Whether a connection string that libpq could not parse may hold a
+ * password: a "password" keyword, or a URI's user:password@. */
+static int dsn_may_hold_password(const char *dsn)
+{
+    const char *uri = strstr(dsn, "://");
+    if (strstr(dsn, "password"))
+        return 1;
+    if (!uri)
+        return 0;
+    size_t auth = strcspn(uri + 3, "@/?");
+    return uri[3 + auth] == '@' && memchr(uri + 3, ':', auth);
+}
+
+/* libpq's message with every occurrence of the DSN's password replaced by
+ * "***". libpq quotes parts of a connection string it cannot read (a bad
+ * percent-escape in a URI's password, for one): when the string does not
+ * parse and may hold a password, nothing of it is quoted. Caller frees. */
+static char *pg_message(const char *dsn, const char *libpq_msg)
+{
+    char *perr = NULL;
+    PQconninfoOption *opts = PQconninfoParse(dsn, &perr);
+    struct st_buf out;
+    st_buf_init(&out);
+    st_buf_adds(&out, "");
+    if (!opts && dsn_may_hold_password(dsn)) {
+        st_buf_adds(&out, "invalid connection string (not quoted: it may hold a password)");
+    } else {
+        const char *pw = NULL;
+        for (PQconninfoOption *o = opts; o && o->keyword; o++)
+            if (strcmp(o->keyword, "password") == 0 && o->val && *o->val)
+                pw = o->val;
+        size_t pwlen = pw ? strlen(pw) : 0;
+        for (const char *m = libpq_msg; *m;) {
+            const char *hit = pw ? strstr(m, pw) : NULL;
+            size_t n = hit ? (size_t)(hit - m) : strlen(m);
+            st_buf_add(&out, m, n);
+            m += n;
+            if (hit) {
+                st_buf_adds(&out, "***");
+                m += pwlen;
+            }
+        }
+    }
+    /* libpq ends its messages with a newline */
+    while (out.len && (out.data[out.len - 1] == '\n' || out.data[out.len - 1] == ' '))
+        out.data[--out.len] = '\0';
+    PQconninfoFree(opts);
+    PQfreemem(perr);
+    return out.data;
+}
+
 PGconn *st_pg_connect(const char *dsn, char *errstr, size_t errsz)
 {
     PGconn *pg = PQconnectdb(dsn);
     if (PQstatus(pg) != CONNECTION_OK) {
         const char *host = PQhost(pg), *port = PQport(pg);
-        char *msg = st_strdup(PQerrorMessage(pg));
-        size_t n = strlen(msg);
-        while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
-            msg[--n] = '\0';
+        char *msg = pg_message(dsn, PQerrorMessage(pg));
         snprintf(errstr, errsz, "could not connect to PostgreSQL at \"%s:%s\": %s",
                  host ? host : "", port ? port : "", msg);
         free(msg);

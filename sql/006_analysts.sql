@@ -193,52 +193,77 @@ FROM last l LEFT JOIN gaps g USING (source_name);
 --   sandtrail_auditor  read every table and view, for exports
 -- Nobody but the owner that runs the migrations may change or delete a
 -- stored event: that is what the evidence audit checks.
-DO $$
+--
+-- Roles are made when the owner may (CREATEROLE); an owner that may not
+-- still migrates, with a notice: a superuser then makes the three roles and
+-- the owner runs SELECT sandtrail_grant_roles(). Every later migration that
+-- adds a table a role needs calls it again.
+
+-- The analyzer makes the day partitions of the events it stores through
+-- this function only (sql/005_partitions.sql); triage goes through
+-- sandtrail_triage, which runs with its owner's rights so that it can record
+-- the change it makes (the history row names the caller's own role,
+-- session_user, beside the person it was given).
+REVOKE EXECUTE ON FUNCTION sandtrail_event_partitions(date[]) FROM PUBLIC;
+ALTER FUNCTION sandtrail_triage(text, finding_status, text, text)
+    SECURITY DEFINER SET search_path = public, pg_temp;
+REVOKE EXECUTE ON FUNCTION sandtrail_triage(text, finding_status, text, text) FROM PUBLIC;
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+
+CREATE FUNCTION sandtrail_grant_roles() RETURNS text[]
+LANGUAGE plpgsql AS $$
 DECLARE
     r text;
+    missing text[] := '{}';
+    -- what the writer writes, and how; everything else it only reads
+    writes CONSTANT text[][] := ARRAY[
+        ['events', 'INSERT'],
+        ['findings', 'INSERT, UPDATE'],
+        ['finding_events', 'INSERT, UPDATE'],
+        ['notifications', 'INSERT'],
+        ['notification_queue', 'INSERT, UPDATE'],
+        ['deliveries', 'INSERT'],
+        ['evidence_skips', 'INSERT'],
+        ['evidence_checkpoints', 'INSERT'],
+        ['evidence_state', 'INSERT, UPDATE']];
 BEGIN
     FOREACH r IN ARRAY ARRAY['sandtrail_writer', 'sandtrail_analyst', 'sandtrail_auditor']
     LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', r);
-            EXCEPTION WHEN duplicate_object OR unique_violation THEN
-                NULL; -- created meanwhile by a migration of another database
+            EXCEPTION
+                WHEN duplicate_object OR unique_violation THEN
+                    NULL; -- made meanwhile by a migration of another database
+                WHEN insufficient_privilege THEN
+                    missing := missing || r;
             END;
         END IF;
     END LOOP;
+    IF cardinality(missing) > 0 THEN
+        RAISE NOTICE 'roles % not made (no CREATEROLE): a superuser makes them with '
+                     'CREATE ROLE ... NOLOGIN, then the owner runs SELECT '
+                     'sandtrail_grant_roles()', missing;
+        RETURN missing;
+    END IF;
     EXECUTE format('GRANT CONNECT, TEMPORARY ON DATABASE %I TO sandtrail_writer,'
                    ' sandtrail_analyst, sandtrail_auditor', current_database());
-END
-$$;
+    GRANT USAGE ON SCHEMA public TO sandtrail_writer, sandtrail_analyst, sandtrail_auditor;
+    GRANT SELECT ON ALL TABLES IN SCHEMA public
+        TO sandtrail_writer, sandtrail_analyst, sandtrail_auditor;
+    ALTER DEFAULT PRIVILEGES IN SCHEMA public
+        GRANT SELECT ON TABLES TO sandtrail_analyst, sandtrail_auditor;
+    GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO sandtrail_writer;
+    FOR i IN 1 .. array_length(writes, 1) LOOP
+        IF to_regclass(writes[i][1]) IS NOT NULL THEN
+            EXECUTE format('GRANT %s ON %I TO sandtrail_writer', writes[i][2], writes[i][1]);
+        END IF;
+    END LOOP;
+    GRANT EXECUTE ON FUNCTION sandtrail_event_partitions(date[]) TO sandtrail_writer;
+    GRANT EXECUTE ON FUNCTION sandtrail_triage(text, finding_status, text, text)
+        TO sandtrail_analyst;
+    RETURN missing;
+END $$;
 
-GRANT USAGE ON SCHEMA public TO sandtrail_writer, sandtrail_analyst, sandtrail_auditor;
-REVOKE CREATE ON SCHEMA public FROM PUBLIC;
-
--- Reading: everything, for all three.
-GRANT SELECT ON ALL TABLES IN SCHEMA public
-    TO sandtrail_writer, sandtrail_analyst, sandtrail_auditor;
-ALTER DEFAULT PRIVILEGES IN SCHEMA public
-    GRANT SELECT ON TABLES TO sandtrail_analyst, sandtrail_auditor;
-
--- Writing: only what the daemons write, in the way they write it.
-GRANT INSERT ON events TO sandtrail_writer;
-GRANT INSERT, UPDATE ON findings, finding_events TO sandtrail_writer;
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO sandtrail_writer;
-GRANT INSERT ON notifications TO sandtrail_writer;
-GRANT INSERT, UPDATE ON notification_queue TO sandtrail_writer;
-GRANT INSERT ON deliveries TO sandtrail_writer;
-
--- The analyzer makes the day partitions of the events it stores through
--- this function only (sql/005_partitions.sql).
-REVOKE EXECUTE ON FUNCTION sandtrail_event_partitions(date[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION sandtrail_event_partitions(date[]) TO sandtrail_writer;
-
--- Triage: sandtrail_triage runs with its owner's rights, so that it can
--- record the change it makes; the history row names the caller's own role
--- (session_user) beside the person it was given.
-ALTER FUNCTION sandtrail_triage(text, finding_status, text, text)
-    SECURITY DEFINER SET search_path = public, pg_temp;
-REVOKE EXECUTE ON FUNCTION sandtrail_triage(text, finding_status, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION sandtrail_triage(text, finding_status, text, text)
-    TO sandtrail_analyst;
+REVOKE EXECUTE ON FUNCTION sandtrail_grant_roles() FROM PUBLIC;
+SELECT sandtrail_grant_roles();
