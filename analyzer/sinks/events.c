@@ -22,7 +22,7 @@ static const char *sql_stage =
 #define EVENT_COLS                                                              \
     "source_name, event_id, source_kind, source_platform, ts, task_id, run_id, " \
     "trace_id, type, decision, reason, target, body, kafka_topic, "             \
-    "kafka_partition, kafka_offset"
+    "kafka_partition, kafka_offset, raw"
 
 static const char *sql_copy = "COPY events_stage (" EVENT_COLS ") FROM STDIN";
 static const char *sql_copy_direct = "COPY events (" EVENT_COLS ") FROM STDIN";
@@ -79,7 +79,9 @@ static void copy_row(struct st_buf *b, const struct st_sink_event *se)
     snprintf(num, sizeof(num), "%" PRId32, m->partition);
     copy_str(b, num);
     snprintf(num, sizeof(num), "%" PRId64, m->offset);
-    copy_field(b, num, strlen(num), 1);
+    copy_str(b, num);
+    /* the exact bytes the evidence tree hashes (body normalises them) */
+    copy_field(b, m->payload, m->len, 1);
 }
 
 static void *events_create(const struct st_analyzer_conf *conf, char *errstr,
