@@ -3,6 +3,8 @@
  *   sandtrail migrate                 apply sql/ migrations
  *   sandtrail findings [--run RUN] [--detector NAME] [--json]
  *   sandtrail validate FILE|-         check NDJSON events offline
+ *   sandtrail evidence audit|export|verify   tamper-evident store and
+ *                                     signed evidence bundles (evidence.h)
  *
  * Settings come from the environment (SANDTRAIL_PG_DSN, SANDTRAIL_SQL_DIR),
  * as printed by scripts/services env. */
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "event.h"
+#include "evidence.h"
 #include "log.h"
 #include "pg.h"
 
@@ -35,7 +38,8 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: sandtrail migrate\n"
                  "       sandtrail findings [--run RUN] [--detector NAME] [--json]\n"
-                 "       sandtrail validate FILE|-\n");
+                 "       sandtrail validate FILE|-\n"
+                 "       sandtrail evidence audit|export|verify ...\n");
 }
 
 static int cmd_migrate(void)
@@ -166,6 +170,8 @@ int main(int argc, char **argv)
         return cmd_migrate();
     if (!strcmp(argv[1], "findings"))
         return cmd_findings(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "evidence"))
+        return st_cli_evidence(argc - 1, argv + 1, pg_dsn());
     if (!strcmp(argv[1], "validate") && argc == 3)
         return cmd_validate(argv[2]);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
