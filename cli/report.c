@@ -400,7 +400,8 @@ int st_report_write(const struct report_in *in, const char *dir, char *errstr, s
                      s_of(rd, "rule") ? s_of(rd, "rule") : "",
                      s_of(rd, "fingerprint") ? s_of(rd, "fingerprint") : "",
                      s_of(rd, "path") ? s_of(rd, "path") : "");
-            rc.n[0][counter_at(&rc, key)]++;
+            size_t at = counter_at(&rc, key); /* may move rc.n */
+            rc.n[0][at]++;
         }
     }
     /* commands, class by class in table order */
