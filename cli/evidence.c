@@ -60,6 +60,22 @@ void keyring_fini(struct keyring *kr)
     kr->n = 0;
 }
 
+int read_file(const char *dir, const char *name, struct st_buf *b)
+{
+    char path[4096], chunk[65536];
+    size_t n;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    st_buf_reset(b);
+    st_buf_adds(b, "");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        st_buf_add(b, chunk, n);
+    fclose(f);
+    return 0;
+}
+
 int write_file(const char *dir, const char *name, const void *data, size_t len,
                char *errstr, size_t errsz)
 {
@@ -630,7 +646,7 @@ static int cmd_audit(int argc, char **argv, const char *dsn)
 
 /* --- export ----------------------------------------------------------- */
 
-static int run_argv(char *const argv[])
+int run_argv(char *const argv[])
 {
     pid_t pid = fork();
     if (pid == 0) {
@@ -1036,6 +1052,9 @@ static int cmd_export(int argc, char **argv, const char *dsn)
         .forced = (nfaults || uncovered) ? faults.data : NULL,
         .generated = now,
         .classes_file = getenv("SANDTRAIL_EVIDENCE_CLASSES"),
+        .key_id = key.id,
+        .partitions = partsj,
+        .ncheckpoints = cJSON_GetArraySize(cps),
     };
     werr = !findings ||
            write_file(out, "findings.json", findings, strlen(findings), errstr,
@@ -1068,18 +1087,11 @@ static int cmd_export(int argc, char **argv, const char *dsn)
     cJSON *fh = cJSON_AddObjectToObject(man, "files");
     cJSON_Delete(cps);
     for (int i = 0; !werr && files[i]; i++) {
-        char path[4096], hash[65];
-        snprintf(path, sizeof(path), "%s/%s", out, files[i]);
+        char hash[65];
         struct st_buf data;
         st_buf_init(&data);
-        FILE *f = fopen(path, "rb");
-        char chunk[65536];
-        size_t n;
-        while (f && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-            st_buf_add(&data, chunk, n);
-        if (f)
-            fclose(f);
-        st_sha256_hex(data.data ? data.data : "", data.len, hash);
+        read_file(out, files[i], &data);
+        st_sha256_hex(data.data, data.len, hash);
         st_buf_fini(&data);
         cJSON_AddStringToObject(fh, files[i], hash);
         st_buf_printf(&sums, "%s  %s\n", hash, files[i]);

@@ -45,9 +45,19 @@ struct report_in {
     const char *forced;      /* non-NULL: the audit faults --force overrode */
     const char *generated;   /* RFC 3339 */
     const char *classes_file; /* command classes (NULL: the built-in table) */
+    const char *key_id;      /* of the signing key */
+    const cJSON *partitions; /* manifest.json's partitions */
+    int ncheckpoints;
 };
 int st_report_write(const struct report_in *in, const char *dir, char *errstr,
                     size_t errsz);
+
+/* Runs argv (no shell) and waits; its exit status, or -1. */
+int run_argv(char *const argv[]);
+
+/* Reads dir/name whole into b (reset first, NUL-terminated). Returns 0, or
+ * -1 when it cannot be opened. */
+int read_file(const char *dir, const char *name, struct st_buf *b);
 
 /* Writes len bytes to dir/name. Returns 0, or -1 with errstr. */
 int write_file(const char *dir, const char *name, const void *data, size_t len,

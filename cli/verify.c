@@ -24,22 +24,6 @@
 #include "log.h"
 #include "merkle.h"
 
-static int slurp(const char *dir, const char *name, struct st_buf *b)
-{
-    char path[4096], chunk[65536];
-    size_t n;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    st_buf_reset(b);
-    st_buf_adds(b, "");
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        st_buf_add(b, chunk, n);
-    fclose(f);
-    return 0;
-}
-
 struct vcp {
     cJSON *doc;
     const char *topic;
@@ -100,7 +84,7 @@ static int verify_dir(const char *dir, const struct keyring *kr)
     st_buf_init(&b);
 
     /* 1. the manifest and its signature */
-    if (slurp(dir, "manifest.json", &man_b) || !(man = cJSON_Parse(man_b.data))) {
+    if (read_file(dir, "manifest.json", &man_b) || !(man = cJSON_Parse(man_b.data))) {
         faultf("manifest.json: missing or not JSON");
         goto out;
     }
@@ -110,7 +94,7 @@ static int verify_dir(const char *dir, const struct keyring *kr)
         faultf("manifest.json: signed by key \"%s\", which is not a trusted key", key_id);
         goto out;
     }
-    if (slurp(dir, "manifest.json.sig", &sig_b) || sig_b.len != ST_EVIDENCE_SIG ||
+    if (read_file(dir, "manifest.json.sig", &sig_b) || sig_b.len != ST_EVIDENCE_SIG ||
         !st_evkey_verify(key, man_b.data, man_b.len, (const uint8_t *)sig_b.data)) {
         faultf("manifest.json: its signature (manifest.json.sig) does not verify with key"
                " \"%s\"",
@@ -123,7 +107,7 @@ static int verify_dir(const char *dir, const struct keyring *kr)
     cJSON_ArrayForEach(f, files)
     {
         char hash[65];
-        if (slurp(dir, f->string, &b)) {
+        if (read_file(dir, f->string, &b)) {
             faultf("%s: missing from the bundle", f->string);
             goto out;
         }
@@ -143,14 +127,14 @@ static int verify_dir(const char *dir, const struct keyring *kr)
     }
     st_sha256_hex(man_b.data, man_b.len, mhash);
     st_buf_printf(&sums, "%s  manifest.json\n", mhash);
-    int sums_ok = slurp(dir, "SHA256SUMS", &b) == 0 && b.len == sums.len &&
+    int sums_ok = read_file(dir, "SHA256SUMS", &b) == 0 && b.len == sums.len &&
                   memcmp(b.data, sums.data, sums.len) == 0;
     st_buf_fini(&sums);
     if (!sums_ok) {
         faultf("SHA256SUMS: does not list the manifest's files and hashes");
         goto out;
     }
-    if (slurp(dir, "SHA256SUMS.sig", &sig_b) || sig_b.len != ST_EVIDENCE_SIG ||
+    if (read_file(dir, "SHA256SUMS.sig", &sig_b) || sig_b.len != ST_EVIDENCE_SIG ||
         !st_evkey_verify(key, b.data, b.len, (const uint8_t *)sig_b.data)) {
         faultf("SHA256SUMS: its signature (SHA256SUMS.sig) does not verify with key \"%s\"",
                key_id);
@@ -173,7 +157,7 @@ static int verify_dir(const char *dir, const struct keyring *kr)
         closedir(d);
 
     /* 3. checkpoints: signatures and chains */
-    if (slurp(dir, "checkpoints.json", &b) || !(cps = cJSON_Parse(b.data))) {
+    if (read_file(dir, "checkpoints.json", &b) || !(cps = cJSON_Parse(b.data))) {
         faultf("checkpoints.json: not JSON");
         goto out;
     }
@@ -222,7 +206,7 @@ static int verify_dir(const char *dir, const struct keyring *kr)
     }
 
     /* 4. events: scope and inclusion proofs */
-    if (slurp(dir, "events.ndjson", &b)) {
+    if (read_file(dir, "events.ndjson", &b)) {
         faultf("events.ndjson: missing");
         goto out;
     }
@@ -237,7 +221,7 @@ static int verify_dir(const char *dir, const struct keyring *kr)
     }
     struct st_buf pb;
     st_buf_init(&pb);
-    if (slurp(dir, "proofs.json", &pb) || !(proofs = cJSON_Parse(pb.data))) {
+    if (read_file(dir, "proofs.json", &pb) || !(proofs = cJSON_Parse(pb.data))) {
         st_buf_fini(&pb);
         faultf("proofs.json: not JSON");
         goto out;
@@ -352,19 +336,6 @@ out:
     return bad;
 }
 
-static int spawn(char *const argv[])
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int st;
-    if (pid < 0 || waitpid(pid, &st, 0) < 0)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 int st_cli_verify(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -407,14 +378,14 @@ int st_cli_verify(int argc, char **argv)
             return 2;
         }
         char *const tar[] = {"tar", "-xzf", (char *)target, "-C", tmp, NULL};
-        if (spawn(tar) != 0) {
+        if (run_argv(tar) != 0) {
             printf("INVALID: %s: not a readable .tar.gz bundle\n", target);
             rc = 1;
         } else {
             rc = verify_dir(tmp, &kr);
         }
         char *const rm[] = {"rm", "-rf", tmp, NULL};
-        spawn(rm);
+        run_argv(rm);
     }
     keyring_fini(&kr);
     return rc;
