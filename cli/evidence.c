@@ -336,6 +336,81 @@ static void check_runs(struct walk *w, const struct cp *c, struct tally *t)
     t->len = 0;
 }
 
+/* The leaves recomputed for one checkpoint, in order: hash (all zero and
+ * missing = 1 for a gap), offset, and the row it came from (-1: a skip). */
+struct mine {
+    uint8_t (*leaf)[ST_MERKLE_HASH];
+    int64_t *off;
+    int *row;
+    size_t n, cap;
+};
+
+static void mine_add(struct mine *m, const uint8_t *h, int64_t off, int row)
+{
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 1024;
+        m->leaf = st_realloc(m->leaf, m->cap * ST_MERKLE_HASH);
+        m->off = st_realloc(m->off, m->cap * sizeof(int64_t));
+        m->row = st_realloc(m->row, m->cap * sizeof(int));
+    }
+    if (h)
+        memcpy(m->leaf[m->n], h, ST_MERKLE_HASH);
+    else
+        memset(m->leaf[m->n], 0, ST_MERKLE_HASH);
+    m->off[m->n] = off;
+    m->row[m->n++] = h ? row : -2;
+}
+
+static const char *leaves_of(const PGresult *cr, int ncr, int64_t seq)
+{
+    for (int i = 0; i < ncr; i++)
+        if (strtoll(PQgetvalue(cr, i, 0), NULL, 10) == seq)
+            return PQgetvalue(cr, i, 5);
+    return NULL;
+}
+
+/* A checkpoint's root did not match. When its stored leaf hashes still give
+ * the signed root, they are authentic: name each row whose leaf differs.
+ * Returns 1 when it could (and did), 0 when only the range can be named. */
+static int name_altered(struct walk *w, const PGresult *er, const struct cp *cp,
+                        const struct st_merkle_frontier *f0, const struct mine *m,
+                        const char *hex)
+{
+    size_t want = (size_t)(cp->tree_size - cp->first_index);
+    if (!hex || strlen(hex) != 2 * want * ST_MERKLE_HASH)
+        return 0;
+    uint8_t(*stored)[ST_MERKLE_HASH] = st_malloc(want * ST_MERKLE_HASH + 1);
+    struct st_merkle_frontier f = *f0;
+    uint8_t root[ST_MERKLE_HASH];
+    char roothex[65], name[600];
+    int named = 0;
+    if (st_from_hex(hex, (uint8_t *)stored, want * ST_MERKLE_HASH) == 0) {
+        for (size_t i = 0; i < want; i++)
+            st_merkle_frontier_add(&f, stored[i]);
+        st_merkle_frontier_root(&f, root);
+        st_hex(root, sizeof(root), roothex);
+        if (strcmp(roothex, cp->root) == 0 && m->n == want) {
+            named = 1;
+            for (size_t i = 0; i < want; i++) {
+                if (m->row[i] == -2 || !memcmp(m->leaf[i], stored[i], ST_MERKLE_HASH))
+                    continue; /* a gap is named already */
+                if (m->row[i] >= 0) {
+                    row_name(er, m->row[i], name, sizeof(name));
+                    fault(w, "altered: %s at %s[%d] offset %" PRId64 ": its stored bytes"
+                             " (raw) are not those signed in checkpoint #%" PRId64,
+                          name, w->topic, (int)w->partition, m->off[i], cp->seq);
+                } else {
+                    fault(w, "altered: the skip record of %s[%d] offset %" PRId64
+                             " is not the one signed in checkpoint #%" PRId64,
+                          w->topic, (int)w->partition, m->off[i], cp->seq);
+                }
+            }
+        }
+    }
+    free(stored);
+    return named;
+}
+
 /* Walks one partition: checkpoints from the first at or after since (NULL:
  * all), the stored rows and skips they cover, and the rows after them.
  * Returns 0, or -1 when the database could not be read. */
@@ -348,12 +423,14 @@ static int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
     int rc = -1;
     PGresult *cr = PQexecParams(pg,
                                 "SELECT seq, body, signature, encode(frontier, 'hex'),"
-                                " ($3::timestamptz IS NULL OR cp_time >= $3) FROM"
+                                " ($3::timestamptz IS NULL OR cp_time >= $3),"
+                                " encode(leaves, 'hex') FROM"
                                 " evidence_checkpoints WHERE kafka_topic = $1"
                                 " AND kafka_partition = $2 ORDER BY seq",
                                 3, NULL, v, NULL, NULL, 0);
     PGresult *sr = NULL, *er = NULL, *st = NULL;
     struct tally tally = {0};
+    struct mine mine = {0};
     if (PQresultStatus(cr) != PGRES_TUPLES_OK) {
         snprintf(errstr, errsz, "could not read evidence_checkpoints: %s",
                  PQresultErrorMessage(cr));
@@ -445,6 +522,8 @@ static int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
         struct cp *cp = &w->cps[c];
         long before = w->faults;
         int64_t o = cp->first_offset;
+        struct st_merkle_frontier f0 = f;
+        mine.n = 0;
         while (o <= cp->last_offset) {
             int k = 0;
             while (ri + k < ne && strtoll(PQgetvalue(er, ri + k, R_OFFSET), NULL, 10) == o)
@@ -458,6 +537,7 @@ static int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
                                       PQgetvalue(sr, si, 2));
                 st_merkle_leaf_hash(skip.data, skip.len, h);
                 leaf_add(w, &f, h, o);
+                mine_add(&mine, h, o, -1);
                 for (int j = 0; j < k; j++) {
                     row_name(er, ri + j, name, sizeof(name));
                     fault(w, "added after the fact: %s at %s[%d] offset %" PRId64
@@ -479,6 +559,7 @@ static int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
             if (k == 0) {
                 fault(w, "gap: %s[%d] offset %" PRId64 " holds no stored event (deleted?)",
                       w->topic, (int)w->partition, o);
+                mine_add(&mine, NULL, o, -1);
                 o++;
                 continue;
             }
@@ -492,6 +573,7 @@ static int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
             const char *raw = PQgetisnull(er, ri, R_RAW) ? "" : PQgetvalue(er, ri, R_RAW);
             st_merkle_leaf_hash(raw, strlen(raw), h);
             leaf_add(w, &f, h, o);
+            mine_add(&mine, h, o, ri);
             tally_add(&tally, PQgetvalue(er, ri, R_TASK), PQgetvalue(er, ri, R_RUN));
             for (int j = 1; j < k; j++) {
                 row_name(er, ri + j, name, sizeof(name));
@@ -507,11 +589,13 @@ static int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
         st_merkle_frontier_root(&f, root);
         st_hex(root, sizeof(root), roothex);
         if ((int64_t)f.size != cp->tree_size || strcmp(roothex, cp->root) != 0) {
-            fault(w, "checkpoint %s[%d] #%" PRId64 ": its root does not match the stored"
-                     " rows of offsets %" PRId64 "..%" PRId64 "%s",
-                  w->topic, (int)w->partition, cp->seq, cp->first_offset, cp->last_offset,
-                  w->faults == before ? " (an event's stored bytes were altered)"
-                                      : " (see above)");
+            if (!name_altered(w, er, cp, &f0, &mine, leaves_of(cr, ncr, cp->seq)))
+                fault(w, "checkpoint %s[%d] #%" PRId64 ": its root does not match the"
+                         " stored rows of offsets %" PRId64 "..%" PRId64 "%s",
+                      w->topic, (int)w->partition, cp->seq, cp->first_offset,
+                      cp->last_offset,
+                      w->faults == before ? " (an event's stored bytes were altered)"
+                                          : " (see above)");
             /* go on from the signed tree so later checkpoints are judged alone */
             const char *fhex = NULL;
             for (int i = 0; i < ncr; i++)
@@ -551,6 +635,9 @@ static int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
 out:
     free(tally.key);
     free(tally.n);
+    free(mine.leaf);
+    free(mine.off);
+    free(mine.row);
     PQclear(cr);
     PQclear(sr);
     PQclear(er);

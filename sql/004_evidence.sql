@@ -42,6 +42,9 @@ CREATE TABLE evidence_checkpoints (
     body            text        NOT NULL,
     signature       text        NOT NULL,      -- Ed25519 of body, hex
     frontier        bytea       NOT NULL,      -- st_merkle_frontier_save() after it
+    -- the leaf hashes of first_index..tree_size-1 (32 bytes each): when they
+    -- still give the signed root, audit names the very row whose bytes changed
+    leaves          bytea       NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (kafka_topic, kafka_partition, seq)
 );
@@ -61,5 +64,6 @@ CREATE TABLE evidence_state (
     pending_first    bigint  NOT NULL,        -- their first offset
     pending_since_ms bigint  NOT NULL,        -- Kafka timestamp of the first
     pending_last_ms  bigint  NOT NULL,        -- and of the last
+    pending          bytea   NOT NULL,        -- their leaf hashes
     PRIMARY KEY (kafka_topic, kafka_partition)
 );

@@ -34,6 +34,10 @@ struct tree {
     int64_t seq;
     char last_hash[65];
     int64_t pending_leaves, pending_first, pending_since_ms, pending_last_ms;
+    /* leaf hashes appended in this transaction since the load or the last
+     * cut; before the first cut they follow evidence_state.pending */
+    struct st_buf mem;
+    int after_db; /* no cut yet: mem continues the stored pending */
 };
 
 struct evidence_part {
@@ -193,6 +197,8 @@ static int tree_load(struct evidence_part *p, PGconn *pg, struct tree *t, char *
     if (rc)
         return rc;
     st_merkle_frontier_init(&t->f);
+    st_buf_reset(&t->mem);
+    t->after_db = 1;
     t->next_offset = -1;
     t->seq = 0;
     memset(t->last_hash, '0', 64);
@@ -234,6 +240,18 @@ static void frontier_hex(const struct st_merkle_frontier *f, struct st_buf *b)
     st_buf_adds(b, hex);
 }
 
+/* A bytea literal ("\\x" and hex) of raw bytes. */
+static void leaves_hex(const struct st_buf *raw, struct st_buf *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    st_buf_reset(out);
+    st_buf_adds(out, "\\x");
+    for (size_t i = 0; i < raw->len; i++) {
+        st_buf_addc(out, digits[(uint8_t)raw->data[i] >> 4]);
+        st_buf_addc(out, digits[(uint8_t)raw->data[i] & 15]);
+    }
+}
+
 static int tree_save(struct evidence_part *p, PGconn *pg, const struct tree *t,
                      char *errstr, size_t errsz)
 {
@@ -246,18 +264,24 @@ static int tree_save(struct evidence_part *p, PGconn *pg, const struct tree *t,
     snprintf(ps, sizeof(ps), "%" PRId64, t->pending_since_ms);
     snprintf(pe, sizeof(pe), "%" PRId64, t->pending_last_ms);
     frontier_hex(&t->f, &p->scratch);
-    const char *v[10] = {p->topic, part, next, p->scratch.data, seq, t->last_hash,
-                         pl, pf, ps, pe};
-    return exec_params(
+    struct st_buf mem;
+    st_buf_init(&mem);
+    leaves_hex(&t->mem, &mem);
+    const char *v[12] = {p->topic, part, next, p->scratch.data, seq, t->last_hash,
+                         pl, pf, ps, pe, mem.data, t->after_db ? "t" : "f"};
+    int rc = exec_params(
         pg,
         "INSERT INTO evidence_state (kafka_topic, kafka_partition, next_offset,"
         " frontier, seq, last_hash, pending_leaves, pending_first, pending_since_ms,"
-        " pending_last_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-        " ON CONFLICT (kafka_topic, kafka_partition) DO UPDATE SET"
+        " pending_last_ms, pending) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
+        " $11) ON CONFLICT (kafka_topic, kafka_partition) DO UPDATE SET"
         " next_offset = $3, frontier = $4, seq = $5, last_hash = $6,"
         " pending_leaves = $7, pending_first = $8, pending_since_ms = $9,"
-        " pending_last_ms = $10",
-        10, v, NULL, "could not write evidence_state", errstr, errsz);
+        " pending_last_ms = $10, pending = CASE WHEN $12::boolean"
+        " THEN evidence_state.pending || $11::bytea ELSE $11::bytea END",
+        12, v, NULL, "could not write evidence_state", errstr, errsz);
+    st_buf_fini(&mem);
+    return rc;
 }
 
 /* Signs the pending leaves of t as the next checkpoint. The per-run counts
@@ -322,21 +346,30 @@ static int tree_cut(struct evidence_part *p, PGconn *pg, struct tree *t, char *e
     snprintf(fidx, sizeof(fidx), "%" PRId64, (int64_t)t->f.size - t->pending_leaves);
     snprintf(size, sizeof(size), "%" PRIu64, t->f.size);
     frontier_hex(&t->f, &p->scratch);
-    const char *v[15] = {p->topic, part, seq, first, last, fidx, size, roothex,
+    struct st_buf mem;
+    st_buf_init(&mem);
+    leaves_hex(&t->mem, &mem);
+    const char *v[17] = {p->topic, part, seq, first, last, fidx, size, roothex,
                          t->last_hash, hash, ts, p->key.id, body.data, sighex,
-                         p->scratch.data};
+                         p->scratch.data, mem.data, t->after_db ? "t" : "f"};
     rc = exec_params(pg,
                      "INSERT INTO evidence_checkpoints (kafka_topic, kafka_partition, seq,"
                      " first_offset, last_offset, first_index, tree_size, root, prev_hash,"
-                     " hash, cp_time, key_id, body, signature, frontier) VALUES ($1, $2,"
-                     " $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-                     15, v, NULL, "could not write an evidence checkpoint", errstr, errsz);
+                     " hash, cp_time, key_id, body, signature, frontier, leaves) VALUES"
+                     " ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
+                     " CASE WHEN $17::boolean THEN coalesce((SELECT pending FROM"
+                     " evidence_state WHERE kafka_topic = $1 AND kafka_partition = $2),"
+                     " ''::bytea) || $16::bytea ELSE $16::bytea END)",
+                     17, v, NULL, "could not write an evidence checkpoint", errstr, errsz);
+    st_buf_fini(&mem);
     st_buf_fini(&body);
     if (rc)
         return rc;
     t->seq++;
     memcpy(t->last_hash, hash, sizeof(hash));
     t->pending_leaves = 0;
+    st_buf_reset(&t->mem);
+    t->after_db = 0;
     t->touched = 1;
     return ST_SINK_OK;
 }
@@ -355,6 +388,7 @@ static int add_leaf(struct evidence_part *p, PGconn *pg, struct tree *t,
         t->pending_since_ms = ts_ms;
     }
     st_merkle_frontier_add(&t->f, leaf);
+    st_buf_add(&t->mem, leaf, ST_MERKLE_HASH);
     t->pending_leaves++;
     t->pending_last_ms = ts_ms;
     t->next_offset = last + 1;
@@ -492,6 +526,8 @@ static int evidence_write(void *state, PGconn *pg, const struct st_findings *fs,
         if (!rc && t->touched)
             rc = tree_save(p, pg, t, errstr, errsz);
     }
+    for (size_t j = 0; j < p->nseen; j++)
+        st_buf_fini(&trees[j].mem);
     free(trees);
     return rc;
 }

@@ -71,7 +71,8 @@ static void flip_byte(const char *path)
 static const char *q_checkpoints =
     "SELECT kafka_topic, kafka_partition, seq, first_offset, last_offset, first_index,"
     " tree_size, root, prev_hash, hash, key_id, body, signature,"
-    " encode(frontier, 'hex') FROM evidence_checkpoints ORDER BY 1, 2, 3";
+    " encode(frontier, 'hex'), encode(leaves, 'hex') FROM evidence_checkpoints"
+    " ORDER BY 1, 2, 3";
 
 /* A world whose topic holds the demo run, drained once into its database. */
 static void stored(struct world *w, const char *tag)
@@ -319,6 +320,15 @@ START_TEST(evidence_audit_names_altered_and_deleted_rows)
     expect(out, st, 1, "altered: event \"sq-104\"");
     ck_assert_msg(strstr(out, "target does not match"), "%s", out);
     ck_assert_msg(strstr(out, "gap: "), "%s", out);
+    free(out);
+    /* the stored bytes, the jsonb and the columns changed together */
+    free(rows(w.dsn, "UPDATE events SET raw = replace(raw, 'pastebin.', 'pastebim.'),"
+                     " body = replace(raw, 'pastebin.', 'pastebim.')::jsonb,"
+                     " target = replace(target, 'pastebin.', 'pastebim.')"
+                     " WHERE event_id = 'sq-105' RETURNING 1"));
+    out = evidence(&w, &st, "audit");
+    expect(out, st, 1, "altered: event \"sq-105\"");
+    ck_assert_msg(strstr(out, "are not those signed"), "%s", out);
     free(out);
     free(rows(w.dsn, "INSERT INTO events SELECT source_name, 'sq-999', source_kind,"
                      " source_platform, ts, task_id, run_id, trace_id, type, decision,"
