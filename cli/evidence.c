@@ -1110,7 +1110,7 @@ static int cmd_export(int argc, char **argv, const char *dsn)
         st_buf_addc(&buf, '\n');
         docs[i] = cJSON_Parse(raw);
     }
-    char *pj = cJSON_Print(proofs), *cj = cJSON_Print(cps);
+    char *pj = cJSON_PrintUnformatted(proofs), *cj = cJSON_Print(cps);
     int werr = write_file(out, "events.ndjson", buf.data, buf.len, errstr, sizeof(errstr)) ||
                write_file(out, "proofs.json", pj, strlen(pj), errstr, sizeof(errstr)) ||
                write_file(out, "checkpoints.json", cj, strlen(cj), errstr, sizeof(errstr));

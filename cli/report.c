@@ -478,8 +478,8 @@ int st_report_write(const struct report_in *in, const char *dir, char *errstr, s
         cell(&integ, line);
     }
     snprintf(count, sizeof(count), "%zu", in->nevents);
-    cell(&meta, "scope");
-    cell(&meta, "");
+    cell(&meta, "item");
+    cell(&meta, "value");
     cell(&meta, "task");
     cell(&meta, in->task);
     cell(&meta, "runs");

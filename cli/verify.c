@@ -210,7 +210,7 @@ static int verify_dir(const char *dir, const struct keyring *kr)
         faultf("events.ndjson: missing");
         goto out;
     }
-    lines = st_calloc(b.len / 2 + 2, sizeof(*lines));
+    lines = st_calloc(b.len + 2, sizeof(*lines)); /* at most one line a byte */
     for (char *p = b.data, *nl; *p; p = nl + 1) {
         if (!(nl = strchr(p, '\n'))) {
             faultf("events.ndjson: the last line has no newline");
