@@ -500,7 +500,7 @@ static int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
         prev_last = c->last_offset;
     }
 
-    int64_t first = w->ncp ? w->cps[0].first_offset : 0;
+    int64_t first = w->ncp ? w->cps[0].first_offset : prev_last + 1;
     snprintf(from, sizeof(from), "%" PRId64, first);
     const char *rv[3] = {w->topic, part, from};
     er = PQexecParams(pg, sql_rows, 3, NULL, rv, NULL, NULL, 0);
@@ -930,13 +930,15 @@ static int cmd_export(int argc, char **argv, const char *dsn)
     struct st_buf queries, buf, faults, sums;
     struct pop_event *ev = NULL;
     struct walk *walks = NULL;
-    cJSON **docs = NULL;
+    cJSON **docs = NULL, *runs = NULL, *cps = NULL, *partsj = NULL;
+    struct st_buf runs_array;
     char *findings = NULL;
     int nwalks = 0, npop = 0;
     st_buf_init(&queries);
     st_buf_init(&buf);
     st_buf_init(&faults);
     st_buf_init(&sums);
+    st_buf_init(&runs_array);
     st_buf_adds(&faults, "");
     if (!keyfile || !*keyfile) {
         snprintf(errstr, sizeof(errstr), "no signing key: set SANDTRAIL_EVIDENCE_KEY_FILE");
@@ -973,9 +975,7 @@ static int cmd_export(int argc, char **argv, const char *dsn)
     }
     ev = st_calloc((size_t)npop, sizeof(*ev));
     walks = st_calloc((size_t)npop, sizeof(*walks));
-    cJSON *runs = cJSON_CreateArray();
-    struct st_buf runs_array;
-    st_buf_init(&runs_array);
+    runs = cJSON_CreateArray();
     long uncovered = 0;
     for (int i = 0; i < npop; i++) {
         const char *topic = PQgetvalue(pop, i, 0);
@@ -1031,8 +1031,9 @@ static int cmd_export(int argc, char **argv, const char *dsn)
     }
 
     /* events.ndjson, proofs.json, checkpoints.json */
-    cJSON *proofs = cJSON_CreateArray(), *cps = cJSON_CreateArray(),
-          *partsj = cJSON_CreateArray();
+    cJSON *proofs = cJSON_CreateArray();
+    cps = cJSON_CreateArray();
+    partsj = cJSON_CreateArray();
     docs = st_calloc((size_t)npop, sizeof(*docs));
     st_buf_reset(&buf);
     for (int w = 0; w < nwalks; w++) {
@@ -1117,16 +1118,10 @@ static int cmd_export(int argc, char **argv, const char *dsn)
     free(pj);
     free(cj);
     cJSON_Delete(proofs);
-    if (werr) {
-        cJSON_Delete(cps);
-        cJSON_Delete(partsj);
-        cJSON_Delete(runs);
-        st_buf_fini(&runs_array);
+    if (werr)
         goto fail;
-    }
 
     findings = findings_json(pg, task, runs_array.data, &queries, errstr, sizeof(errstr));
-    st_buf_fini(&runs_array);
     char now[40];
     st_time_format(st_time_now_us(), now, sizeof(now));
     cJSON *fdoc = findings ? cJSON_Parse(findings) : NULL;
@@ -1159,6 +1154,7 @@ static int cmd_export(int argc, char **argv, const char *dsn)
     cJSON *scope = cJSON_AddObjectToObject(man, "scope");
     cJSON_AddStringToObject(scope, "task_id", task);
     cJSON_AddItemToObject(scope, "run_ids", runs);
+    runs = NULL; /* the manifest owns them now */
     if (since)
         cJSON_AddStringToObject(scope, "since", since);
     if (until)
@@ -1170,9 +1166,9 @@ static int cmd_export(int argc, char **argv, const char *dsn)
     cJSON_AddNumberToObject(counts, "events", npop);
     cJSON_AddNumberToObject(counts, "checkpoints", cJSON_GetArraySize(cps));
     cJSON_AddItemToObject(man, "partitions", partsj);
+    partsj = NULL;
     cJSON_AddStringToObject(man, "key_id", key.id);
     cJSON *fh = cJSON_AddObjectToObject(man, "files");
-    cJSON_Delete(cps);
     for (int i = 0; !werr && files[i]; i++) {
         char hash[65];
         struct st_buf data;
@@ -1219,6 +1215,10 @@ done:
     }
     for (int i = 0; docs && i < npop; i++)
         cJSON_Delete(docs[i]);
+    cJSON_Delete(runs);
+    cJSON_Delete(cps);
+    cJSON_Delete(partsj);
+    st_buf_fini(&runs_array);
     free(docs);
     for (int w = 0; w < nwalks; w++)
         cps_free(&walks[w]);
