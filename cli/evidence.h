@@ -2,8 +2,8 @@
  *
  *   audit   recomputes every partition's Merkle tree from the stored rows
  *           and names each row altered, deleted or added after the fact,
- *           each gap, and each checkpoint that does not match (evidence.c)
- *   export  writes a run's signed evidence bundle (evidence.c, report.c)
+ *           each gap, and each checkpoint that does not match (audit.c)
+ *   export  writes a run's signed evidence bundle (export.c, report.c)
  *   verify  checks a bundle offline: no database, no network (verify.c) */
 #ifndef ST_CLI_EVIDENCE_H
 #define ST_CLI_EVIDENCE_H
@@ -31,6 +31,13 @@ int keyring_load(struct keyring *kr, const char *paths, char *errstr, size_t err
 const struct st_evkey *keyring_find(const struct keyring *kr, const char *id);
 void keyring_fini(struct keyring *kr);
 
+/* Loads the trusted keys of pubkeys (':'-separated PEM files), or else of
+ * SANDTRAIL_EVIDENCE_PUBLIC_KEY_FILE. Returns 0, or -1 with errstr. */
+int load_trusted(struct keyring *kr, const char *pubkeys, char *errstr, size_t errsz);
+
+/* The subcommands (argv[0] is the subcommand's name); exit statuses. */
+int st_cli_audit(int argc, char **argv, const char *pg_dsn);
+int st_cli_export(int argc, char **argv, const char *pg_dsn);
 int st_cli_verify(int argc, char **argv);
 
 /* The bundle's review, from its events (parsed, in event-time order) and
