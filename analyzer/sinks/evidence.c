@@ -20,6 +20,7 @@ struct item {
     int64_t ts_ms; /* Kafka timestamp */
     size_t order;  /* staging order: of two items for an offset the later wins */
     int skip;      /* 1: reason says why it holds no event */
+    int dup;       /* this write found no row at the offset (set per write) */
     char reason[48];
     uint8_t leaf[ST_MERKLE_HASH];
 };
@@ -453,14 +454,15 @@ static int mark_duplicates(struct evidence_part *p, PGconn *pg, struct item *ite
         return rc;
     int rows = PQntuples(res), r = 0;
     for (size_t i = 0; i < n; i++) {
+        items[i].dup = 0;
         if (items[i].skip)
             continue;
         while (r < rows && strtoll(PQgetvalue(res, r, 0), NULL, 10) < items[i].offset)
             r++;
         if (r < rows && strtoll(PQgetvalue(res, r, 0), NULL, 10) == items[i].offset)
             continue;
-        items[i].skip = 1;
-        snprintf(items[i].reason, sizeof(items[i].reason), "duplicate");
+        /* not on the item for good: a redone batch asks again */
+        items[i].dup = 1;
     }
     PQclear(res);
     return ST_SINK_OK;
@@ -486,9 +488,11 @@ static int write_partition(struct evidence_part *p, PGconn *pg, struct tree *t,
             (rc = add_skip(p, pg, t, t->next_offset, it->offset - 1, it->ts_ms,
                            "not delivered", errstr, errsz)))
             return rc;
-        rc = it->skip ? add_skip(p, pg, t, it->offset, it->offset, it->ts_ms, it->reason,
-                                 errstr, errsz)
-                      : add_leaf(p, pg, t, it->leaf, it->offset, it->offset, it->ts_ms,
+        rc = it->skip  ? add_skip(p, pg, t, it->offset, it->offset, it->ts_ms, it->reason,
+                                  errstr, errsz)
+             : it->dup ? add_skip(p, pg, t, it->offset, it->offset, it->ts_ms, "duplicate",
+                                  errstr, errsz)
+                       : add_leaf(p, pg, t, it->leaf, it->offset, it->offset, it->ts_ms,
                                  errstr, errsz);
         if (rc)
             return rc;
