@@ -6,6 +6,7 @@ that only sandtrail's deeper checks (scope, proofs, completeness) can catch it.
   evidence_resign.py drop  BUNDLE KEY          drop the last event and its proof
   evidence_resign.py swap  BUNDLE KEY FIXTURE  put another run's event on line 1
   evidence_resign.py proof BUNDLE KEY          change one step of the first proof
+  evidence_resign.py checkpoint BUNDLE KEY     lower a signed count of a checkpoint
 """
 import hashlib
 import json
@@ -63,6 +64,15 @@ def main():
         for p in proofs:
             if p["line"] == 1:
                 p["event_id"] = json.loads(other[0])["event_id"]
+    elif op == "checkpoint":
+        cp_path = os.path.join(d, "checkpoints.json")
+        with open(cp_path) as f:
+            cps = json.load(f)
+        body = json.loads(cps[0]["body"])
+        body["runs"][0][2] -= 1
+        cps[0]["body"] = json.dumps(body, separators=(",", ":"))
+        with open(cp_path, "w") as f:
+            json.dump(cps, f, indent=2)
     elif op == "proof":
         p = proofs[0]
         step = p["path"][0]

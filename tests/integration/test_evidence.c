@@ -242,7 +242,8 @@ END_TEST
 
 /* The deeper checks, for a bundle whose files and manifest were rewritten
  * and re-signed with the real key (an exporter that lies): a dropped
- * event breaks completeness, another run's event is out of scope. */
+ * event breaks completeness, another run's event is out of scope, a
+ * changed proof step or checkpoint body fails its check. */
 START_TEST(evidence_verify_checks_proofs_and_completeness)
 {
     struct world w;
@@ -280,6 +281,16 @@ START_TEST(evidence_verify_checks_proofs_and_completeness)
     snprintf(cmd, sizeof(cmd), "%s.p", dir);
     out = evidence(&w, &st, "verify %s", cmd);
     expect(out, st, 1, "inclusion proof");
+    free(out);
+    /* a checkpoint's signed body changed */
+    snprintf(cmd, sizeof(cmd),
+             "rm -rf %s.c && cp -r %s %s.c && python3 %s checkpoint %s.c %s", dir, dir, dir,
+             resign, dir, getenv("SANDTRAIL_EVIDENCE_KEY_FILE"));
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd), "%s.c", dir);
+    out = evidence(&w, &st, "verify %s", cmd);
+    expect(out, st, 1, "its signature does not verify");
+    ck_assert_msg(strstr(out, "checkpoint "), "%s", out);
     free(out);
     snprintf(cmd, sizeof(cmd), "rm -rf %s %s.*", dir, dir);
     ck_assert_int_eq(system(cmd), 0);
