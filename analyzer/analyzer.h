@@ -42,6 +42,9 @@ struct st_analyzer_conf {
     int64_t scope_deny_window_s;
     int64_t scope_platforms;  /* detect.scope_drift.allowlist_platforms */
     char *canary_fps;         /* detect.token_write.canary_fingerprints */
+    char *evidence_key_file;          /* evidence.key_file (unset: off) */
+    int64_t evidence_checkpoint_events;
+    int64_t evidence_checkpoint_s;
     int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
     struct st_overrides overrides; /* override.task|platform.* */
     char config_hash[17];     /* of the detect.* properties and overrides */

@@ -137,6 +137,16 @@ static const struct st_conf_prop analyzer_props[] = {
     {"detect.token_write.canary_fingerprints", "SANDTRAIL_CANARY_FINGERPRINTS",
      ST_CONF_STR, A(canary_fps), 0, 0, NULL,
      "comma-separated fingerprints of canary values: written anywhere, critical"},
+    {"evidence.key_file", "SANDTRAIL_EVIDENCE_KEY_FILE", ST_CONF_STR,
+     A(evidence_key_file), 0, 0, NULL,
+     "PEM Ed25519 private key that signs evidence checkpoints (unset: no "
+     "checkpoints)"},
+    {"evidence.checkpoint_events", NULL, ST_CONF_INT, A(evidence_checkpoint_events), 1,
+     10000000, "1000", "leaves of a partition's evidence tree per signed checkpoint"},
+    {"evidence.checkpoint_s", NULL, ST_CONF_INT, A(evidence_checkpoint_s), 1, 86400,
+     "60",
+     "longest span (Kafka timestamps) of one checkpoint; a caught-up analyzer "
+     "also signs what is pending once it is this old"},
     {"fault.crash_after_pg_commits", NULL, ST_CONF_INT, A(crash_after_commits), 0,
      1000000, "0",
      "tests only: exit abruptly after this many PostgreSQL commits, before the "
@@ -469,7 +479,12 @@ static int run(struct analyzer *a, int drain)
         int flush = drain && st_consumer_drained(a->consumer);
         size_t nrel = st_reorder_release(a->reorder, flush, now, idle_ms, &a->rel,
                                          &a->relcap);
-        if (n > 0 || nrel > 0) {
+        /* caught up: the evidence part signs what is pending (all of it at
+         * the end of --drain, what is old enough otherwise) */
+        int seal = 0;
+        if (flush || (!drain && st_consumer_drained(a->consumer)))
+            seal = st_sink_seal(a->sink, flush ? 0 : st_time_now_us() / 1000);
+        if (n > 0 || nrel > 0 || seal) {
             for (size_t i = 0; i < nrel; i++) {
                 a->late += a->rel[i].late;
                 st_metric_add(a->m_late, a->rel[i].late);

@@ -9,6 +9,7 @@
 #include "pg.h"
 #include "sink.h"
 #include "sinks/events.h"
+#include "sinks/evidence.h"
 #include "sinks/findings.h"
 #include "sinks/outbox.h"
 
@@ -16,6 +17,7 @@
  * the rows an earlier one wrote (a finding's refresh reads its events). */
 static const struct st_sink_part_ops *const parts[] = {
     &st_sink_events,
+    &st_sink_evidence, /* reads the rows events wrote */
     &st_sink_findings,
     &st_sink_outbox, /* reads the findings just written */
     NULL,
@@ -118,6 +120,17 @@ void st_sink_skip(struct st_sink *s, const rd_kafka_message_t *msg, const char *
         if (parts[i]->skip)
             parts[i]->skip(s->state[i], msg, reason);
     s->staged++;
+}
+
+int st_sink_seal(struct st_sink *s, int64_t now_ms)
+{
+    int want = 0;
+    for (size_t i = 0; i < NPARTS; i++)
+        if (parts[i]->seal && parts[i]->seal(s->state[i], now_ms))
+            want = 1;
+    if (want)
+        s->staged++;
+    return want;
 }
 
 static void end_all(struct st_sink *s, int committed)

@@ -15,6 +15,7 @@
 #define ST_SINK_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
@@ -70,6 +71,10 @@ struct st_sink_part_ops {
      * advance in-memory state) or was rolled back (0: keep the staged data
      * for the retry, undo in-memory changes made by write). */
     void (*end)(void *state, int committed);
+    /* The analyzer caught up with its partitions at wall-clock now_ms (0:
+     * the end of --drain). Returns 1 when the part has something to write
+     * (evidence: a checkpoint to cut), so that a transaction is opened. */
+    int (*seal)(void *state, int64_t now_ms);
 };
 
 struct st_sink;
@@ -84,6 +89,10 @@ void st_sink_stage(struct st_sink *s, const struct st_sink_event *se);
 
 /* Tells every part that this message will not be stored (see skip). */
 void st_sink_skip(struct st_sink *s, const rd_kafka_message_t *msg, const char *reason);
+
+/* Tells every part the analyzer caught up (see seal). Returns 1 when the
+ * next st_sink_write must run even with nothing staged. */
+int st_sink_seal(struct st_sink *s, int64_t now_ms);
 
 /* Writes everything staged and the findings in one transaction. Returns
  * ST_SINK_OK (staged data forgotten), or an error class with errstr set

@@ -6,6 +6,8 @@
  *   sandtrail alerts [--failed] [--finding ID]   deliveries of notifications
  *   sandtrail alerts retry ID                    send a failed one again
  *   sandtrail validate FILE|-         check NDJSON events offline
+ *   sandtrail evidence audit|export|verify   tamper-evident store and
+ *                                     signed evidence bundles (evidence.h)
  *
  * Settings come from the environment (SANDTRAIL_PG_DSN, SANDTRAIL_SQL_DIR),
  * as printed by scripts/services env. */
@@ -17,6 +19,7 @@
 #include "buf.h"
 #include "escape.h"
 #include "event.h"
+#include "evidence.h"
 #include "log.h"
 #include "pg.h"
 #include "retention.h"
@@ -60,6 +63,7 @@ static void usage(FILE *out)
                  "       sandtrail alerts [--failed] [--finding ID]\n"
                  "       sandtrail alerts retry NOTIFICATION_ID [--receiver NAME]\n"
                  "       sandtrail retention [--keep-days N] [--dry-run]\n"
+                 "       sandtrail evidence audit|export|verify ...\n"
                  "       sandtrail validate FILE|-\n");
 }
 
@@ -380,6 +384,8 @@ int main(int argc, char **argv)
         return st_cli_retention(pg_dsn(), argc - 1, argv + 1);
     if (!strcmp(argv[1], "alerts"))
         return cmd_alerts(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "evidence"))
+        return st_cli_evidence(argc - 1, argv + 1, pg_dsn());
     if (!strcmp(argv[1], "validate") && argc == 3)
         return cmd_validate(argv[2]);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {

@@ -18,6 +18,7 @@ ALTER INDEX events_pkey RENAME TO events_unpartitioned_pkey;
 ALTER INDEX events_run_ts RENAME TO events_unpartitioned_run_ts;
 ALTER INDEX events_ts RENAME TO events_unpartitioned_ts;
 ALTER INDEX events_trace RENAME TO events_unpartitioned_trace;
+ALTER INDEX events_kafka RENAME TO events_unpartitioned_kafka; -- 004_evidence.sql
 
 CREATE TABLE events (LIKE events_unpartitioned INCLUDING DEFAULTS INCLUDING CONSTRAINTS
                      INCLUDING COMMENTS)
@@ -27,6 +28,7 @@ CREATE INDEX events_run_ts ON events (task_id, run_id, ts);
 CREATE INDEX events_ts ON events (ts);
 CREATE INDEX events_trace ON events (trace_id) WHERE trace_id IS NOT NULL;
 CREATE INDEX events_id ON events (source_name, event_id);
+CREATE INDEX events_kafka ON events (kafka_topic, kafka_partition, kafka_offset);
 CREATE TABLE events_expired PARTITION OF events DEFAULT;
 
 -- What retention removed: each run, the day up to which events are gone

@@ -40,7 +40,7 @@ static const char *sql_stage =
 #define EVENT_COLS                                                              \
     "source_name, event_id, source_kind, source_platform, ts, task_id, run_id, " \
     "trace_id, type, decision, reason, target, body, kafka_topic, "             \
-    "kafka_partition, kafka_offset, received_at, skewed"
+    "kafka_partition, kafka_offset, received_at, skewed, raw"
 
 static const char *sql_copy = "COPY events_stage (" EVENT_COLS ") FROM STDIN";
 static const char *sql_copy_direct = "COPY events (" EVENT_COLS ") FROM STDIN";
@@ -102,7 +102,9 @@ static void copy_row(struct st_buf *b, const struct st_sink_event *se)
     if (recv_ms >= 0)
         st_time_format(recv_ms * 1000, ts, sizeof(ts));
     copy_str(b, recv_ms >= 0 ? ts : NULL);
-    copy_field(b, se->skewed ? "t" : "f", 1, 1);
+    copy_field(b, se->skewed ? "t" : "f", 1, 0);
+    /* the exact bytes the evidence tree hashes (body normalises them) */
+    copy_field(b, m->payload, m->len, 1);
 }
 
 static void *events_create(const struct st_analyzer_conf *conf, char *errstr,

@@ -1,0 +1,548 @@
+/* evidence.c: the sink part that keeps the tamper-evident store (see
+ * evidence.h and sql/004_evidence.sql). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "evkey.h"
+#include "log.h"
+#include "merkle.h"
+#include "sinks/evidence.h"
+#include "timeutil.h"
+
+/* One consumed offset: an event to be stored (its leaf hash taken from the
+ * exact payload at stage time) or a message that will not be stored. */
+struct item {
+    int32_t partition;
+    int64_t offset;
+    int64_t ts_ms; /* Kafka timestamp */
+    size_t order;  /* staging order: of two items for an offset the later wins */
+    int skip;      /* 1: reason says why it holds no event */
+    int dup;       /* this write found no row at the offset (set per write) */
+    char reason[48];
+    uint8_t leaf[ST_MERKLE_HASH];
+};
+
+/* A partition's tree as read from evidence_state in this transaction. */
+struct tree {
+    int32_t partition;
+    int exists;          /* a row was read */
+    int touched;         /* to be written back */
+    int64_t next_offset; /* -1: nothing yet */
+    struct st_merkle_frontier f;
+    int64_t seq;
+    char last_hash[65];
+    int64_t pending_leaves, pending_first, pending_since_ms, pending_last_ms;
+    /* leaf hashes appended in this transaction since the load or the last
+     * cut; before the first cut they follow evidence_state.pending */
+    struct st_buf mem;
+    int after_db; /* no cut yet: mem continues the stored pending */
+};
+
+struct evidence_part {
+    char *topic;
+    struct st_evkey key;
+    int on;
+    int64_t every_events, every_ms;
+    struct item *items; /* staged since the last commit */
+    size_t n, cap;
+    int32_t *seen; /* partitions ever staged here, sorted: sealed when caught up */
+    size_t nseen, capseen;
+    int seal;          /* a seal is pending for the next write */
+    int64_t seal_now;  /* its wall clock (0: everything) */
+    int64_t last_live_seal;
+    struct st_buf scratch;
+};
+
+static void *evidence_create(const struct st_analyzer_conf *conf, char *errstr,
+                             size_t errsz)
+{
+    struct evidence_part *p = st_calloc(1, sizeof(*p));
+    p->topic = st_strdup(conf->topic_events);
+    p->every_events = conf->evidence_checkpoint_events;
+    p->every_ms = conf->evidence_checkpoint_s * 1000;
+    if (conf->evidence_key_file && *conf->evidence_key_file) {
+        char err[512];
+        if (st_evkey_load(&p->key, conf->evidence_key_file, 1, err, sizeof(err))) {
+            snprintf(errstr, errsz, "evidence.key_file: %s", err);
+            free(p->topic);
+            free(p);
+            return NULL;
+        }
+        p->on = 1;
+    }
+    st_buf_init(&p->scratch);
+    return p;
+}
+
+static void evidence_destroy(void *state)
+{
+    struct evidence_part *p = state;
+    if (!p)
+        return;
+    st_evkey_fini(&p->key);
+    st_buf_fini(&p->scratch);
+    free(p->items);
+    free(p->seen);
+    free(p->topic);
+    free(p);
+}
+
+static void note_partition(struct evidence_part *p, int32_t part)
+{
+    size_t i = 0;
+    while (i < p->nseen && p->seen[i] < part)
+        i++;
+    if (i < p->nseen && p->seen[i] == part)
+        return;
+    if (p->nseen == p->capseen) {
+        p->capseen = p->capseen ? 2 * p->capseen : 8;
+        p->seen = st_realloc(p->seen, p->capseen * sizeof(*p->seen));
+    }
+    memmove(p->seen + i + 1, p->seen + i, (p->nseen - i) * sizeof(*p->seen));
+    p->seen[i] = part;
+    p->nseen++;
+}
+
+static struct item *push(struct evidence_part *p, const rd_kafka_message_t *m)
+{
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 1024;
+        p->items = st_realloc(p->items, p->cap * sizeof(*p->items));
+    }
+    struct item *it = &p->items[p->n++];
+    memset(it, 0, sizeof(*it));
+    it->order = p->n;
+    it->partition = m->partition;
+    it->offset = m->offset;
+    it->ts_ms = rd_kafka_message_timestamp(m, NULL);
+    note_partition(p, m->partition);
+    return it;
+}
+
+static void evidence_stage(void *state, const struct st_sink_event *se)
+{
+    struct evidence_part *p = state;
+    if (!p->on)
+        return;
+    struct item *it = push(p, se->msg);
+    st_merkle_leaf_hash(se->msg->payload, se->msg->len, it->leaf);
+}
+
+static void evidence_skip(void *state, const rd_kafka_message_t *msg, const char *reason)
+{
+    struct evidence_part *p = state;
+    if (!p->on)
+        return;
+    struct item *it = push(p, msg);
+    it->skip = 1;
+    snprintf(it->reason, sizeof(it->reason), "%s", reason ? reason : "dead-lettered");
+}
+
+static int evidence_seal(void *state, int64_t now_ms)
+{
+    struct evidence_part *p = state;
+    if (!p->on || p->nseen == 0)
+        return 0;
+    /* whether anything is pending is known only inside the transaction: a
+     * live analyzer asks at most once per checkpoint_s */
+    if (now_ms && now_ms - p->last_live_seal < p->every_ms)
+        return 0;
+    if (now_ms)
+        p->last_live_seal = now_ms;
+    p->seal = 1;
+    p->seal_now = now_ms;
+    return 1;
+}
+
+static void evidence_end(void *state, int committed)
+{
+    struct evidence_part *p = state;
+    if (committed) {
+        p->n = 0;
+        p->seal = 0;
+    }
+}
+
+/* --- the transaction -------------------------------------------------- */
+
+static int exec_params(PGconn *pg, const char *sql, int n, const char *const *v,
+                       PGresult **out, const char *what, char *errstr, size_t errsz)
+{
+    PGresult *res = PQexecParams(pg, sql, n, NULL, v, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(res);
+    if (out && st == PGRES_TUPLES_OK) {
+        *out = res;
+        return ST_SINK_OK;
+    }
+    /* a query that should have returned rows and did not is an error */
+    int rc = st_sink_result(res, what, errstr, errsz);
+    return rc == ST_SINK_OK && out ? ST_SINK_RETRY : rc;
+}
+
+static int tree_load(struct evidence_part *p, PGconn *pg, struct tree *t, char *errstr,
+                     size_t errsz)
+{
+    char part[16];
+    snprintf(part, sizeof(part), "%" PRId32, t->partition);
+    const char *v[2] = {p->topic, part};
+    PGresult *res = NULL;
+    int rc = exec_params(pg,
+                         "SELECT next_offset, encode(frontier, 'hex'), seq, last_hash,"
+                         " pending_leaves, pending_first, pending_since_ms,"
+                         " pending_last_ms FROM evidence_state"
+                         " WHERE kafka_topic = $1 AND kafka_partition = $2 FOR UPDATE",
+                         2, v, &res, "could not read evidence_state", errstr, errsz);
+    if (rc)
+        return rc;
+    st_merkle_frontier_init(&t->f);
+    st_buf_reset(&t->mem);
+    t->after_db = 1;
+    t->next_offset = -1;
+    t->seq = 0;
+    memset(t->last_hash, '0', 64);
+    t->last_hash[64] = '\0';
+    t->pending_leaves = t->pending_first = t->pending_since_ms = t->pending_last_ms = 0;
+    if (PQntuples(res) == 1) {
+        const char *fhex = PQgetvalue(res, 0, 1);
+        size_t flen = strlen(fhex) / 2;
+        uint8_t *fb = st_malloc(flen + 1);
+        int bad = st_from_hex(fhex, fb, flen) || st_merkle_frontier_load(&t->f, fb, flen);
+        free(fb);
+        if (bad) {
+            PQclear(res);
+            snprintf(errstr, errsz, "evidence_state of partition %s holds no valid frontier",
+                     part);
+            return ST_SINK_DATA;
+        }
+        t->exists = 1;
+        t->next_offset = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        t->seq = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+        snprintf(t->last_hash, sizeof(t->last_hash), "%s", PQgetvalue(res, 0, 3));
+        t->pending_leaves = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
+        t->pending_first = strtoll(PQgetvalue(res, 0, 5), NULL, 10);
+        t->pending_since_ms = strtoll(PQgetvalue(res, 0, 6), NULL, 10);
+        t->pending_last_ms = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
+    }
+    PQclear(res);
+    return ST_SINK_OK;
+}
+
+static void frontier_hex(const struct st_merkle_frontier *f, struct st_buf *b)
+{
+    uint8_t raw[8 + ST_MERKLE_MAX_DEPTH * ST_MERKLE_HASH];
+    char hex[2 * sizeof(raw) + 1];
+    size_t len = st_merkle_frontier_save(f, raw);
+    st_hex(raw, len, hex);
+    st_buf_reset(b);
+    st_buf_adds(b, "\\x");
+    st_buf_adds(b, hex);
+}
+
+/* A bytea literal ("\\x" and hex) of raw bytes. */
+static void leaves_hex(const struct st_buf *raw, struct st_buf *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    st_buf_reset(out);
+    st_buf_adds(out, "\\x");
+    for (size_t i = 0; i < raw->len; i++) {
+        st_buf_addc(out, digits[(uint8_t)raw->data[i] >> 4]);
+        st_buf_addc(out, digits[(uint8_t)raw->data[i] & 15]);
+    }
+}
+
+static int tree_save(struct evidence_part *p, PGconn *pg, const struct tree *t,
+                     char *errstr, size_t errsz)
+{
+    char part[16], next[24], seq[24], pl[24], pf[24], ps[24], pe[24];
+    snprintf(part, sizeof(part), "%" PRId32, t->partition);
+    snprintf(next, sizeof(next), "%" PRId64, t->next_offset);
+    snprintf(seq, sizeof(seq), "%" PRId64, t->seq);
+    snprintf(pl, sizeof(pl), "%" PRId64, t->pending_leaves);
+    snprintf(pf, sizeof(pf), "%" PRId64, t->pending_first);
+    snprintf(ps, sizeof(ps), "%" PRId64, t->pending_since_ms);
+    snprintf(pe, sizeof(pe), "%" PRId64, t->pending_last_ms);
+    frontier_hex(&t->f, &p->scratch);
+    struct st_buf mem;
+    st_buf_init(&mem);
+    leaves_hex(&t->mem, &mem);
+    const char *v[12] = {p->topic, part, next, p->scratch.data, seq, t->last_hash,
+                         pl, pf, ps, pe, mem.data, t->after_db ? "t" : "f"};
+    int rc = exec_params(
+        pg,
+        "INSERT INTO evidence_state (kafka_topic, kafka_partition, next_offset,"
+        " frontier, seq, last_hash, pending_leaves, pending_first, pending_since_ms,"
+        " pending_last_ms, pending) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
+        " $11) ON CONFLICT (kafka_topic, kafka_partition) DO UPDATE SET"
+        " next_offset = $3, frontier = $4, seq = $5, last_hash = $6,"
+        " pending_leaves = $7, pending_first = $8, pending_since_ms = $9,"
+        " pending_last_ms = $10, pending = CASE WHEN $12::boolean"
+        " THEN evidence_state.pending || $11::bytea ELSE $11::bytea END",
+        12, v, NULL, "could not write evidence_state", errstr, errsz);
+    st_buf_fini(&mem);
+    return rc;
+}
+
+/* Signs the pending leaves of t as the next checkpoint. The per-run counts
+ * come from the rows the events part wrote in this transaction. */
+static int tree_cut(struct evidence_part *p, PGconn *pg, struct tree *t, char *errstr,
+                    size_t errsz)
+{
+    char part[16], first[24], last[24], seq[24], fidx[24], size[24], ts[40];
+    char roothex[65], hash[65], sighex[2 * ST_EVIDENCE_SIG + 1];
+    uint8_t root[ST_MERKLE_HASH], sig[ST_EVIDENCE_SIG];
+    int64_t last_offset = t->next_offset - 1;
+
+    if (t->pending_leaves == 0)
+        return ST_SINK_OK;
+    snprintf(part, sizeof(part), "%" PRId32, t->partition);
+    snprintf(first, sizeof(first), "%" PRId64, t->pending_first);
+    snprintf(last, sizeof(last), "%" PRId64, last_offset);
+    const char *qv[4] = {p->topic, part, first, last};
+    PGresult *res = NULL;
+    int rc = exec_params(pg,
+                         "SELECT task_id, run_id, count(*) FROM events"
+                         " WHERE kafka_topic = $1 AND kafka_partition = $2"
+                         " AND kafka_offset BETWEEN $3 AND $4"
+                         " GROUP BY 1, 2 ORDER BY 1, 2",
+                         4, qv, &res, "could not count a checkpoint's runs", errstr, errsz);
+    if (rc)
+        return rc;
+    st_merkle_frontier_root(&t->f, root);
+    st_hex(root, sizeof(root), roothex);
+    st_time_format(t->pending_last_ms * 1000, ts, sizeof(ts));
+
+    struct st_buf body;
+    st_buf_init(&body);
+    st_buf_adds(&body, "{\"type\":\"sandtrail.checkpoint.v1\",\"topic\":");
+    st_json_quote(&body, p->topic);
+    st_buf_printf(&body,
+                  ",\"partition\":%" PRId32 ",\"seq\":%" PRId64 ",\"first_offset\":%" PRId64
+                  ",\"last_offset\":%" PRId64 ",\"first_index\":%" PRId64
+                  ",\"tree_size\":%" PRIu64 ",\"root\":\"%s\",\"prev\":\"%s\","
+                  "\"time\":\"%s\",\"key_id\":\"%s\",\"runs\":[",
+                  t->partition, t->seq + 1, t->pending_first, last_offset,
+                  (int64_t)t->f.size - t->pending_leaves, t->f.size, roothex, t->last_hash, ts,
+                  p->key.id);
+    for (int i = 0; i < PQntuples(res); i++) {
+        st_buf_adds(&body, i ? ",[" : "[");
+        st_json_quote(&body, PQgetvalue(res, i, 0));
+        st_buf_addc(&body, ',');
+        st_json_quote(&body, PQgetvalue(res, i, 1));
+        st_buf_printf(&body, ",%s]", PQgetvalue(res, i, 2));
+    }
+    st_buf_adds(&body, "]}");
+    PQclear(res);
+
+    if (st_evkey_sign(&p->key, body.data, body.len, sig)) {
+        st_buf_fini(&body);
+        snprintf(errstr, errsz, "could not sign an evidence checkpoint");
+        return ST_SINK_DATA;
+    }
+    st_hex(sig, sizeof(sig), sighex);
+    st_sha256_hex(body.data, body.len, hash);
+    snprintf(seq, sizeof(seq), "%" PRId64, t->seq + 1);
+    snprintf(fidx, sizeof(fidx), "%" PRId64, (int64_t)t->f.size - t->pending_leaves);
+    snprintf(size, sizeof(size), "%" PRIu64, t->f.size);
+    frontier_hex(&t->f, &p->scratch);
+    struct st_buf mem;
+    st_buf_init(&mem);
+    leaves_hex(&t->mem, &mem);
+    const char *v[17] = {p->topic, part, seq, first, last, fidx, size, roothex,
+                         t->last_hash, hash, ts, p->key.id, body.data, sighex,
+                         p->scratch.data, mem.data, t->after_db ? "t" : "f"};
+    rc = exec_params(pg,
+                     "INSERT INTO evidence_checkpoints (kafka_topic, kafka_partition, seq,"
+                     " first_offset, last_offset, first_index, tree_size, root, prev_hash,"
+                     " hash, cp_time, key_id, body, signature, frontier, leaves) VALUES"
+                     " ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
+                     " CASE WHEN $17::boolean THEN coalesce((SELECT pending FROM"
+                     " evidence_state WHERE kafka_topic = $1 AND kafka_partition = $2),"
+                     " ''::bytea) || $16::bytea ELSE $16::bytea END)",
+                     17, v, NULL, "could not write an evidence checkpoint", errstr, errsz);
+    st_buf_fini(&mem);
+    st_buf_fini(&body);
+    if (rc)
+        return rc;
+    t->seq++;
+    memcpy(t->last_hash, hash, sizeof(hash));
+    t->pending_leaves = 0;
+    st_buf_reset(&t->mem);
+    t->after_db = 0;
+    t->touched = 1;
+    return ST_SINK_OK;
+}
+
+static int add_leaf(struct evidence_part *p, PGconn *pg, struct tree *t,
+                    const uint8_t leaf[ST_MERKLE_HASH], int64_t first, int64_t last,
+                    int64_t ts_ms, char *errstr, size_t errsz)
+{
+    int rc;
+    /* a leaf that starts a new span of checkpoint_s closes the old one */
+    if (t->pending_leaves > 0 && ts_ms - t->pending_since_ms >= p->every_ms &&
+        (rc = tree_cut(p, pg, t, errstr, errsz)))
+        return rc;
+    if (t->pending_leaves == 0) {
+        t->pending_first = first;
+        t->pending_since_ms = ts_ms;
+    }
+    st_merkle_frontier_add(&t->f, leaf);
+    st_buf_add(&t->mem, leaf, ST_MERKLE_HASH);
+    t->pending_leaves++;
+    t->pending_last_ms = ts_ms;
+    t->next_offset = last + 1;
+    t->touched = 1;
+    if (t->pending_leaves >= p->every_events)
+        return tree_cut(p, pg, t, errstr, errsz);
+    return ST_SINK_OK;
+}
+
+static int add_skip(struct evidence_part *p, PGconn *pg, struct tree *t, int64_t first,
+                    int64_t last, int64_t ts_ms, const char *reason, char *errstr,
+                    size_t errsz)
+{
+    char part[16], a[24], b[24];
+    uint8_t leaf[ST_MERKLE_HASH];
+    snprintf(part, sizeof(part), "%" PRId32, t->partition);
+    snprintf(a, sizeof(a), "%" PRId64, first);
+    snprintf(b, sizeof(b), "%" PRId64, last);
+    const char *v[5] = {p->topic, part, a, b, reason};
+    int rc = exec_params(pg,
+                         "INSERT INTO evidence_skips (kafka_topic, kafka_partition,"
+                         " kafka_offset, last_offset, reason) VALUES ($1, $2, $3, $4, $5)",
+                         5, v, NULL, "could not record a skipped offset", errstr, errsz);
+    if (rc)
+        return rc;
+    st_buf_reset(&p->scratch);
+    st_evidence_skip_leaf(&p->scratch, t->partition, first, last, reason);
+    st_merkle_leaf_hash(p->scratch.data, p->scratch.len, leaf);
+    return add_leaf(p, pg, t, leaf, first, last, ts_ms, errstr, errsz);
+}
+
+static int item_cmp(const void *a, const void *b)
+{
+    const struct item *x = a, *y = b;
+    if (x->partition != y->partition)
+        return x->partition < y->partition ? -1 : 1;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    return x->order < y->order ? -1 : 1;
+}
+
+/* Which of items[0..n) (one partition, offsets ascending, from
+ * next_offset on) have a row at their offset: the others were duplicates
+ * of events already stored, and the events part did not insert them. */
+static int mark_duplicates(struct evidence_part *p, PGconn *pg, struct item *items,
+                           size_t n, char *errstr, size_t errsz)
+{
+    char part[16], lo[24], hi[24];
+    if (n == 0)
+        return ST_SINK_OK;
+    snprintf(part, sizeof(part), "%" PRId32, items[0].partition);
+    snprintf(lo, sizeof(lo), "%" PRId64, items[0].offset);
+    snprintf(hi, sizeof(hi), "%" PRId64, items[n - 1].offset);
+    const char *v[4] = {p->topic, part, lo, hi};
+    PGresult *res = NULL;
+    int rc = exec_params(pg,
+                         "SELECT kafka_offset FROM events WHERE kafka_topic = $1"
+                         " AND kafka_partition = $2 AND kafka_offset BETWEEN $3 AND $4"
+                         " ORDER BY kafka_offset",
+                         4, v, &res, "could not read stored offsets", errstr, errsz);
+    if (rc)
+        return rc;
+    int rows = PQntuples(res), r = 0;
+    for (size_t i = 0; i < n; i++) {
+        items[i].dup = 0;
+        if (items[i].skip)
+            continue;
+        while (r < rows && strtoll(PQgetvalue(res, r, 0), NULL, 10) < items[i].offset)
+            r++;
+        if (r < rows && strtoll(PQgetvalue(res, r, 0), NULL, 10) == items[i].offset)
+            continue;
+        /* not on the item for good: a redone batch asks again */
+        items[i].dup = 1;
+    }
+    PQclear(res);
+    return ST_SINK_OK;
+}
+
+static int write_partition(struct evidence_part *p, PGconn *pg, struct tree *t,
+                           struct item *items, size_t n, char *errstr, size_t errsz)
+{
+    int rc;
+    /* offsets already leaves (a replay, a redone batch) are passed over */
+    size_t k = 0;
+    while (k < n && t->next_offset >= 0 && items[k].offset < t->next_offset)
+        k++;
+    items += k;
+    n -= k;
+    if ((rc = mark_duplicates(p, pg, items, n, errstr, errsz)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        struct item *it = &items[i];
+        if (i + 1 < n && items[i + 1].offset == it->offset)
+            continue; /* the later item for this offset wins */
+        if (t->next_offset >= 0 && it->offset > t->next_offset &&
+            (rc = add_skip(p, pg, t, t->next_offset, it->offset - 1, it->ts_ms,
+                           "not delivered", errstr, errsz)))
+            return rc;
+        rc = it->skip  ? add_skip(p, pg, t, it->offset, it->offset, it->ts_ms, it->reason,
+                                  errstr, errsz)
+             : it->dup ? add_skip(p, pg, t, it->offset, it->offset, it->ts_ms, "duplicate",
+                                  errstr, errsz)
+                       : add_leaf(p, pg, t, it->leaf, it->offset, it->offset, it->ts_ms,
+                                 errstr, errsz);
+        if (rc)
+            return rc;
+    }
+    return ST_SINK_OK;
+}
+
+static int evidence_write(void *state, PGconn *pg, const struct st_findings *fs,
+                          char *errstr, size_t errsz)
+{
+    struct evidence_part *p = state;
+    int rc = ST_SINK_OK;
+    if (!p->on || (p->n == 0 && !p->seal))
+        return ST_SINK_OK;
+    qsort(p->items, p->n, sizeof(*p->items), item_cmp);
+
+    /* every partition this analyzer has seen, locked in ascending order so
+     * that two analyzers cannot deadlock */
+    struct tree *trees = st_calloc(p->nseen ? p->nseen : 1, sizeof(*trees));
+    size_t at = 0;
+    for (size_t j = 0; j < p->nseen && !rc; j++) {
+        struct tree *t = &trees[j];
+        t->partition = p->seen[j];
+        size_t from = at;
+        while (at < p->n && p->items[at].partition == t->partition)
+            at++;
+        if (from == at && !p->seal)
+            continue;
+        if ((rc = tree_load(p, pg, t, errstr, errsz)))
+            break;
+        rc = write_partition(p, pg, t, p->items + from, at - from, errstr, errsz);
+        if (!rc && p->seal && t->pending_leaves > 0 &&
+            (p->seal_now == 0 || p->seal_now - t->pending_since_ms >= p->every_ms))
+            rc = tree_cut(p, pg, t, errstr, errsz);
+        if (!rc && t->touched)
+            rc = tree_save(p, pg, t, errstr, errsz);
+    }
+    for (size_t j = 0; j < p->nseen; j++)
+        st_buf_fini(&trees[j].mem);
+    free(trees);
+    return rc;
+}
+
+const struct st_sink_part_ops st_sink_evidence = {
+    .name = "evidence",
+    .create = evidence_create,
+    .destroy = evidence_destroy,
+    .stage = evidence_stage,
+    .skip = evidence_skip,
+    .write = evidence_write,
+    .end = evidence_end,
+    .seal = evidence_seal,
+};
