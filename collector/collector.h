@@ -33,6 +33,9 @@ struct st_collector_conf {
     int64_t http_max_body;
     char *spool_dir;        /* spool.dir */
     int64_t spool_max_bytes;
+    char *topic_credentials;    /* kafka.topic.credentials: "" lineage off */
+    int64_t lineage_poll_ms;
+    int64_t lineage_catchup_ms;
 };
 
 #endif

@@ -50,6 +50,7 @@ struct st_ingest {
     void *on_reject_arg;
     struct st_ingest_stats stats;
     struct st_ingest_pool *pool; /* owned */
+    struct st_lineage *lineage;  /* owned; NULL when lineage is off */
     struct st_metric *m_lines, *m_accepted, *m_skipped;
 };
 

@@ -23,6 +23,7 @@
 #include <pcre2.h>
 
 #include "buf.h"
+#include "credset.h"
 #include "json.h"
 #include "log.h"
 #include "redact.h"
@@ -48,6 +49,9 @@ enum {
     R_JWT,
     R_BEARER,
     R_URL_USERINFO,
+    /* lineage: a credential a broker issued, whatever its shape (last, so a
+     * rule that names the same span names it; the fingerprint is the same) */
+    R_ISSUED,
     NRULES
 };
 
@@ -158,6 +162,7 @@ static const struct rule_def rule_defs[NRULES] = {
                    "[^\\s/?#@:\\[\\]\"'<>]{0,256}:"
                    "(?!\\[REDACTED:)([^\\s/?#\"'<>]{1,256})@",
         .keywords = {"://"}},
+    [R_ISSUED] = {.name = "issued"},
 };
 /* clang-format on */
 
@@ -234,6 +239,7 @@ struct st_redactor {
      * redacted wherever else it occurs; NULL otherwise. */
     const char *cred;
     size_t credlen;
+    const struct st_credset *issued; /* shared, not owned; NULL: none */
     cJSON *doc;     /* the event being redacted */
     cJSON *entries; /* its new "redactions" array, made at the first entry */
 };
@@ -401,6 +407,7 @@ struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
 
     r = st_calloc(1, sizeof(*r));
     r->fp_len = conf->fp_hex_len ? conf->fp_hex_len : ST_REDACT_FP_DEFAULT;
+    r->issued = conf->issued;
     st_buf_init(&r->out);
     st_buf_init(&r->scratch);
     st_buf_init(&r->path);
@@ -673,6 +680,26 @@ static void find_literal(struct st_redactor *r, unsigned rule, const char *s,
     }
 }
 
+/* ---- lineage hook (credset.c): credentials brokers issued --------------
+ * Every candidate substring of s whose fingerprint is that of an issued
+ * credential is a match of rule "issued"; its marker carries the same
+ * fingerprint as the issue's identity.credential_fp. */
+static void issued_fp(void *arg, const char *v, size_t len, char *fp)
+{
+    fingerprint(arg, v, len, fp);
+}
+
+static void issued_hit(void *arg, size_t off, size_t len, const char *fp)
+{
+    push_match(arg, off, off + len, R_ISSUED);
+}
+
+static int issued_on(const struct st_redactor *r)
+{
+    return r->issued && st_credset_count(r->issued) > 0;
+}
+/* ---- end of the lineage hook --------------------------------------------- */
+
 /* Step 2: every match of the rules in mask over s[0..len); name (namelen
  * bytes) is the member name the string is stored under, or NULL, and kmask
  * the rules whose keywords it holds. */
@@ -702,6 +729,8 @@ static void collect(struct st_redactor *r, const char *s, size_t len,
                          r->canaries[i].len);
     if (r->cred && r->credlen >= ST_REDACT_CANARY_MIN)
         find_literal(r, R_CREDENTIAL, s, len, r->cred, r->credlen);
+    if (issued_on(r)) /* lineage hook */
+        st_credset_find(r->issued, s, len, issued_fp, issued_hit, r);
 }
 
 static int match_cmp(const void *a, const void *b)
@@ -763,7 +792,7 @@ static size_t redact_string(struct st_redactor *r, const char *s, size_t len,
     if (!name)
         kmask = 0;
     if (!mask && !(kmask & r->keyed) &&
-        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN))
+        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !issued_on(r))
         return 0;
     collect(r, s, len, mask, name, namelen, kmask);
     if (!r->nm)

@@ -28,6 +28,8 @@
 
 #include <cjson/cJSON.h>
 
+struct st_credset;
+
 #define ST_REDACT_KEY_MIN 16    /* bytes of HMAC key at least */
 #define ST_REDACT_CANARY_MIN 8  /* bytes of a canary at least */
 #define ST_REDACT_FP_DEFAULT 16 /* hex chars of fingerprint by default */
@@ -43,7 +45,10 @@ struct st_redact_conf {
     int fp_hex_len; /* hex chars of the fingerprint kept, 1..64; 0 means 16 */
     /* Fault injection, for the tests that prove a leak would be seen: the
      * token-shape rule of this name never matches. NULL normally. */
-    const char *fault_rule_off;
+    const char *fault_rule_off;    /* Credentials brokers issued (credset.h): any substring whose
+     * fingerprint is in the set is redacted as rule "issued". Shared by
+     * the redactors of every thread, not owned; NULL for none. */
+    const struct st_credset *issued;
 };
 
 struct st_redactor;
