@@ -3,9 +3,12 @@
  *
  * The set is an open-addressing table of the hex fingerprints (linear
  * probing, at most half full), hashed on their leading hex digits: an HMAC
- * is uniform already. Beside it, the distinct lengths of the credentials,
- * sorted, which is what makes the search cheap: for each start of a
- * candidate only those lengths are tried. */
+ * is uniform already. Beside it, the lengths of the credentials as a
+ * bitmap, which is what makes the search cheap: for each start of a
+ * candidate only those lengths are tried. The bitmap and the shortest and
+ * longest lengths are read without the lock (atomic loads: a length being
+ * added may be seen a moment late), so a string with no candidate costs one
+ * scan and no lock; only a candidate's lookup takes the read lock. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,14 +28,39 @@ struct st_credset {
     struct slot *slots;
     size_t cap; /* a power of two */
     size_t n;   /* read without the lock by st_credset_count */
-    /* distinct credential lengths, ascending */
-    unsigned short lens[ST_CREDSET_MAX_LEN + 1];
-    size_t nlens;
+    /* credential lengths: bit L of lenbits; atomic, written under the lock */
+    uint64_t lenbits[ST_CREDSET_MAX_LEN / 64 + 1];
+    size_t minlen, maxlen; /* 0 while empty */
+    size_t nlens;          /* distinct lengths; atomic */
 };
+
+/* Byte classes of the search: C_BREAK ends a run, C_BOUND is a boundary
+ * inside one, C_ALNUM is neither. Filled once (see classes()). */
+enum { C_BREAK, C_BOUND, C_ALNUM };
+static unsigned char cls[256];
+static pthread_once_t cls_once = PTHREAD_ONCE_INIT;
+
+/* Bytes that end a run: never inside a generated credential, always around
+ * one in JSON, shell and prose ("...", '...', (...), [...], {...}, a, b). */
+static void classes(void)
+{
+    static const char breaks[] = "\"'`\\,;<>()[]{}|";
+    for (unsigned c = 0; c < 256; c++)
+        cls[c] = c <= 0x20 || c >= 0x7F || (c && strchr(breaks, (int)c)) ? C_BREAK
+                 : (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                     ? C_ALNUM
+                     : C_BOUND;
+}
+
+static int is_alnum(unsigned char c)
+{
+    return cls[c] == C_ALNUM;
+}
 
 struct st_credset *st_credset_new(void)
 {
     struct st_credset *cs = st_calloc(1, sizeof(*cs));
+    pthread_once(&cls_once, classes);
     if (pthread_rwlock_init(&cs->lock, NULL))
         st_fatal("could not create a lock");
     cs->cap = 64;
@@ -94,14 +122,13 @@ static void grow(struct st_credset *cs)
 
 static void add_len(struct st_credset *cs, size_t len)
 {
-    size_t i = 0;
-    while (i < cs->nlens && cs->lens[i] < len)
-        i++;
-    if (i < cs->nlens && cs->lens[i] == len)
-        return;
-    memmove(cs->lens + i + 1, cs->lens + i, (cs->nlens - i) * sizeof(*cs->lens));
-    cs->lens[i] = (unsigned short)len;
-    cs->nlens++;
+    if (!(cs->lenbits[len / 64] & UINT64_C(1) << (len % 64)))
+        __atomic_add_fetch(&cs->nlens, 1, __ATOMIC_RELEASE);
+    __atomic_or_fetch(&cs->lenbits[len / 64], UINT64_C(1) << (len % 64), __ATOMIC_RELEASE);
+    if (!cs->minlen || len < cs->minlen)
+        __atomic_store_n(&cs->minlen, len, __ATOMIC_RELEASE);
+    if (len > cs->maxlen)
+        __atomic_store_n(&cs->maxlen, len, __ATOMIC_RELEASE);
 }
 
 int st_credset_add(struct st_credset *cs, const char *fp, size_t credlen)
@@ -147,15 +174,6 @@ size_t st_credset_count(const struct st_credset *cs)
 
 /* ---- the search ----------------------------------------------------------- */
 
-static int is_alnum(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-
-static int is_graph(unsigned char c)
-{
-    return c > 0x20 && c < 0x7F;
-}
 
 int st_credset_followable(const char *s, size_t len)
 {
@@ -175,7 +193,7 @@ int st_credset_followable(const char *s, size_t len)
 }
 
 struct search {
-    const struct st_credset *cs;
+    struct st_credset *cs;
     const char *s;
     st_credset_fp_fn *fpf;
     st_credset_hit_fn *hit;
@@ -183,51 +201,96 @@ struct search {
     size_t tried;
 };
 
-/* Tries s[a..b) when b ends a candidate within the run ending at re. */
-static void try(struct search *q, size_t a, size_t b, size_t re)
+/* Fingerprints s[a..b), a candidate, and looks it up. */
+static void try(struct search *q, size_t a, size_t b)
 {
     char fp[ST_CREDSET_FP_MAX + 1];
-    if (b > re || (b < re && is_alnum((unsigned char)q->s[b])) ||
-        !st_credset_followable(q->s + a, b - a))
+    if (!st_credset_followable(q->s + a, b - a))
         return;
     fp[0] = '\0';
     q->fpf(q->arg, q->s + a, b - a, fp);
     q->tried++;
-    if (has_locked(q->cs, fp))
+    pthread_rwlock_rdlock(&q->cs->lock);
+    int known = has_locked(q->cs, fp);
+    pthread_rwlock_unlock(&q->cs->lock);
+    if (known)
         q->hit(q->arg, a, b - a, fp);
 }
 
-/* The candidates starting at a, in the run s[..re): one per known length. */
-static void from(struct search *q, size_t a, size_t re)
+static int has_len(const struct st_credset *cs, size_t len)
 {
-    const struct st_credset *cs = q->cs;
-    for (size_t i = 0; i < cs->nlens && a + cs->lens[i] <= re; i++)
-        try(q, a, a + cs->lens[i], re);
+    return (__atomic_load_n(&cs->lenbits[len / 64], __ATOMIC_RELAXED) >> (len % 64)) & 1;
 }
+
+/* The candidates starting at a in the run s[..re): one per known length in
+ * lo..hi whose end is the run's or a boundary. */
+static void from(struct search *q, size_t a, size_t re, size_t lo, size_t hi)
+{
+    const unsigned char *p = (const unsigned char *)q->s;
+    if (hi > re - a)
+        hi = re - a;
+    for (size_t w = lo / 64; w <= hi / 64; w++) {
+        uint64_t bits = __atomic_load_n(&q->cs->lenbits[w], __ATOMIC_ACQUIRE);
+        while (bits) {
+            size_t len = w * 64 + (size_t)__builtin_ctzll(bits);
+            bits &= bits - 1;
+            if (len < lo)
+                continue;
+            if (len > hi)
+                break;
+            if (a + len == re || !is_alnum(p[a + len]))
+                try(q, a, a + len);
+        }
+    }
+}
+
 
 size_t st_credset_find(const struct st_credset *cs, const char *s, size_t len,
                        st_credset_fp_fn *fpf, st_credset_hit_fn *hit, void *arg)
 {
-    struct search q = {cs, s, fpf, hit, arg, 0};
+    /* the lock is taken per lookup; cs is not changed otherwise */
+    struct search q = {(struct st_credset *)cs, s, fpf, hit, arg, 0};
     const unsigned char *p = (const unsigned char *)s;
+    size_t lo = cs ? __atomic_load_n(&cs->minlen, __ATOMIC_ACQUIRE) : 0;
+    size_t hi = cs ? __atomic_load_n(&cs->maxlen, __ATOMIC_ACQUIRE) : 0;
     size_t i = 0;
 
-    if (!st_credset_count(cs) || len < ST_CREDSET_MIN_LEN)
+    if (!lo || len < lo)
         return 0;
-    pthread_rwlock_rdlock(&((struct st_credset *)cs)->lock);
     while (i < len) {
-        while (i < len && !is_graph(p[i]))
+        while (i < len && cls[p[i]] == C_BREAK)
             i++;
         size_t rs = i;
-        while (i < len && is_graph(p[i]))
+        while (i < len && cls[p[i]] != C_BREAK)
             i++;
         size_t re = i;
-        if (re - rs < ST_CREDSET_MIN_LEN)
+        if (re - rs < lo)
             continue;
-        for (size_t a = rs; a + ST_CREDSET_MIN_LEN <= re; a++)
-            if (a == rs || !is_alnum(p[a - 1]))
-                from(&q, a, re);
+        /* With many lengths known, trying each end (a boundary) costs less
+         * than trying each length: ends[] holds the run's, ascending. */
+        size_t ends[256], nends = 0;
+        if (__atomic_load_n(&cs->nlens, __ATOMIC_RELAXED) > 8) {
+            for (size_t b = rs + lo; b < re && nends < 255; b++)
+                if (!is_alnum(p[b]))
+                    ends[nends++] = b;
+            if (nends < 255)
+                ends[nends++] = re;
+            else
+                nends = 0; /* too many: by length */
+        }
+        for (size_t a = rs, e0 = 0; a + lo <= re; a++) {
+            if (a != rs && is_alnum(p[a - 1]))
+                continue;
+            if (!nends) {
+                from(&q, a, re, lo, hi);
+                continue;
+            }
+            while (e0 < nends && ends[e0] < a + lo)
+                e0++;
+            for (size_t e = e0; e < nends && ends[e] - a <= hi; e++)
+                if (has_len(cs, ends[e] - a))
+                    try(&q, a, ends[e]);
+        }
     }
-    pthread_rwlock_unlock(&((struct st_credset *)cs)->lock);
     return q.tried;
 }

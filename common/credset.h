@@ -10,7 +10,9 @@
  * and a hit is redacted as rule "issued" with the issue's fingerprint.
  *
  * Candidates. In a run of printable ASCII (no blank, no control, nothing
- * above 0x7E), every non-alphanumeric byte is a boundary: a candidate
+ * above 0x7E, none of " ' ` \ , ; < > ( ) [ ] { } |, which no generated
+ * credential holds and which surround one in JSON, shell and prose), every
+ * other non-alphanumeric byte is a boundary: a candidate
  * starts at the run's start or after a boundary, ends at the run's end or
  * before a boundary, so "token=XYZ", "Bearer XYZ", "/tmp/XYZ.txt", "hvs.XYZ"
  * and "XYZ." all yield XYZ, as does a credential holding '.', '-', '_'
@@ -21,8 +23,9 @@
  * that length rarely). Nothing is scanned while the set is empty.
  *
  * Threading: a set is shared by every thread of a collector. Adding takes a
- * write lock; st_credset_find holds the read lock while it fingerprints and
- * looks up the candidates of one string; st_credset_count takes no lock. */
+ * write lock; st_credset_find looks for candidates without a lock (the
+ * known lengths are atomic) and takes the read lock for each candidate's
+ * lookup; st_credset_count takes no lock. */
 #ifndef ST_CREDSET_H
 #define ST_CREDSET_H
 

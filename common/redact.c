@@ -708,7 +708,8 @@ static void collect(struct st_redactor *r, const char *s, size_t len,
                     uint32_t kmask)
 {
     r->nm = 0;
-    for (unsigned i = 0; i < NRULES; i++) {
+    /* no rule to run: a string searched only for issued credentials */
+    for (unsigned i = 0; i < NRULES && (mask | (kmask & r->keyed)); i++) {
         if (!r->rules[i].code)
             continue;
         if (rule_defs[i].keyed && name && (kmask & BIT(i))) {

@@ -7,6 +7,8 @@
 #            no string is searched
 #   10k/1    FPS fingerprints of credentials of one length (40 bytes, a
 #            typical generated token): one candidate length
+#   10k/5    FPS fingerprints over 5 lengths (40, 56, 72, 95, 100: a few
+#            kinds of token)
 #   10k/100  FPS fingerprints over 100 lengths (16..115): the worst a
 #            broker issuing every size of credential gives
 # ROUNDS rounds, interleaved; medians printed as a Markdown table. Not a test:
@@ -33,29 +35,30 @@ tag=stbench-lineage-$$
 python3 scripts/bench/gen_mixed.py "$N" "$work/in.ndjson" 1 2>/dev/null
 
 # records as the collectors write them: key \t {"fp","len",...}
-records() { # $1 = number of lengths
+records() { # $1 = the lengths, comma-separated
     python3 - "$FPS" "$1" <<'PY'
 import json, random, sys
-n, nlen = int(sys.argv[1]), int(sys.argv[2])
+n, lens = int(sys.argv[1]), [int(x) for x in sys.argv[2].split(",")]
 rnd = random.Random(7)
 for i in range(n):
     fp = "%016x" % rnd.getrandbits(64)
-    ln = 40 if nlen == 1 else 16 + i % nlen
+    ln = lens[i % len(lens)]
     print(fp + "\t" + json.dumps({"fp": fp, "len": ln, "credential_id": "acc-%d" % i,
                                   "source": "bench"}, separators=(",", ":")))
 PY
 }
-for c in empty one spread; do
+for c in empty one five spread; do
     # the collector creates the topic (compacted) as it would in production
     SANDTRAIL_TOPIC_EVENTS=$tag.setup SANDTRAIL_TOPIC_DLQ=$tag.dlq \
         "$coll" --input /dev/null -X kafka.topic.credentials=$tag.cred.$c 2>/dev/null
 done
-records 1 | kcat -b "$brokers" -P -t "$tag.cred.one" -K $'\t' -l /dev/stdin
-records 100 | kcat -b "$brokers" -P -t "$tag.cred.spread" -K $'\t' -l /dev/stdin
+records 40 | kcat -b "$brokers" -P -t "$tag.cred.one" -K $'\t' -l /dev/stdin
+records 40,56,72,95,100 | kcat -b "$brokers" -P -t "$tag.cred.five" -K $'\t' -l /dev/stdin
+records "$(seq -s, 16 115)" | kcat -b "$brokers" -P -t "$tag.cred.spread" -K $'\t' -l /dev/stdin
 
 declare -A topic=([off]="" [empty]=$tag.cred.empty ["10k/1"]=$tag.cred.one
-                  ["10k/100"]=$tag.cred.spread)
-configs=(off empty 10k/1 10k/100)
+                  ["10k/5"]=$tag.cred.five ["10k/100"]=$tag.cred.spread)
+configs=(off empty 10k/1 10k/5 10k/100)
 for r in $(seq 1 "$ROUNDS"); do
     for c in "${configs[@]}"; do
         SANDTRAIL_TOPIC_EVENTS=$tag.events SANDTRAIL_TOPIC_DLQ=$tag.dlq \

@@ -166,6 +166,29 @@ START_TEST(credset_search_finds_a_delimited_credential)
 }
 END_TEST
 
+/* The same with credentials of 30 lengths known, which the search tries by
+ * end rather than by length: the same hits, and only known lengths. */
+START_TEST(credset_search_finds_it_among_many_lengths)
+{
+    struct st_credset *cs = st_credset_new();
+    struct seen s = {0};
+    char fp[ST_CREDSET_FP_MAX + 1];
+    for (int i = 0; i < 30; i++) {
+        snprintf(fp, sizeof(fp), "%016x", 0xabc00 + i);
+        st_credset_add(cs, fp, (size_t)(16 + 3 * i)); /* 16, 19, ... 40 ... 103 */
+    }
+    fake_fp(&s, CRED, strlen(CRED), fp);
+    memset(&s, 0, sizeof(s));
+    st_credset_add(cs, fp, strlen(CRED));
+    const char *t = delimited[_i];
+    st_credset_find(cs, t, strlen(t), fake_fp, on_hit, &s);
+    ck_assert_msg(s.nhit == 1, "%s: %d hits", t, s.nhit);
+    for (int i = 0; i < s.ncand && i < 32; i++)
+        ck_assert_int_eq((int)(strlen(s.cand[i]) - 16) % 3, 0);
+    st_credset_destroy(cs);
+}
+END_TEST
+
 /* A credential glued to letters or digits is not delimited: a part of a
  * longer word is not a candidate, and lengths not in the set are never
  * tried. */
@@ -309,6 +332,7 @@ int main(void)
     tcase_add_test(tc, credset_refuses_what_it_cannot_follow);
     tcase_add_test(tc, credset_search_is_skipped_while_the_set_is_empty);
     tcase_add_loop_test(tc, credset_search_finds_a_delimited_credential, 0, NDELIMITED);
+    tcase_add_loop_test(tc, credset_search_finds_it_among_many_lengths, 0, NDELIMITED);
     tcase_add_test(tc, credset_search_needs_boundaries_and_known_lengths);
     tcase_add_test(tc, credset_redactor_marks_an_issued_credential);
     tcase_add_test(tc, credset_a_shape_rule_names_the_same_span);
