@@ -15,6 +15,7 @@
 #include "accept.h"
 #include "buf.h"
 #include "collector.h"
+#include "credset.h"
 #include "dlq.h"
 #include "event.h"
 #include "ingest.h"
@@ -470,6 +471,11 @@ uint64_t st_ingest_rule_hits(const struct st_ingest *in, size_t i)
 void st_ingest_sync_metrics(struct st_ingest *in)
 {
     char labels[96];
+    if (in->lineage)
+        st_metric_set(st_metric_get(in->metrics, ST_METRIC_GAUGE,
+                                    "sandtrail_collector_issued_credentials",
+                                    "fingerprints of issued credentials searched for", ""),
+                      (int64_t)st_credset_count(st_lineage_set(in->lineage)));
     for (size_t i = 0; i < st_ingest_nrules(in); i++) {
         uint64_t hits = st_ingest_rule_hits(in, i);
         if (!hits)

@@ -4,7 +4,9 @@
  * against a fixed set of rules, one PCRE2 pattern each (AWS keys, GitHub,
  * GitLab, Slack, Stripe, OpenAI and Anthropic keys, Google API keys, JWTs,
  * PEM private keys, Authorization credentials, URL passwords) plus configured
- * literals ("canaries"). Each match is replaced by the marker
+ * literals ("canaries") and, whatever their shape, the credentials brokers
+ * issued (rule "issued": conf.issued, credset.h). Each match is replaced by
+ * the marker
  *
  *     [REDACTED:<rule>:<fingerprint>]
  *
