@@ -683,7 +683,10 @@ static void find_literal(struct st_redactor *r, unsigned rule, const char *s,
 /* ---- lineage hook (credset.c): credentials brokers issued --------------
  * Every candidate substring of s whose fingerprint is that of an issued
  * credential is a match of rule "issued"; its marker carries the same
- * fingerprint as the issue's identity.credential_fp. */
+ * fingerprint as the issue's identity.credential_fp. Where a rule matches
+ * inside it (the password of an issued URL, a token an issued string
+ * holds), the rule names that part instead: what a rule finds keeps its
+ * marker, and the rest is not secret by any rule. */
 static void issued_fp(void *arg, const char *v, size_t len, char *fp)
 {
     fingerprint(arg, v, len, fp);
@@ -691,7 +694,11 @@ static void issued_fp(void *arg, const char *v, size_t len, char *fp)
 
 static void issued_hit(void *arg, size_t off, size_t len, const char *fp)
 {
-    push_match(arg, off, off + len, R_ISSUED);
+    struct st_redactor *r = arg;
+    for (size_t i = 0; i < r->nm; i++)
+        if (r->m[i].rule != R_ISSUED && r->m[i].start < off + len && off < r->m[i].end)
+            return;
+    push_match(r, off, off + len, R_ISSUED);
 }
 
 static int issued_on(const struct st_redactor *r)

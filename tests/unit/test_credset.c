@@ -264,19 +264,32 @@ START_TEST(credset_redactor_marks_an_issued_credential)
 END_TEST
 
 /* A rule that catches the same span names it (the fingerprint is the
- * same): an issued GitHub token stays "github_token". */
+ * same): an issued GitHub token stays "github_token"; one that catches a
+ * part of an issued credential names that part. */
 START_TEST(credset_a_shape_rule_names_the_same_span)
 {
     const char *gh = "ghp_Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAB7C";
     struct st_credset *cs = st_credset_new();
     struct st_redactor *r = new_redactor(cs);
-    char marker[96];
+    char marker[160];
     st_credset_add(cs, fp_of(r, gh), strlen(gh));
     snprintf(marker, sizeof(marker), "[REDACTED:github_token:%s]", fp_of(r, gh));
     int n = 0;
     char *t = st_redact_text(r, gh, strlen(gh), &n);
     ck_assert_int_eq(n, 1);
     ck_assert_str_eq(t, marker);
+    free(t);
+
+    /* an issued URL with a password: the rule names the password, the
+     * rest (user, host) is left as it is */
+    const char *url = "https://agent:" CRED "@git.example.com/repo.git";
+    st_credset_add(cs, fp_of(r, url), strlen(url));
+    const char *line = "git clone https://agent:" CRED "@git.example.com/repo.git now";
+    t = st_redact_text(r, line, strlen(line), &n);
+    ck_assert_int_eq(n, 1);
+    snprintf(marker, sizeof(marker), "https://agent:[REDACTED:url_userinfo:%s]@git", fp_of(r, CRED));
+    ck_assert_ptr_nonnull(strstr(t, marker));
+    ck_assert_ptr_null(strstr(t, "issued"));
     free(t);
     st_redactor_destroy(r);
     st_credset_destroy(cs);
