@@ -49,8 +49,8 @@ enum {
     R_JWT,
     R_BEARER,
     R_URL_USERINFO,
-    /* lineage: a credential a broker issued, whatever its shape (last, so a
-     * rule that names the same span names it; the fingerprint is the same) */
+    /* lineage: a credential a broker issued, whatever its shape (last: a
+     * rule that matches the same span, or inside it, names it) */
     R_ISSUED,
     NRULES
 };
