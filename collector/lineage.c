@@ -237,9 +237,9 @@ void st_lineage_stop(struct st_lineage *l)
         rd_kafka_destroy(l->cons);
     }
     if (l->unfollowable)
-        st_warn("lineage: %ld issued credentials cannot be followed in text (shorter "
-                "than %d bytes or fewer than %d distinct characters): only their exact "
-                "shape rules, if any, redact them",
+        st_warn("lineage: %ld token_issue events handed over a credential that cannot "
+                "be followed in text (shorter than %d bytes or fewer than %d distinct "
+                "characters): only a shape rule, if one fits, redacts it elsewhere",
                 l->unfollowable, ST_CREDSET_MIN_LEN, ST_CREDSET_MIN_DISTINCT);
     st_credset_destroy(l->set);
     free(l);
