@@ -26,9 +26,11 @@
 #include "accept.h"
 #include "buf.h"
 #include "collector.h"
+#include "credset.h"
 #include "dlq.h"
 #include "event.h"
 #include "ingest.h"
+#include "lineage.h"
 #include "log.h"
 #include "metrics.h"
 #include "produce.h"
@@ -144,6 +146,7 @@ static void accept_one(struct st_ingest_pool *pool, int exec, struct batch *b, s
                      ")",
                      evlen + strlen(key), in->conf->message_max_bytes);
         } else if (a == 0 && source_allowed(in, acc, &rej)) {
+            st_lineage_note(in->lineage, st_accept_event(acc), st_accept_issued_len(acc));
             o->kind = OUT_EVENT;
             o->key_off = out->len;
             st_buf_add(out, key, strlen(key) + 1);
@@ -416,14 +419,20 @@ int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
         n = 1;
     if (n > MAX_WORKERS)
         n = MAX_WORKERS;
+    /* the credentials issued so far are known before the first line */
+    if (st_lineage_start(conf, &in->lineage, errstr, errsz))
+        return -1;
     struct st_ingest_pool *pool = st_calloc(1, sizeof(*pool));
     pool->in = in;
     pool->nexec = (int)n;
     pool->acc = st_calloc((size_t)n, sizeof(*pool->acc));
     for (int k = 0; k < pool->nexec; k++)
-        if (!(pool->acc[k] = st_accept_new(conf, errstr, errsz))) {
+        if (!(pool->acc[k] = st_accept_new(conf, st_lineage_set(in->lineage), errstr,
+                                           errsz))) {
             for (int j = 0; j < k; j++)
                 st_accept_destroy(pool->acc[j]);
+            st_lineage_stop(in->lineage);
+            in->lineage = NULL;
             free(pool->acc);
             free(pool);
             return -1;
@@ -466,6 +475,8 @@ void st_ingest_fini(struct st_ingest *in)
         pthread_join(pool->threads[k], NULL);
     for (int k = 0; k < pool->nexec; k++)
         st_accept_destroy(pool->acc[k]);
+    st_lineage_stop(in->lineage);
+    in->lineage = NULL;
     for (int k = 0; k < 2; k++) {
         struct batch *b = &pool->b[k];
         st_buf_fini(&b->text);
@@ -522,6 +533,11 @@ void st_ingest_absorb(struct st_ingest *in, const struct st_ingest *other)
 void st_ingest_sync_metrics(struct st_ingest *in)
 {
     char labels[96];
+    if (in->lineage)
+        st_metric_set(st_metric_get(in->metrics, ST_METRIC_GAUGE,
+                                    "sandtrail_collector_issued_credentials",
+                                    "fingerprints of issued credentials searched for", ""),
+                      (int64_t)st_credset_count(st_lineage_set(in->lineage)));
     for (size_t i = 0; i < st_ingest_nrules(in); i++) {
         uint64_t hits = st_ingest_rule_hits(in, i);
         if (!hits)

@@ -56,6 +56,7 @@ struct st_ingest {
     long dlq_max, dlq_count;
     struct st_ingest_stats stats;
     struct st_ingest_pool *pool; /* owned */
+    struct st_lineage *lineage;  /* owned; NULL when lineage is off */
     struct st_metric *m_lines, *m_accepted, *m_skipped;
 };
 
