@@ -394,9 +394,11 @@ int st_ingest_drain(struct st_ingest *in)
 
 /* --- set-up ------------------------------------------------------------- */
 
-int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
-                   struct st_producer *prod, struct st_metrics *metrics,
-                   const char *input_name, char *errstr, size_t errsz)
+/* shared: the lineage of the first lane, or NULL to start one (owned) */
+static int ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
+                       struct st_producer *prod, struct st_metrics *metrics,
+                       const char *input_name, struct st_lineage *shared, char *errstr,
+                       size_t errsz)
 {
     memset(in, 0, sizeof(*in));
     in->conf = conf;
@@ -420,8 +422,11 @@ int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
     if (n > MAX_WORKERS)
         n = MAX_WORKERS;
     /* the credentials issued so far are known before the first line */
-    if (st_lineage_start(conf, &in->lineage, errstr, errsz))
+    if (shared)
+        in->lineage = shared;
+    else if (st_lineage_start(conf, &in->lineage, errstr, errsz))
         return -1;
+    in->lineage_owned = !shared;
     struct st_ingest_pool *pool = st_calloc(1, sizeof(*pool));
     pool->in = in;
     pool->nexec = (int)n;
@@ -431,7 +436,8 @@ int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
                                            errsz))) {
             for (int j = 0; j < k; j++)
                 st_accept_destroy(pool->acc[j]);
-            st_lineage_stop(in->lineage);
+            if (in->lineage_owned)
+                st_lineage_stop(in->lineage);
             in->lineage = NULL;
             free(pool->acc);
             free(pool);
@@ -462,6 +468,20 @@ int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
     return 0;
 }
 
+int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
+                   struct st_producer *prod, struct st_metrics *metrics,
+                   const char *input_name, char *errstr, size_t errsz)
+{
+    return ingest_init(in, conf, prod, metrics, input_name, NULL, errstr, errsz);
+}
+
+int st_ingest_init_lane(struct st_ingest *in, const struct st_ingest *first,
+                        const char *input_name, char *errstr, size_t errsz)
+{
+    return ingest_init(in, first->conf, first->prod, first->metrics, input_name,
+                       first->lineage, errstr, errsz);
+}
+
 void st_ingest_fini(struct st_ingest *in)
 {
     struct st_ingest_pool *pool = in->pool;
@@ -475,7 +495,8 @@ void st_ingest_fini(struct st_ingest *in)
         pthread_join(pool->threads[k], NULL);
     for (int k = 0; k < pool->nexec; k++)
         st_accept_destroy(pool->acc[k]);
-    st_lineage_stop(in->lineage);
+    if (in->lineage_owned)
+        st_lineage_stop(in->lineage);
     in->lineage = NULL;
     for (int k = 0; k < 2; k++) {
         struct batch *b = &pool->b[k];
