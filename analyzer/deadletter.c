@@ -67,7 +67,7 @@ struct st_deadletter *st_deadletter_new(const struct st_analyzer_conf *conf,
     unsigned char key[32];
     if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
         st_fatal("could not read random bytes for the dead-letter redaction key");
-    struct st_redact_conf rc = {key, sizeof(key), NULL, 0, 0, NULL};
+    struct st_redact_conf rc = {.key = key, .keylen = sizeof(key)};
     if (!(d->redactor = st_redactor_new(&rc, errstr, errsz)))
         goto fail;
     d->topic = st_strdup(conf->topic_dlq);

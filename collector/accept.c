@@ -7,6 +7,7 @@
 #include "accept.h"
 #include "buf.h"
 #include "collector.h"
+#include "credset.h"
 #include "decoder.h"
 #include "event.h"
 #include "json.h"
@@ -23,6 +24,7 @@ struct st_accept {
     const char **mrule;
     char (*mfp)[ST_REDACT_FP_MAX + 1];
     size_t capm;
+    size_t issued_len; /* see st_accept_issued_len */
 };
 
 static int read_all(const char *path, struct st_buf *out, char *errstr, size_t errsz,
@@ -68,7 +70,8 @@ static int load_key(const char *path, struct st_buf *key, char *errstr, size_t e
     return 0;
 }
 
-struct st_accept *st_accept_new(const struct st_collector_conf *conf, char *errstr,
+struct st_accept *st_accept_new(const struct st_collector_conf *conf,
+                                const struct st_credset *issued, char *errstr,
                                 size_t errsz)
 {
     struct st_accept *a = st_calloc(1, sizeof(*a));
@@ -108,7 +111,7 @@ struct st_accept *st_accept_new(const struct st_collector_conf *conf, char *errs
     }
     struct st_redact_conf rc = {(const unsigned char *)key.data, key.len,
                                 (const char *const *)list, nlist, (int)conf->fp_chars,
-                                conf->fault_rule_off};
+                                conf->fault_rule_off, issued};
     a->redactor = st_redactor_new(&rc, errstr, errsz);
     if (!a->redactor)
         goto fail;
@@ -181,6 +184,30 @@ static void record_line_matches(struct st_accept *a, cJSON *doc, size_t n)
     }
 }
 
+/* Lineage: the text pass may have redacted the credential a broker's issue
+ * hands over (a rule knows its shape, hvs., or its name, client_token), so
+ * the decoder did not see it. Then the line as sent is decoded again and
+ * only its identity.credential is taken, which st_redact_event removes
+ * (fingerprinted into identity.credential_fp) like any other. Decoders keep
+ * no state (ctx is const): decoding twice changes nothing else. */
+static void hand_over_credential(struct st_accept *a, cJSON *doc, const char *sent,
+                                 size_t sentlen)
+{
+    cJSON *identity = st_json_get(doc, "identity"), *raw = NULL;
+    struct st_reject rj;
+    const char *type = st_json_str(doc, "type");
+
+    if (!type || strcmp(type, "token_issue") != 0 || !cJSON_IsObject(identity) ||
+        st_json_get(identity, "credential"))
+        return;
+    if (a->decoder->decode(sent, sentlen, &a->ctx, &raw, &rj) == 0) {
+        const char *cred = st_json_str(st_json_get(raw, "identity"), "credential");
+        if (cred && !cJSON_AddStringToObject(identity, "credential", cred))
+            st_fatal("out of memory handing over a credential");
+    }
+    cJSON_Delete(raw);
+}
+
 int st_accept_line(struct st_accept *a, const char *line, size_t len, const char **out,
                    size_t *outlen, const char **key, struct st_reject *rej)
 {
@@ -189,12 +216,15 @@ int st_accept_line(struct st_accept *a, const char *line, size_t len, const char
     st_event_fini(&a->ev);
     free(a->text);
     a->text = NULL;
+    a->issued_len = 0;
     /* A decoder derives fields from the source's values -- splits a proxy
      * role "task/run", decodes a base64 command id -- and a part of a secret
      * need not match the rule its whole matched: a foreign line is redacted
      * as text before it is decoded, and again as an event after. */
     char *pre = NULL;
     size_t npre = 0;
+    const char *sent = line;
+    size_t sentlen = len;
     if (a->decoder != &st_native_decoder) {
         int n = 0;
         size_t plen;
@@ -218,9 +248,14 @@ int st_accept_line(struct st_accept *a, const char *line, size_t len, const char
     }
     free(pre);
     pre = NULL;
+    if (npre)
+        hand_over_credential(a, doc, sent, sentlen);
     /* a sender's own "redactions" member is dropped by the redactor: then
      * the line as sent is not what may leave */
     int forged = st_json_get(doc, "redactions") != NULL;
+    const char *cred = st_json_str(st_json_get(doc, "identity"), "credential");
+    size_t credlen = cred ? strlen(cred) : 0;
+    size_t issued_len = !cred ? 0 : st_credset_followable(cred, credlen) ? credlen : 1;
     int changed = st_redact_event(a->redactor, doc) > 0 || forged ||
                   a->decoder != &st_native_decoder;
     record_line_matches(a, doc, npre);
@@ -240,7 +275,13 @@ int st_accept_line(struct st_accept *a, const char *line, size_t len, const char
         *outlen = len;
     }
     *key = a->ev.task_id;
+    a->issued_len = issued_len;
     return 0;
+}
+
+size_t st_accept_issued_len(const struct st_accept *a)
+{
+    return a->issued_len;
 }
 
 char *st_accept_redact_raw(struct st_accept *a, const char *line, size_t len,

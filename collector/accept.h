@@ -15,11 +15,15 @@
 struct st_event;
 
 struct st_collector_conf;
+struct st_credset;
 struct st_accept;
 
-/* Loads the decoder, the HMAC key and the canaries. NULL with errstr set
- * (naming the file or the property) when one is missing or refused. */
-struct st_accept *st_accept_new(const struct st_collector_conf *conf, char *errstr,
+/* Loads the decoder, the HMAC key and the canaries; issued (lineage.h,
+ * shared, not owned, may be NULL) is searched in every string. NULL with
+ * errstr set (naming the file or the property) when one is missing or
+ * refused. */
+struct st_accept *st_accept_new(const struct st_collector_conf *conf,
+                                const struct st_credset *issued, char *errstr,
                                 size_t errsz);
 void st_accept_destroy(struct st_accept *a); /* accepts NULL */
 
@@ -32,6 +36,12 @@ int st_accept_line(struct st_accept *a, const char *line, size_t len, const char
 /* The event the last successful st_accept_line made (valid until the next
  * call). */
 const struct st_event *st_accept_event(const struct st_accept *a);
+
+/* Lineage: the length of the identity.credential that the last accepted
+ * event handed over (now identity.credential_fp), 0 when it had none; a
+ * length below ST_CREDSET_MIN_LEN when the credential cannot be followed in
+ * text (too short, too few distinct bytes: credset.h). */
+size_t st_accept_issued_len(const struct st_accept *a);
 
 /* A redacted copy of a rejected line, for its dead-letter record. Caller
  * frees. */

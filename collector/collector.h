@@ -51,6 +51,9 @@ struct st_collector_conf {
     int64_t spool_max_bytes;
     int64_t spool_min_free_bytes;
     char *spool_registry;   /* spool.registry: NULL default path, "" off */
+    char *topic_credentials;    /* kafka.topic.credentials: "" lineage off */
+    int64_t lineage_poll_ms;
+    int64_t lineage_catchup_ms;
 };
 
 #endif

@@ -27,9 +27,11 @@
 #include "accept.h"
 #include "buf.h"
 #include "collector.h"
+#include "credset.h"
 #include "dlq.h"
 #include "event.h"
 #include "ingest.h"
+#include "lineage.h"
 #include "log.h"
 #include "metrics.h"
 #include "produce.h"
@@ -153,6 +155,7 @@ static void accept_one(struct st_ingest_pool *pool, int exec, struct batch *b, s
                      ")",
                      evlen + strlen(key), in->conf->message_max_bytes);
         } else if (a == 0 && source_allowed(in, acc, &rej)) {
+            st_lineage_note(in->lineage, st_accept_event(acc), st_accept_issued_len(acc));
             o->kind = OUT_EVENT;
             o->key_off = out->len;
             st_buf_add(out, key, strlen(key) + 1);
@@ -400,9 +403,11 @@ int st_ingest_drain(struct st_ingest *in)
 
 /* --- set-up ------------------------------------------------------------- */
 
-int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
-                   struct st_producer *prod, struct st_metrics *metrics,
-                   const char *input_name, char *errstr, size_t errsz)
+/* shared: the lineage of the first lane, or NULL to start one (owned) */
+static int ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
+                       struct st_producer *prod, struct st_metrics *metrics,
+                       const char *input_name, struct st_lineage *shared, char *errstr,
+                       size_t errsz)
 {
     memset(in, 0, sizeof(*in));
     in->conf = conf;
@@ -425,14 +430,24 @@ int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
         n = 1;
     if (n > MAX_WORKERS)
         n = MAX_WORKERS;
+    /* the credentials issued so far are known before the first line */
+    if (shared)
+        in->lineage = shared;
+    else if (st_lineage_start(conf, &in->lineage, errstr, errsz))
+        return -1;
+    in->lineage_owned = !shared;
     struct st_ingest_pool *pool = st_calloc(1, sizeof(*pool));
     pool->in = in;
     pool->nexec = (int)n;
     pool->acc = st_calloc((size_t)n, sizeof(*pool->acc));
     for (int k = 0; k < pool->nexec; k++)
-        if (!(pool->acc[k] = st_accept_new(conf, errstr, errsz))) {
+        if (!(pool->acc[k] = st_accept_new(conf, st_lineage_set(in->lineage), errstr,
+                                           errsz))) {
             for (int j = 0; j < k; j++)
                 st_accept_destroy(pool->acc[j]);
+            if (in->lineage_owned)
+                st_lineage_stop(in->lineage);
+            in->lineage = NULL;
             free(pool->acc);
             free(pool);
             return -1;
@@ -462,6 +477,20 @@ int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
     return 0;
 }
 
+int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
+                   struct st_producer *prod, struct st_metrics *metrics,
+                   const char *input_name, char *errstr, size_t errsz)
+{
+    return ingest_init(in, conf, prod, metrics, input_name, NULL, errstr, errsz);
+}
+
+int st_ingest_init_lane(struct st_ingest *in, const struct st_ingest *first,
+                        const char *input_name, char *errstr, size_t errsz)
+{
+    return ingest_init(in, first->conf, first->prod, first->metrics, input_name,
+                       first->lineage, errstr, errsz);
+}
+
 void st_ingest_fini(struct st_ingest *in)
 {
     struct st_ingest_pool *pool = in->pool;
@@ -475,6 +504,9 @@ void st_ingest_fini(struct st_ingest *in)
         pthread_join(pool->threads[k], NULL);
     for (int k = 0; k < pool->nexec; k++)
         st_accept_destroy(pool->acc[k]);
+    if (in->lineage_owned)
+        st_lineage_stop(in->lineage);
+    in->lineage = NULL;
     for (int k = 0; k < 2; k++) {
         struct batch *b = &pool->b[k];
         st_buf_fini(&b->text);
@@ -531,6 +563,11 @@ void st_ingest_absorb(struct st_ingest *in, const struct st_ingest *other)
 void st_ingest_sync_metrics(struct st_ingest *in)
 {
     char labels[96];
+    if (in->lineage)
+        st_metric_set(st_metric_get(in->metrics, ST_METRIC_GAUGE,
+                                    "sandtrail_collector_issued_credentials",
+                                    "fingerprints of issued credentials searched for", ""),
+                      (int64_t)st_credset_count(st_lineage_set(in->lineage)));
     for (size_t i = 0; i < st_ingest_nrules(in); i++) {
         uint64_t hits = st_ingest_rule_hits(in, i);
         if (!hits)

@@ -57,6 +57,8 @@ struct st_ingest {
     long dlq_max, dlq_count;
     struct st_ingest_stats stats;
     struct st_ingest_pool *pool; /* owned */
+    struct st_lineage *lineage;  /* NULL when lineage is off */
+    int lineage_owned;           /* 0: a lane's, shared from st_ingest_init_lane */
     struct st_metric *m_lines, *m_accepted, *m_skipped;
 };
 
@@ -65,6 +67,12 @@ struct st_ingest {
 int st_ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
                    struct st_producer *prod, struct st_metrics *metrics,
                    const char *input_name, char *errstr, size_t errsz);
+/* The same for one more lane of an input that runs several at once (the
+ * HTTP input): conf, producer and metrics are first's, and so is its
+ * issued-credential lineage (one reader of the credentials topic and one
+ * set per collector, not per lane). first must outlive in. */
+int st_ingest_init_lane(struct st_ingest *in, const struct st_ingest *first,
+                        const char *input_name, char *errstr, size_t errsz);
 /* Stops the workers; lines added and not drained are dropped. */
 void st_ingest_fini(struct st_ingest *in);
 

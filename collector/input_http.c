@@ -575,8 +575,7 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
         } else {
             l->in = st_calloc(1, sizeof(*l->in));
             l->owned = 1;
-            if (st_ingest_init(l->in, conf, in->prod, in->metrics, "http", errstr,
-                               sizeof(errstr))) {
+            if (st_ingest_init_lane(l->in, in, "http", errstr, sizeof(errstr))) {
                 st_error("%s", errstr);
                 free(l->in);
                 l->in = NULL;

@@ -27,6 +27,7 @@
 #include "buf.h"
 #include "collector.h"
 #include "conf.h"
+#include "credset.h"
 #include "dlq.h"
 #include "event.h"
 #include "linereader.h"
@@ -161,6 +162,16 @@ static const struct st_conf_prop collector_props[] = {
     {"fault.redact_rule_off", NULL, ST_CONF_STR, C(fault_rule_off), 0, 0, NULL,
      "fault injection for tests: this redaction rule never matches, so that a "
      "test can prove it would see the leak. Never set it in production"},
+    {"kafka.topic.credentials", "SANDTRAIL_TOPIC_CREDENTIALS", ST_CONF_STR,
+     C(topic_credentials), 0, 0, ST_CREDSET_TOPIC,
+     "compacted topic of the fingerprints of credentials brokers issued, shared by "
+     "every collector so that each redacts them in any text (empty: lineage off)"},
+    {"lineage.poll_ms", NULL, ST_CONF_INT, C(lineage_poll_ms), 10, 10000, "100",
+     "longest wait of the credentials topic's reader for a new record: bounds the "
+     "time a credential issued behind another collector may pass unredacted"},
+    {"lineage.catchup_ms", NULL, ST_CONF_INT, C(lineage_catchup_ms), 0, 600000, "5000",
+     "how long start-up waits to read the credentials topic to its end before "
+     "accepting lines (then it goes on in the background, with a warning)"},
     {"dlq.raw_bytes", NULL, ST_CONF_INT, C(dlq_raw_bytes), 0, 1024 * 1024, "4096",
      "how much of a rejected line its dead-letter record quotes"},
     {NULL},

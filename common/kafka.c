@@ -98,9 +98,9 @@ rd_kafka_conf_t *st_kafka_conf_new(const char *brokers, char *errstr,
     return conf;
 }
 
-int st_kafka_ensure_topics(rd_kafka_t *rk, const char *const *topics, int n,
-                           int partitions, int replication, int timeout_ms,
-                           char *errstr, size_t errsz)
+static int ensure(rd_kafka_t *rk, const char *const *topics, int n, int partitions,
+                  int replication, int compact, int timeout_ms, char *errstr,
+                  size_t errsz)
 {
     rd_kafka_NewTopic_t **nt = st_calloc((size_t)n, sizeof(*nt));
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
@@ -117,6 +117,11 @@ int st_kafka_ensure_topics(rd_kafka_t *rk, const char *const *topics, int n,
                                       sizeof(err));
         if (!nt[i]) {
             snprintf(errstr, errsz, "invalid topic \"%s\": %s", topics[i], err);
+            goto out;
+        }
+        if (compact &&
+            rd_kafka_NewTopic_set_config(nt[i], "cleanup.policy", "compact")) {
+            snprintf(errstr, errsz, "could not make topic \"%s\" compacted", topics[i]);
             goto out;
         }
     }
@@ -162,4 +167,18 @@ out:
     rd_kafka_AdminOptions_destroy(opts);
     rd_kafka_queue_destroy(q);
     return rc;
+}
+
+int st_kafka_ensure_topics(rd_kafka_t *rk, const char *const *topics, int n,
+                           int partitions, int replication, int timeout_ms,
+                           char *errstr, size_t errsz)
+{
+    return ensure(rk, topics, n, partitions, replication, 0, timeout_ms, errstr, errsz);
+}
+
+int st_kafka_ensure_compacted(rd_kafka_t *rk, const char *topic, int partitions,
+                              int replication, int timeout_ms, char *errstr,
+                              size_t errsz)
+{
+    return ensure(rk, &topic, 1, partitions, replication, 1, timeout_ms, errstr, errsz);
 }

@@ -64,4 +64,10 @@ int st_kafka_ensure_topics(rd_kafka_t *rk, const char *const *topics, int n,
                            int partitions, int replication, int timeout_ms,
                            char *errstr, size_t errsz);
 
+/* The same for one topic with cleanup.policy=compact (the last value of a
+ * key is kept for good). */
+int st_kafka_ensure_compacted(rd_kafka_t *rk, const char *topic, int partitions,
+                              int replication, int timeout_ms, char *errstr,
+                              size_t errsz);
+
 #endif

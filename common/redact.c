@@ -15,6 +15,7 @@
 #include <assert.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include <pcre2.h>
 
 #include "buf.h"
+#include "credset.h"
 #include "json.h"
 #include "log.h"
 #include "redact.h"
@@ -64,6 +66,9 @@ enum {
     R_BEARER,
     R_URL_USERINFO,
     R_SECRET_ASSIGNMENT,
+    /* lineage: a credential a broker issued, whatever its shape (last: a
+     * rule that matches the same span, or inside it, names it) */
+    R_ISSUED,
     NRULES
 };
 
@@ -290,10 +295,16 @@ static const struct rule_def rule_defs[NRULES] = {
         .check = check_assignment,
         .keywords = {"secret", "token", "password", "passwd", "pwd", "key"},
         .icase = 1, .keyed = 1},
+    /* found by the lineage hook (collect), not by a pattern */
+    [R_ISSUED] = {.name = "issued"},
 };
 /* clang-format on */
 
+/* A set of rules is a uint64_t, rule i being BIT(i): every mask of rules
+ * (prefilter's result, r->keyed, kmask) is one, and no other flag shares
+ * its bits, so all 64 are rules'. */
 #define BIT(i) ((uint64_t)1 << (i))
+_Static_assert(NRULES <= 64, "a rule mask (uint64_t) holds 64 rules at most");
 
 struct rule {
     pcre2_code *code; /* NULL for literal rules */
@@ -383,6 +394,7 @@ struct st_redactor {
      * redacted wherever else it occurs; NULL otherwise. */
     const char *cred;
     size_t credlen;
+    const struct st_credset *issued; /* shared, not owned; NULL: none */
     cJSON *doc;     /* the event being redacted */
     cJSON *entries; /* its new "redactions" array, made at the first entry */
 };
@@ -393,9 +405,8 @@ enum { C_B64 = 0x7F, C_HEX = 0x80, C_TRIGGER = 0x100 };
 static uint16_t cls[256];
 static void init_classes(void);
 /* prefilter's pair bits beyond the keywords' 1 and 2: either byte starts a
- * decoding; both are base64 chars. FORMS in its result: see prefilter. */
+ * decoding; both are base64 chars. */
 enum { P_TRIGGER = 4, P_B64 = 8, P_NONHEX = 16 };
-#define FORMS BIT(63)
 
 /* ---- set-up ------------------------------------------------------------ */
 
@@ -594,6 +605,7 @@ struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
     pthread_once(&once, init_classes);
     r = st_calloc(1, sizeof(*r));
     r->fp_len = conf->fp_hex_len ? conf->fp_hex_len : ST_REDACT_FP_DEFAULT;
+    r->issued = conf->issued;
     st_buf_init(&r->out);
     st_buf_init(&r->scratch);
     st_buf_init(&r->path);
@@ -768,12 +780,13 @@ static void keyword_at(const struct st_redactor *r, const unsigned char *p, size
     }
 }
 
-/* The set of rules (bits) whose keywords occur in s[0..len), and FORMS when
- * s may have another form to scan: a byte that starts a decoding, or a run
- * of base64 chars that may be ST_REDACT_B64_MIN long (scan_forms looks
- * closer). One pass over the pairs of bytes serves both. */
+/* The set of rules (bits) whose keywords occur in s[0..len); *forms (when
+ * forms is not NULL) is set to whether s may have another form to scan: a
+ * byte that starts a decoding, or a run of base64 chars that may be
+ * ST_REDACT_B64_MIN long (scan_forms looks closer). One pass over the pairs
+ * of bytes serves both. */
 static uint64_t prefilter(const struct st_redactor *r, const char *s,
-                          size_t len)
+                          size_t len, int *forms)
 {
     const unsigned char *p = (const unsigned char *)s;
     uint64_t mask = 0;
@@ -803,8 +816,9 @@ static uint64_t prefilter(const struct st_redactor *r, const char *s,
         if (t & 1)
             keyword_at(r, p, len, i, &mask);
     }
-    if ((any & P_TRIGGER) || (len % 2 && (cls[p[len - 1]] & C_TRIGGER)))
-        mask |= FORMS;
+    if (forms)
+        *forms = (any & P_TRIGGER) ||
+                 (len % 2 && (cls[p[len - 1]] & C_TRIGGER));
     return mask;
 }
 
@@ -1434,7 +1448,7 @@ static void scan_base64(struct st_redactor *r, const char *t, size_t tlen,
             continue;
         size_t before = r->nm, first = before;
         scan_forms(r, r->blob.data, r->blob.len,
-                   prefilter(r, r->blob.data, r->blob.len), NULL, 0, 0, 1);
+                   prefilter(r, r->blob.data, r->blob.len, NULL), NULL, 0, 0, 1);
         if (r->nm == before)
             continue;
         for (size_t k = before + 1; k < r->nm; k++)
@@ -1449,6 +1463,87 @@ static void scan_base64(struct st_redactor *r, const char *t, size_t tlen,
     }
 }
 
+/* ---- lineage hook (credset.c): credentials brokers issued --------------
+ * Every candidate substring of a form of a string (as sent, decoded, base64
+ * content: collect runs on each) whose fingerprint is that of an issued
+ * credential is a match of rule "issued"; its marker carries the same
+ * fingerprint as the issue's identity.credential_fp, that of the decoded
+ * bytes when it was found in a decoded form. Where a rule matches inside it
+ * (the password of an issued URL, a token an issued string holds), the rule
+ * names that part instead (drop_issued_under_rules): what a rule finds
+ * keeps its marker, and the rest is not secret by any rule. */
+/* The string (one form of it) st_credset_find searches. */
+struct issued_search {
+    struct st_redactor *r;
+    const char *s;
+    size_t len;
+};
+
+static void issued_fp(void *arg, const char *v, size_t len, char *fp)
+{
+    fingerprint(((struct issued_search *)arg)->r, v, len, fp);
+}
+
+/* As a canary (find_literal): in a marker's fingerprint the credential
+ * takes the whole marker; in its "[REDACTED:<rule>:" it is a rule name. */
+static void issued_hit(void *arg, size_t off, size_t len, const char *fp)
+{
+    struct issued_search *q = arg;
+    size_t ms = 0, me = 0;
+    struct match *m;
+
+    switch (in_marker(q->r, q->s, q->len, off, off + len, &ms, &me)) {
+    case 0:
+        m = push_match(q->r, off, off + len, R_ISSUED);
+        break;
+    case 2:
+        m = push_match(q->r, ms, me, R_ISSUED);
+        break;
+    default:
+        return;
+    }
+    snprintf(m->fp, sizeof(m->fp), "%s", fp); /* fingerprint() made it */
+}
+
+static int issued_on(const struct st_redactor *r)
+{
+    return r->issued && st_credset_count(r->issued) > 0;
+}
+
+static int match_cmp(const void *a, const void *b);
+
+/* Drops the "issued" matches among r->m[from..nm) (all in one string's
+ * offsets) that overlap a match of another rule there. Sorted by start, a
+ * match overlaps one before it that ends after its start, or one after it
+ * that starts before its end: one pass each way, whatever the count. */
+static void drop_issued_under_rules(struct st_redactor *r, size_t from)
+{
+    struct match *m = r->m + from;
+    size_t n = r->nm - from, kept = 0, edge = 0;
+
+    if (n < 2)
+        return;
+    qsort(m, n, sizeof(*m), match_cmp);
+    for (size_t i = 0; i < n; i++) { /* edge: the furthest end so far */
+        if (m[i].rule != R_ISSUED && m[i].end > edge)
+            edge = m[i].end;
+        else if (m[i].rule == R_ISSUED && edge > m[i].start)
+            m[i].rule = NRULES; /* dropped */
+    }
+    edge = SIZE_MAX;
+    for (size_t i = n; i-- > 0;) { /* edge: the nearest start after */
+        if (m[i].rule != R_ISSUED && m[i].rule != NRULES)
+            edge = m[i].start;
+        else if (m[i].rule == R_ISSUED && edge < m[i].end)
+            m[i].rule = NRULES;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (m[i].rule != NRULES)
+            m[kept++] = m[i];
+    r->nm = from + kept;
+}
+/* ---- end of the lineage hook --------------------------------------------- */
+
 /* Step 2: every match of the rules in mask over s[0..len); name (namelen
  * bytes) is the member name the string is stored under, or NULL, and kmask
  * the rules whose keywords it holds. */
@@ -1456,7 +1551,9 @@ static void collect(struct st_redactor *r, const char *s, size_t len,
                     uint64_t mask, const char *name, size_t namelen,
                     uint64_t kmask)
 {
-    for (unsigned i = 0; i < NRULES; i++) {
+    /* no rule to run: a string searched only for decoded forms, the
+     * credential or issued credentials */
+    for (unsigned i = 0; i < NRULES && (mask | (kmask & r->keyed)); i++) {
         if (r->off[i])
             continue;
         if (rule_defs[i].scan) {
@@ -1482,10 +1579,13 @@ static void collect(struct st_redactor *r, const char *s, size_t len,
                          r->canaries[i].len);
     if (r->cred && r->credlen >= ST_REDACT_CANARY_MIN)
         find_literal(r, R_CREDENTIAL, s, len, r->cred, r->credlen);
-    /* Hook: a matcher that is not a rule (e.g. the fingerprints of issued
-     * credentials tested on candidate substrings) goes here: it sees every
-     * form of the string (as sent, decoded, base64 content) and records its
-     * matches with push_match, in s's offsets. */
+    /* Hook: a matcher that is not a rule goes here: it sees every form of
+     * the string (as sent, decoded, base64 content) and records its matches
+     * with push_match, in s's offsets. */
+    if (issued_on(r)) { /* lineage hook */
+        struct issued_search q = {r, s, len};
+        st_credset_find(r->issued, s, len, issued_fp, issued_hit, &q);
+    }
 }
 
 /* Steps 1-2 over every form of s[0..len): the string as it is; its decoded
@@ -1501,12 +1601,13 @@ static void scan_forms(struct st_redactor *r, const char *s, size_t len,
     const char *t = s;
     size_t tlen = len;
     const size_t *map = NULL;
+    const size_t first = r->nm;
 
     collect(r, s, len, mask, name, namelen, kmask);
     if (decode_view(r, v, s, len)) {
         size_t before = r->nm;
         collect(r, v->text.data, v->text.len,
-                prefilter(r, v->text.data, v->text.len), name, namelen,
+                prefilter(r, v->text.data, v->text.len, NULL), name, namelen,
                 kmask);
         for (size_t i = before; i < r->nm; i++) {
             struct match *m = &r->m[i];
@@ -1520,6 +1621,9 @@ static void scan_forms(struct st_redactor *r, const char *s, size_t len,
     }
     if (depth == 0)
         scan_base64(r, t, tlen, map);
+    /* every form's matches are in s's offsets now */
+    if (issued_on(r))
+        drop_issued_under_rules(r, first);
 }
 
 static int match_cmp(const void *a, const void *b)
@@ -1574,14 +1678,15 @@ static void build(struct st_redactor *r, const char *s, size_t len)
 /* Redacts s[0..len) into r->out; returns the number of redactions (r->m
  * holds them), 0 when s has no secret (r->out is then not set). */
 static size_t redact_string(struct st_redactor *r, const char *s, size_t len,
-                            uint64_t mask, const char *name, size_t namelen,
-                            uint64_t kmask)
+                            uint64_t mask, int forms, const char *name,
+                            size_t namelen, uint64_t kmask)
 {
     if (!name)
         kmask = 0;
     r->nm = 0;
     if (!mask && !(kmask & r->keyed) &&
-        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !(mask & FORMS))
+        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !forms &&
+        !issued_on(r))
         return 0;
     scan_forms(r, s, len, mask, name, namelen, kmask, 0);
     if (!r->nm)
@@ -1669,22 +1774,23 @@ static int walk(struct st_redactor *r, cJSON *node, size_t depth)
         const char *name = NULL;
         size_t namelen = 0;
         uint64_t kmask = 0;
+        int forms = 0;
 
         f->item = c;
         f->idx = idx;
         f->in_array = !is_obj || !c->string;
         if (!f->in_array) {
             namelen = strlen(c->string);
-            kmask = prefilter(r, c->string, namelen);
-            size_t k =
-                redact_string(r, c->string, namelen, kmask, NULL, 0, 0);
+            kmask = prefilter(r, c->string, namelen, &forms);
+            size_t k = redact_string(r, c->string, namelen, kmask, forms,
+                                     NULL, 0, 0);
             if (k) {
                 if (!(c->type & cJSON_StringIsConst))
                     cJSON_free(c->string);
                 c->type &= ~cJSON_StringIsConst;
                 c->string = cjson_strdup_buf(&r->out);
                 namelen = r->out.len;
-                kmask = prefilter(r, c->string, namelen);
+                kmask = prefilter(r, c->string, namelen, NULL);
                 add_entries(r, depth); /* the path holds the new name */
                 n += (int)k;
             }
@@ -1693,9 +1799,9 @@ static int walk(struct st_redactor *r, cJSON *node, size_t depth)
 
         if ((c->type & 0xFF) == cJSON_String && c->valuestring) {
             size_t len = strlen(c->valuestring);
-            size_t k = redact_string(r, c->valuestring, len,
-                                     prefilter(r, c->valuestring, len), name,
-                                     namelen, kmask);
+            uint64_t mask = prefilter(r, c->valuestring, len, &forms);
+            size_t k = redact_string(r, c->valuestring, len, mask, forms,
+                                     name, namelen, kmask);
             if (k) {
                 cJSON_free(c->valuestring);
                 c->valuestring = cjson_strdup_buf(&r->out);
@@ -1763,7 +1869,9 @@ int st_redact_event(struct st_redactor *r, cJSON *doc)
 char *st_redact_bytes(struct st_redactor *r, const char *s, size_t len,
                       int *count, size_t *outlen)
 {
-    size_t k = redact_string(r, s, len, prefilter(r, s, len), NULL, 0, 0);
+    int forms;
+    uint64_t mask = prefilter(r, s, len, &forms);
+    size_t k = redact_string(r, s, len, mask, forms, NULL, 0, 0);
     const char *src = k ? r->out.data : s;
     size_t n = k ? r->out.len : len;
     char *res = st_malloc(n + 1);

@@ -4,7 +4,9 @@
  * against a fixed set of rules (docs/redaction.md lists them against
  * gitleaks' defaults): one PCRE2 pattern each or, where a regex could not be
  * both right and linear in its input, a hand-written scanner; plus configured
- * literals ("canaries"). Each match is replaced by the marker
+ * literals ("canaries") and, whatever their shape, the credentials brokers
+ * issued (rule "issued": conf.issued, credset.h). Each match is replaced by
+ * the marker
  *
  *     [REDACTED:<rule>:<fingerprint>]
  *
@@ -42,6 +44,8 @@
 
 #include <cjson/cJSON.h>
 
+struct st_credset;
+
 #define ST_REDACT_KEY_MIN 16    /* bytes of HMAC key at least */
 #define ST_REDACT_CANARY_MIN 8  /* bytes of a canary at least */
 #define ST_REDACT_FP_DEFAULT 16 /* hex chars of fingerprint by default */
@@ -67,14 +71,20 @@ struct st_redact_conf {
     /* Fault injection, for the tests that prove a leak would be seen: the
      * token-shape rule of this name never matches. NULL normally. */
     const char *fault_rule_off;
+    /* Credentials brokers issued (credset.h): any substring of a string, or
+     * of its decoded forms, whose fingerprint is in the set is redacted as
+     * rule "issued" (a rule matching the same text, or inside it, names it
+     * instead). Shared by the redactors of every thread, kept (not owned):
+     * it outlives the redactor; NULL for none. */
+    const struct st_credset *issued;
 };
 
 struct st_redactor;
 
 /* Compiles and JIT-compiles every rule and sets up the HMAC. Nothing in conf
- * is kept. Returns the redactor, or NULL with errstr saying what in conf is
- * refused (key too short, a short canary, fp_hex_len out of range) or which
- * rule failed to compile. */
+ * is kept but conf->issued. Returns the redactor, or NULL with errstr saying
+ * what in conf is refused (key too short, a short canary, fp_hex_len out of
+ * range) or which rule failed to compile. */
 struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
                                     char *errstr, size_t errsz);
 

@@ -24,7 +24,10 @@
  *       -> token_issue, identity.credential_id = the new accessor, scopes =
  *          response.auth.policies, subject = its display_name, attrs
  *          expires_at = time + token_ttl (none for a ttl of 0, which never
- *          expires), issued_by = the parent token's accessor
+ *          expires), issued_by = the parent token's accessor; when the audit
+ *          device logs tokens raw (log_raw=true), identity.credential =
+ *          response.auth.client_token, which the redactor replaces by its
+ *          fingerprint (identity.credential_fp) and lineage follows
  *   other request entries made with a token (auth.accessor set)
  *       -> token_use, identity.credential_id = auth.accessor, attrs.operation
  *          = operation + " " + path; an error other than a denial gives
@@ -259,6 +262,12 @@ static int vault_issue(const struct vault_entry *e, const struct st_decode_ctx *
 
     cJSON *ev = vault_event(e, ctx, new_auth, "token_issue");
     add_identity(ev, new_auth, accessor);
+    /* Vault's own HMAC, or a value the text pass already redacted, is not
+     * the token */
+    const char *tok = st_json_str(new_auth, "client_token");
+    if (tok && *tok && strncmp(tok, "hmac-sha256:", 12) != 0 &&
+        strncmp(tok, "[REDACTED:", 10) != 0)
+        add_text(st_json_get(ev, "identity"), "credential", tok);
     cJSON *attrs = cJSON_AddObjectToObject(ev, "attrs");
     int64_t expires_us = e->ts_us + ttl * 1000000;
     if (has_ttl && ttl > 0 && expires_us < INT64_C(253402300800) * 1000000) {

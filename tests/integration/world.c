@@ -68,9 +68,10 @@ int run(const struct world *w, const char *group, const char *prefix,
     va_end(ap);
     snprintf(cmd, sizeof(cmd),
              "SANDTRAIL_PG_DSN='%s' SANDTRAIL_TOPIC_EVENTS='%s' SANDTRAIL_TOPIC_DLQ='%s' "
+             "SANDTRAIL_TOPIC_CREDENTIALS='%s.credentials' "
              "SANDTRAIL_GROUP='%s' SANDTRAIL_GROUP_INSTANCE_ID='%s-1' "
              "SANDTRAIL_REDIS_PREFIX='%s:' sh -c \"%s\"",
-             w->dsn, w->topic, w->dlq, group, group, prefix, tail);
+             w->dsn, w->topic, w->dlq, w->name, group, group, prefix, tail);
     int st = system(cmd);
     ck_assert_msg(st != -1 && WIFEXITED(st), "could not run: %s", cmd);
     return WEXITSTATUS(st);

@@ -794,6 +794,24 @@ START_TEST(decoder_vault_maps_token_issue_from_the_response)
 }
 END_TEST
 
+/* An audit device with log_raw=true logs the new token itself: it is handed
+ * over as identity.credential (the redactor makes it credential_fp, lineage
+ * follows it); Vault's own HMAC of it is not. */
+START_TEST(decoder_vault_hands_over_a_raw_client_token)
+{
+    struct st_event ev;
+    decode_sample("vault", SANDTRAIL_SOURCE_DIR "/tests/data/lineage/vault-issue.jsonl", 2,
+                  &ev);
+    ck_assert_int_eq(ev.type, ST_TYPE_TOKEN_ISSUE);
+    ck_assert_str_eq(st_json_str(ev.identity, "credential"),
+                     "zq8Xv3Lr7TgW2mKp9YbN4cHd6JfQ1sVa5RtE0uGi");
+    st_event_fini(&ev);
+    decode_sample("vault", VAULT, 2, &ev);
+    ck_assert_ptr_null(st_json_get(ev.identity, "credential"));
+    st_event_fini(&ev);
+}
+END_TEST
+
 START_TEST(decoder_vault_maps_token_use_and_deny)
 {
     struct st_event ev;
@@ -1030,6 +1048,7 @@ int main(void)
     tcase_add_test(tc, decoder_srt_command_ids_and_command_exit);
     tcase_add_test(tc, decoder_srt_rejects_malformed_records);
     tcase_add_test(tc, decoder_vault_maps_token_issue_from_the_response);
+    tcase_add_test(tc, decoder_vault_hands_over_a_raw_client_token);
     tcase_add_test(tc, decoder_vault_maps_token_use_and_deny);
     tcase_add_test(tc, decoder_vault_maps_token_revoke);
     tcase_add_test(tc, decoder_vault_other_errors_and_malformed_entries);
