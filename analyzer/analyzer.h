@@ -17,6 +17,8 @@ struct st_analyzer_conf {
     char *redis_prefix;
     char *sql_dir;
     char *metrics_listen;
+    char *log_level;  /* log.level */
+    char *log_format; /* log.format */
     int64_t batch_max_events;
     int64_t batch_max_ms;
     int64_t assign_timeout_ms;
@@ -35,6 +37,7 @@ struct st_analyzer_conf {
     int64_t scope_deny_window_s;
     int64_t scope_platforms;  /* detect.scope_drift.allowlist_platforms */
     char *canary_fps;         /* detect.token_write.canary_fingerprints */
+    int64_t health_max_lag;   /* health.max_lag */
     int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
     struct st_overrides overrides; /* override.task|platform.* */
     char config_hash[17];     /* of the detect.* properties and overrides */

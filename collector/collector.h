@@ -28,6 +28,8 @@ struct st_collector_conf {
     int64_t checkpoint_lines;
     int64_t poll_ms;
     char *metrics_listen;
+    char *log_level;  /* log.level */
+    char *log_format; /* log.format */
     char *http_listen;      /* http.listen (--listen) */
     char *http_tokens_file;
     int64_t http_max_body;

@@ -79,6 +79,11 @@ static const struct st_conf_prop collector_props[] = {
      "--follow: lines between waits for delivery and checkpoints"},
     {"input.poll_ms", NULL, ST_CONF_INT, C(poll_ms), 10, 60000, "200",
      "--follow: how often to look for new lines and rotation at the end of the file"},
+    {"log.level", "SANDTRAIL_LOG_LEVEL", ST_CONF_STR, C(log_level), 0, 0, "info",
+     "least important log records written: debug, info, warn or error"},
+    {"log.format", "SANDTRAIL_LOG_FORMAT", ST_CONF_STR, C(log_format), 0, 0, "text",
+     "text (one line a record) or json (one object a line, for log shippers); "
+     "never event content"},
     {"metrics.listen", "SANDTRAIL_COLLECTOR_METRICS", ST_CONF_STR, C(metrics_listen), 0,
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"http.listen", "SANDTRAIL_HTTP_LISTEN", ST_CONF_STR, C(http_listen), 0, 0, "",
@@ -183,6 +188,8 @@ int main(int argc, char **argv)
         goto conf_error;
     free(sets);
     sets = NULL;
+    if (st_log_configure(conf.log_level, conf.log_format, errstr, sizeof(errstr)))
+        goto conf_error;
     if (listen_at && st_conf_set(collector_props, &conf, "http.listen", listen_at, errstr,
                                  sizeof(errstr)))
         goto conf_error;
@@ -230,6 +237,8 @@ int main(int argc, char **argv)
         goto out;
     }
     ing.prod = prod;
+    /* producing: /readyz answers 200 (an input pushing back says so) */
+    st_metrics_set_ready(metrics, NULL);
     int rc = listen_at  ? st_input_http(&ing, &stop)
              : followed ? st_input_follow(followed, &ing, &stop)
                         : st_input_file(in, &ing, &stop);
