@@ -25,6 +25,9 @@ struct st_alerter_conf {
     char *redis_url;
     char *redis_prefix;
     char *metrics_listen;
+    char *sql_dir;           /* sql.dir: the migrations this release knows */
+    char *log_level;         /* log.level */
+    char *log_format;        /* log.format */
     char *am_url;            /* alert.alertmanager.url; NULL or "": off */
     char *link_template;     /* alert.link_template */
     int64_t repeat_s;        /* alert.repeat_s */

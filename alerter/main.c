@@ -27,9 +27,14 @@
 #include "digest.h"
 #include "log.h"
 #include "metrics.h"
+#include "pg.h"
 #include "queue.h"
 #include "throttle.h"
 #include "timeutil.h"
+
+#ifndef SANDTRAIL_SQL_DIR
+#define SANDTRAIL_SQL_DIR "sql"
+#endif
 
 #define A(field) offsetof(struct st_alerter_conf, field)
 
@@ -43,6 +48,15 @@ static const struct st_conf_prop alerter_props[] = {
      "prefix of every Redis key the alerter writes"},
     {"metrics.listen", "SANDTRAIL_ALERTER_METRICS", ST_CONF_STR, A(metrics_listen), 0, 0,
      "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
+    {"sql.dir", "SANDTRAIL_SQL_DIR", ST_CONF_STR, A(sql_dir), 0, 0, NULL,
+     "folder of the migrations this release knows: the alerter never migrates, and "
+     "refuses to start against a schema that is not theirs (unset: the source "
+     "tree's sql/, fixed at build time)"},
+    {"log.level", "SANDTRAIL_LOG_LEVEL", ST_CONF_STR, A(log_level), 0, 0, "info",
+     "least important log records written: debug, info, warn or error"},
+    {"log.format", "SANDTRAIL_LOG_FORMAT", ST_CONF_STR, A(log_format), 0, 0, "text",
+     "text (one line a record) or json (one object a line, for log shippers); "
+     "never event content"},
     {"alert.alertmanager.url", "SANDTRAIL_ALERTMANAGER_URL", ST_CONF_STR, A(am_url), 0, 0,
      NULL, "Prometheus Alertmanager base URL (alerts go to /api/v2/alerts); unset: none"},
     {"alert.link_template", "SANDTRAIL_ALERT_LINK", ST_CONF_STR, A(link_template), 0, 0,
@@ -511,10 +525,26 @@ int main(int argc, char **argv)
                            &al.conf, errstr, sizeof(errstr)) ||
               receivers_init(&al, errstr, sizeof(errstr));
     free(sets);
+    if (!bad)
+        bad = st_log_configure(al.conf.log_level, al.conf.log_format, errstr,
+                               sizeof(errstr));
     if (bad) {
         st_error("%s", errstr);
         status = 78;
         goto out;
+    }
+    {
+        /* the analyzer or `sandtrail migrate` migrates; the alerter only makes
+         * sure the schema is the one this release knows */
+        PGconn *pg = st_pg_connect(al.conf.pg_dsn, errstr, sizeof(errstr));
+        if (!pg || st_pg_schema_check(pg, al.conf.sql_dir ? al.conf.sql_dir
+                                                          : SANDTRAIL_SQL_DIR,
+                                      errstr, sizeof(errstr))) {
+            st_error("%s", errstr);
+            PQfinish(pg);
+            goto out;
+        }
+        PQfinish(pg);
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -533,6 +563,7 @@ int main(int argc, char **argv)
         st_error("%s", errstr);
         goto out;
     }
+    st_metrics_set_ready(al.metrics, NULL);
     for (size_t i = 0; i < al.nrcv; i++)
         st_info("receiver %s (%s, from severity %s)", al.rcv[i].name, al.rcv[i].ops->kind,
                 al.rcv[i].min_severity);

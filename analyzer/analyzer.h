@@ -22,6 +22,8 @@ struct st_analyzer_conf {
     char *redis_prefix;
     char *sql_dir;
     char *metrics_listen;
+    char *log_level;  /* log.level */
+    char *log_format; /* log.format */
     int64_t batch_max_events;
     int64_t batch_max_ms;
     int64_t assign_timeout_ms;
@@ -45,6 +47,7 @@ struct st_analyzer_conf {
     char *evidence_key_file;          /* evidence.key_file (unset: off) */
     int64_t evidence_checkpoint_events;
     int64_t evidence_checkpoint_s;
+    int64_t health_max_lag;   /* health.max_lag */
     int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
     struct st_overrides overrides; /* override.task|platform.* */
     char config_hash[17];     /* of the detect.* properties and overrides */

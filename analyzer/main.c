@@ -90,6 +90,11 @@ static const struct st_conf_prop analyzer_props[] = {
     {"sql.dir", "SANDTRAIL_SQL_DIR", ST_CONF_STR, A(sql_dir), 0, 0, NULL,
      "folder of numbered migrations applied at start (unset: the source tree's "
      "sql/, fixed at build time)"},
+    {"log.level", "SANDTRAIL_LOG_LEVEL", ST_CONF_STR, A(log_level), 0, 0, "info",
+     "least important log records written: debug, info, warn or error"},
+    {"log.format", "SANDTRAIL_LOG_FORMAT", ST_CONF_STR, A(log_format), 0, 0, "text",
+     "text (one line a record) or json (one object a line, for log shippers); "
+     "never event content"},
     {"metrics.listen", "SANDTRAIL_ANALYZER_METRICS", ST_CONF_STR, A(metrics_listen), 0,
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"batch.max_events", NULL, ST_CONF_INT, A(batch_max_events), 1, 100000, "1000",
@@ -147,6 +152,9 @@ static const struct st_conf_prop analyzer_props[] = {
      "60",
      "longest span (Kafka timestamps) of one checkpoint; a caught-up analyzer "
      "also signs what is pending once it is this old"},
+    {"health.max_lag", NULL, ST_CONF_INT, A(health_max_lag), 1, INT64_C(1000000000000),
+     "100000", "/readyz answers 503 (backed up) while more events than this wait "
+     "in the assigned partitions"},
     {"fault.crash_after_pg_commits", NULL, ST_CONF_INT, A(crash_after_commits), 0,
      1000000, "0",
      "tests only: exit abruptly after this many PostgreSQL commits, before the "
@@ -245,19 +253,33 @@ static void metrics_findings(struct analyzer *a)
     }
 }
 
+/* Publishes the lag per partition and says whether the analyzer is ready:
+ * partitions assigned and no more than health.max_lag events behind. */
 static void metrics_lag(struct analyzer *a, const int32_t *parts, const int64_t *offsets,
                         int n)
 {
-    char labels[64];
+    char labels[64], reason[160];
+    int64_t total = 0;
     for (int i = 0; i < n; i++) {
         int64_t lag = st_consumer_lag(a->consumer, parts[i], offsets[i]);
         if (lag < 0)
             continue;
+        total += lag;
         snprintf(labels, sizeof(labels), "partition=\"%d\"", (int)parts[i]);
         st_metric_set(st_metric_get(a->metrics, ST_METRIC_GAUGE,
                                     "sandtrail_analyzer_consumer_lag",
                                     "messages not yet committed, per partition", labels),
                       lag);
+    }
+    if (n == 0) {
+        st_metrics_set_ready(a->metrics, "no partition assigned");
+    } else if (total > a->conf.health_max_lag) {
+        snprintf(reason, sizeof(reason),
+                 "backed up: %" PRId64 " events behind (health.max_lag %" PRId64 ")", total,
+                 a->conf.health_max_lag);
+        st_metrics_set_ready(a->metrics, reason);
+    } else {
+        st_metrics_set_ready(a->metrics, NULL);
     }
 }
 
@@ -370,6 +392,10 @@ static int batch_write(struct analyzer *a, size_t *nrel)
                 continue; /* write the rest at once */
             st_error("PostgreSQL refused the batch but no single event of it: %s", errstr);
         }
+        /* the reason names the stores, not the error text, which may quote
+         * event data */
+        st_metrics_set_ready(a->metrics, "a batch cannot be written to PostgreSQL or "
+                                         "Redis: retrying");
         if (stop) {
             st_error("stopped while a batch was being retried: its offsets are not "
                      "committed (%s)", errstr);
@@ -440,14 +466,17 @@ static int dead_letters_flush(struct analyzer *a)
     return 0;
 }
 
-static void commit_offsets(struct analyzer *a)
+/* Commits (commit = 1) the offsets everything before which is stored, or
+ * only refreshes the lag and readiness from them (commit = 0, idle). */
+static void commit_offsets(struct analyzer *a, int commit)
 {
     int32_t parts[1024];
     int64_t offsets[1024];
     int n = st_consumer_partitions(a->consumer, parts, 1024);
     for (int i = 0; i < n; i++)
         offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
-    st_consumer_commit(a->consumer, parts, offsets, n);
+    if (commit)
+        st_consumer_commit(a->consumer, parts, offsets, n);
     metrics_lag(a, parts, offsets, n);
     st_metric_set(a->m_buffered, (int64_t)st_reorder_buffered(a->reorder));
 }
@@ -503,7 +532,9 @@ static int run(struct analyzer *a, int drain)
                         a->commits);
                 _exit(3);
             }
-            commit_offsets(a);
+            commit_offsets(a, 1);
+        } else {
+            commit_offsets(a, 0);
         }
         for (int i = 0; i < n; i++)
             rd_kafka_message_destroy(msgs[i]);
@@ -569,6 +600,8 @@ int main(int argc, char **argv)
         goto conf_error;
     free(sets);
     sets = NULL;
+    if (st_log_configure(a.conf.log_level, a.conf.log_format, errstr, sizeof(errstr)))
+        goto conf_error;
     st_conf_hash(analyzer_props, &a.conf, "detect.", a.conf.config_hash);
     if (a.conf.overrides.n) {
         struct st_buf desc;
@@ -584,11 +617,14 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
-    if (migrate) {
+    {
+        /* migrate, or with --no-migrate make sure the schema is the one
+         * this release knows: never run against a newer or older one */
         PGconn *pg = st_pg_connect(a.conf.pg_dsn, errstr, sizeof(errstr));
         int applied;
         const char *dir = a.conf.sql_dir ? a.conf.sql_dir : SANDTRAIL_SQL_DIR;
-        if (!pg || st_pg_migrate(pg, dir, &applied, errstr, sizeof(errstr))) {
+        if (!pg || (migrate ? st_pg_migrate(pg, dir, &applied, errstr, sizeof(errstr))
+                            : st_pg_schema_check(pg, dir, errstr, sizeof(errstr)))) {
             st_error("%s", errstr);
             PQfinish(pg);
             goto out;

@@ -34,6 +34,8 @@ struct st_collector_conf {
     char *rotated_pattern;  /* input.rotated_pattern (--follow) */
     int64_t rotate_grace_ms;
     char *metrics_listen;
+    char *log_level;  /* log.level */
+    char *log_format; /* log.format */
     char *http_listen;      /* http.listen (--listen) */
     char *http_tokens_file;
     char *http_tls_cert;    /* http.tls_cert_file: HTTPS only when set */

@@ -104,6 +104,11 @@ static const struct st_conf_prop collector_props[] = {
     {"input.rotate_grace_ms", NULL, ST_CONF_INT, C(rotate_grace_ms), 0, 3600000, "2000",
      "--follow: how long a renamed file must stay still, once a newer one has data, "
      "before it is left"},
+    {"log.level", "SANDTRAIL_LOG_LEVEL", ST_CONF_STR, C(log_level), 0, 0, "info",
+     "least important log records written: debug, info, warn or error"},
+    {"log.format", "SANDTRAIL_LOG_FORMAT", ST_CONF_STR, C(log_format), 0, 0, "text",
+     "text (one line a record) or json (one object a line, for log shippers); "
+     "never event content"},
     {"metrics.listen", "SANDTRAIL_COLLECTOR_METRICS", ST_CONF_STR, C(metrics_listen), 0,
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"http.listen", "SANDTRAIL_HTTP_LISTEN", ST_CONF_STR, C(http_listen), 0, 0, "",
@@ -277,6 +282,8 @@ int main(int argc, char **argv)
         goto conf_error;
     free(sets);
     sets = NULL;
+    if (st_log_configure(conf.log_level, conf.log_format, errstr, sizeof(errstr)))
+        goto conf_error;
     if (listen_at && st_conf_set(collector_props, &conf, "http.listen", listen_at, errstr,
                                  sizeof(errstr)))
         goto conf_error;
@@ -342,6 +349,8 @@ int main(int argc, char **argv)
     st_producer_set_input(prod, ing.input_name);
     st_producer_set_stop(prod, &stop);
     st_producer_set_disk_wait(prod, !listen_at); /* HTTP: 503, come back later */
+    /* producing: /readyz answers 200 (an input pushing back says so) */
+    st_metrics_set_ready(metrics, NULL);
     int rc = listen_at  ? st_input_http(&ing, &stop)
              : followed ? st_input_follow(followed, &ing, &stop)
                         : st_input_file(in, &ing, &stop);

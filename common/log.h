@@ -5,10 +5,19 @@
 #ifndef ST_LOG_H
 #define ST_LOG_H
 
+#include <stddef.h>
+
 enum st_log_level { ST_LOG_DEBUG, ST_LOG_INFO, ST_LOG_WARN, ST_LOG_ERROR };
 
 /* Sets the program name shown in each record (not copied: pass a literal). */
 void st_log_init(const char *program, enum st_log_level min_level);
+
+/* Sets the minimum level ("debug", "info", "warn", "error") and the format
+ * ("text": one line; "json": one JSON object per line, for log shippers);
+ * NULL leaves one as it is. Safe to call again on reload. Returns 0, or -1
+ * with errstr naming the property. Either way, a record's message has its
+ * control characters escaped. */
+int st_log_configure(const char *level, const char *format, char *errstr, size_t errsz);
 
 void st_log(enum st_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

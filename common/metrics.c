@@ -27,15 +27,17 @@ struct st_metric {
 };
 
 struct st_metrics {
-    pthread_mutex_t lock; /* guards the list, not the values */
+    pthread_mutex_t lock; /* guards the list and unready, not the values */
     struct st_metric *head, *tail;
     struct MHD_Daemon *httpd;
+    char *unready; /* why /readyz answers 503; NULL: ready */
 };
 
 struct st_metrics *st_metrics_new(void)
 {
     struct st_metrics *m = st_calloc(1, sizeof(*m));
     pthread_mutex_init(&m->lock, NULL);
+    m->unready = st_strdup("starting");
     return m;
 }
 
@@ -53,7 +55,28 @@ void st_metrics_destroy(struct st_metrics *m)
         free(s);
     }
     pthread_mutex_destroy(&m->lock);
+    free(m->unready);
     free(m);
+}
+
+void st_metrics_set_ready(struct st_metrics *m, const char *reason)
+{
+    pthread_mutex_lock(&m->lock);
+    if (!reason ? m->unready != NULL : !m->unready || strcmp(m->unready, reason) != 0) {
+        free(m->unready);
+        m->unready = reason ? st_strdup(reason) : NULL;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, char *text)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 struct st_metric *st_metric_get(struct st_metrics *m, enum st_metric_type type,
@@ -177,8 +200,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct MHD_Response *r;
     enum MHD_Result ret;
 
+    if (strcmp(method, "GET") == 0 && strcmp(url, "/healthz") == 0)
+        return answer(conn, MHD_HTTP_OK, st_strdup("ok\n"));
+    if (strcmp(method, "GET") == 0 && strcmp(url, "/readyz") == 0) {
+        struct st_buf b;
+        st_buf_init(&b);
+        pthread_mutex_lock(&m->lock);
+        st_buf_printf(&b, "%s\n", m->unready ? m->unready : "ready");
+        unsigned status = m->unready ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK;
+        pthread_mutex_unlock(&m->lock);
+        return answer(conn, status, b.data);
+    }
     if (strcmp(method, "GET") != 0 || strcmp(url, "/metrics") != 0) {
-        static const char nf[] = "not found: GET /metrics\n";
+        static const char nf[] = "not found: GET /metrics, /healthz or /readyz\n";
         r = MHD_create_response_from_buffer(sizeof(nf) - 1, (void *)nf,
                                             MHD_RESPMEM_PERSISTENT);
         ret = MHD_queue_response(conn, MHD_HTTP_NOT_FOUND, r);

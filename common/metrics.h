@@ -33,7 +33,13 @@ void st_metric_observe(struct st_metric *s, double seconds); /* histogram */
 /* The exposition text. Caller frees. */
 char *st_metrics_render(struct st_metrics *m);
 
-/* Serves GET /metrics on listen ("127.0.0.1:9464"); "" or NULL serves
+/* What GET /readyz answers: NULL is ready (200 "ready"), otherwise 503 with
+ * reason as the body (copied; identifiers and counts only, never event
+ * content). GET /healthz always answers 200 "ok" while the process serves.
+ * A new metrics registry starts not ready ("starting"). Thread-safe. */
+void st_metrics_set_ready(struct st_metrics *m, const char *reason);
+
+/* Serves GET /metrics, /healthz and /readyz on listen ("127.0.0.1:9464"); "" or NULL serves
  * nothing. Returns 0, or -1 with errstr naming the address. */
 int st_metrics_serve(struct st_metrics *m, const char *listen, char *errstr,
                      size_t errsz);

@@ -172,16 +172,15 @@ out:
     return rc;
 }
 
-int st_pg_migrate(PGconn *pg, const char *sql_dir, int *applied, char *errstr,
-                  size_t errsz)
+/* The migrations in sql_dir, sorted by name. Returns their number, or -1
+ * with errstr set. The caller frees each name and *names. */
+static long list_migrations(const char *sql_dir, char ***names, char *errstr,
+                            size_t errsz)
 {
-    char err[512];
-    char **names = NULL;
     size_t n = 0, cap = 0;
     struct dirent *de;
-    int rc = -1;
 
-    *applied = 0;
+    *names = NULL;
     DIR *d = opendir(sql_dir);
     if (!d) {
         snprintf(errstr, errsz, "could not open migrations folder \"%s\": %s",
@@ -193,12 +192,70 @@ int st_pg_migrate(PGconn *pg, const char *sql_dir, int *applied, char *errstr,
             continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
-            names = st_realloc(names, cap * sizeof(*names));
+            *names = st_realloc(*names, cap * sizeof(**names));
         }
-        names[n++] = st_strdup(de->d_name);
+        (*names)[n++] = st_strdup(de->d_name);
     }
     closedir(d);
-    qsort(names, n, sizeof(*names), cmp_name);
+    qsort(*names, n, sizeof(**names), cmp_name);
+    return (long)n;
+}
+
+static void free_names(char **names, long n)
+{
+    for (long i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* Compares the migrations recorded in the database with those known here.
+ * Returns 0 when every recorded one is known, with *pending the number of
+ * known ones not yet applied; -1 with errstr set when the database holds a
+ * migration this program does not know (a newer release migrated it) or
+ * cannot be read. */
+static int compare_schema(PGconn *pg, char **names, long n, long *pending, char *errstr,
+                          size_t errsz)
+{
+    PGresult *res = PQexec(pg, "SELECT version FROM schema_migrations ORDER BY version");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(errstr, errsz, "could not read schema_migrations: %s",
+                 PQresultErrorMessage(res));
+        PQclear(res);
+        return -1;
+    }
+    long known = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        const char *v = PQgetvalue(res, i, 0);
+        int found = 0;
+        for (long k = 0; k < n && !found; k++)
+            found = strcmp(names[k], v) == 0;
+        if (!found) {
+            snprintf(errstr, errsz,
+                     "the database schema is newer than this program: it has migration "
+                     "\"%s\", which this release does not know (its latest is \"%s\"); "
+                     "upgrade sandtrail before running it against this database",
+                     v, n ? names[n - 1] : "none");
+            PQclear(res);
+            return -1;
+        }
+        known++;
+    }
+    PQclear(res);
+    *pending = n - known;
+    return 0;
+}
+
+int st_pg_migrate(PGconn *pg, const char *sql_dir, int *applied, char *errstr,
+                  size_t errsz)
+{
+    char err[512];
+    char **names = NULL;
+    long n, pending;
+    int rc = -1;
+
+    *applied = 0;
+    if ((n = list_migrations(sql_dir, &names, errstr, errsz)) < 0)
+        return -1;
 
     /* one migrator at a time; the lock is released at the end of the session
      * or by the unlock below */
@@ -211,15 +268,50 @@ int st_pg_migrate(PGconn *pg, const char *sql_dir, int *applied, char *errstr,
         snprintf(errstr, errsz, "could not prepare migrations: %s", err);
         goto out;
     }
-    for (size_t i = 0; i < n; i++)
+    /* never run against, or migrate, a schema a newer release made */
+    if (compare_schema(pg, names, n, &pending, errstr, errsz))
+        goto out;
+    for (long i = 0; i < n; i++)
         if (migrate_one(pg, sql_dir, names[i], applied, errstr, errsz))
             goto out;
     rc = 0;
 out:
     st_pg_exec(pg, "SELECT pg_advisory_unlock(74657301)", err, sizeof(err));
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    free_names(names, n);
+    return rc;
+}
+
+int st_pg_schema_check(PGconn *pg, const char *sql_dir, char *errstr, size_t errsz)
+{
+    char **names = NULL;
+    long n, pending = 0;
+    int rc = -1;
+
+    if ((n = list_migrations(sql_dir, &names, errstr, errsz)) < 0)
+        return -1;
+    PGresult *res = PQexec(pg, "SELECT to_regclass('schema_migrations') IS NOT NULL");
+    int exists = PQresultStatus(res) == PGRES_TUPLES_OK &&
+                 strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!exists) {
+        snprintf(errstr, errsz,
+                 "the database has no sandtrail schema: run `sandtrail migrate` (or start "
+                 "without --no-migrate)");
+        goto out;
+    }
+    if (compare_schema(pg, names, n, &pending, errstr, errsz))
+        goto out;
+    if (pending) {
+        snprintf(errstr, errsz,
+                 "the database schema is older than this program: %ld migration(s) up to "
+                 "\"%s\" not applied; run `sandtrail migrate` (or start without "
+                 "--no-migrate)",
+                 pending, names[n - 1]);
+        goto out;
+    }
+    rc = 0;
+out:
+    free_names(names, n);
     return rc;
 }
 

@@ -17,6 +17,14 @@ PGconn *st_pg_connect(const char *dsn, char *errstr, size_t errsz);
  * the number applied. Returns 0, or -1 with errstr naming the file. */
 int st_pg_migrate(PGconn *pg, const char *sql_dir, int *applied, char *errstr,
                   size_t errsz);
+/* (st_pg_migrate also refuses, applying nothing, a database that holds a
+ * migration sql_dir does not have: a newer release migrated it.) */
+
+/* For a program started with --no-migrate: returns 0 when the database's
+ * schema is exactly the one sql_dir describes; -1 with errstr saying what
+ * to do when it is older (migrations pending), newer (a migration this
+ * program does not know) or absent. Only reads. */
+int st_pg_schema_check(PGconn *pg, const char *sql_dir, char *errstr, size_t errsz);
 
 /* Runs a statement without parameters that returns no rows (BEGIN, COMMIT,
  * ...). Returns 0, or -1 with errstr set. */
