@@ -40,6 +40,7 @@ struct st_analyzer_conf {
     int64_t scope_platforms;  /* detect.scope_drift.allowlist_platforms */
     char *canary_fps;         /* detect.token_write.canary_fingerprints */
     int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
+    int64_t fail_pg_commits;     /* fault.fail_pg_commits (tests) */
     struct st_overrides overrides; /* override.task|platform.* */
     char config_hash[17];     /* of the detect.* properties and overrides */
 };

@@ -377,6 +377,11 @@ static void sd_end_batch(void *state, struct st_detect_ctx *ctx)
     st_runwin_end_batch(((struct sd_state *)state)->denies, ctx);
 }
 
+static void sd_after_commit(void *state, struct st_detect_ctx *ctx)
+{
+    st_runwin_after_commit(((struct sd_state *)state)->denies, ctx);
+}
+
 const struct st_detector_ops st_scope_drift_ops = {
     .name = NAME,
     .version = VERSION,
@@ -385,5 +390,6 @@ const struct st_detector_ops st_scope_drift_ops = {
     .begin_batch = sd_begin,
     .feed = sd_feed,
     .end_batch = sd_end_batch,
+    .after_commit = sd_after_commit,
     .reset_batch = sd_reset,
 };
