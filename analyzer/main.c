@@ -10,7 +10,8 @@
  * PostgreSQL is unavailable, the batch is retried with backoff, never
  * skipped; when PostgreSQL refuses the batch for its data, the refused
  * events are dead-lettered and the rest written. Every write is idempotent,
- * so a retry or a replay after a crash leaves the same rows.
+ * and the detectors' trims run only after the Kafka commit, so a retry or
+ * a replay after a crash leaves the same rows (docs/architecture.md).
  *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
  * 64 usage; 78 configuration. */
