@@ -230,7 +230,8 @@ static void va_after_commit(void *state, struct st_detect_ctx *ctx)
     for (size_t i = 0; i < st->npend; i++)
         if (!st->pend[i].ooo)
             st->runs[n++] = &st->pend[i];
-    qsort(st->runs, n, sizeof(*st->runs), cmp_run);
+    if (n > 1)
+        qsort(st->runs, n, sizeof(*st->runs), cmp_run);
     for (size_t i = 0; i < n;) {
         const struct st_event *ev = st->runs[i]->ev;
         int64_t max = ev->ts_us;

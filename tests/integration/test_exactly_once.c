@@ -236,6 +236,58 @@ START_TEST(exactly_once_kill_during_retry_keeps_the_finding)
 }
 END_TEST
 
+/* A use of a credential and a write of its value, both before its issue
+ * in the same batch: the first time through neither finds the issue in
+ * the registry; a redo after a failed transaction must not either. */
+START_TEST(exactly_once_redo_does_not_see_later_issues)
+{
+    struct world clean, w;
+    char input[128];
+    snprintf(input, sizeof(input), "/tmp/st_eo_%d_iss.ndjson", (int)getpid());
+    FILE *f = fopen(input, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"i-1\","
+          "\"ts\":\"2026-11-29T12:00:01.000Z\",\"source\":{\"kind\":\"broker\","
+          "\"name\":\"vault\"},\"task_id\":\"T-I\",\"run_id\":\"r-i\","
+          "\"type\":\"token_use\",\"identity\":{\"credential_id\":\"acc-i\"},"
+          "\"attrs\":{\"operation\":\"repo:write\",\"audience\":\"github.com\"}}\n"
+          "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"i-2\","
+          "\"ts\":\"2026-11-29T12:00:02.000Z\",\"source\":{\"kind\":\"sandbox\","
+          "\"name\":\"sbx\"},\"task_id\":\"T-I\",\"run_id\":\"r-i\",\"type\":\"commit\","
+          "\"attrs\":{\"branch\":\"main\"},\"content\":\"+GITHUB_TOKEN="
+          "ghp_Zx3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zQQ7C\\n\"}\n"
+          "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"i-3\","
+          "\"ts\":\"2026-11-29T12:00:03.000Z\",\"source\":{\"kind\":\"broker\","
+          "\"name\":\"vault\"},\"task_id\":\"T-I\",\"run_id\":\"r-i\","
+          "\"type\":\"token_issue\",\"identity\":{\"subject\":\"agent\","
+          "\"credential_id\":\"acc-i\",\"credential\":"
+          "\"ghp_Zx3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zQQ7C\",\"scopes\":[\"repo:read\"],"
+          "\"audience\":\"github.com\"}}\n",
+          f);
+    fclose(f);
+    world_init(&clean, "cleaniss");
+    world_init(&w, "redoiss");
+    snprintf(w.topic, sizeof(w.topic), "%s", clean.topic);
+    snprintf(w.dlq, sizeof(w.dlq), "%s", clean.dlq);
+    post(&clean, input);
+    /* lateness 0: the three are fed in the first batch, the one that fails */
+    ck_assert_int_eq(run(&clean, clean.name, clean.name,
+                         ANALYZER " --drain 2>/dev/null -X detect.lateness_s=0"),
+                     0);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         ANALYZER " --drain 2>/dev/null -X detect.lateness_s=0"
+                                  " -X fault.fail_pg_commits=1"),
+                     0);
+    char *f1 = rows(clean.dsn, "SELECT detector, severity FROM findings ORDER BY 1");
+    ck_assert_str_eq(f1, "token_write|high\n");
+    free(f1);
+    assert_same_tables(&clean, &w);
+    unlink(input);
+    world_drop(&clean);
+    world_drop(&w);
+}
+END_TEST
+
 /* A catch-up stream: 24 runs, each active a third of the time, one event
  * every 500 ms of event time, so that a 1,000-event batch spans 500 s, more
  * than any window's keep time here (2 x 120 s + 30 s). Denials, allowed
@@ -330,6 +382,7 @@ int main(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, exactly_once_transient_pg_error_keeps_the_finding);
     tcase_add_test(tc, exactly_once_kill_during_retry_keeps_the_finding);
+    tcase_add_test(tc, exactly_once_redo_does_not_see_later_issues);
     tcase_add_test(tc, exactly_once_crashes_in_long_batches_equal_clean_run);
     suite_add_tcase(s, tc);
     return world_run(s);
