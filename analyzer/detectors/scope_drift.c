@@ -358,7 +358,9 @@ static void sd_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
         if (ev->type == ST_TYPE_TOKEN_ISSUE) {
             issue(st, ctx, ev, ckey, cred);
         } else if (ev->type == ST_TYPE_TOKEN_REVOKE) {
-            const char *hset[] = {"HSET", ckey, "revoked", ts};
+            /* the first revoke stands: a redo of an earlier use must not
+             * find a later one there */
+            const char *hset[] = {"HSETNX", ckey, "revoked", ts};
             st_rpipe_cmd(ctx->redis, NULL, NULL, 4, hset);
         } else if (ev->type == ST_TYPE_TOKEN_USE) {
             const char *get[] = {"HGETALL", ckey};
