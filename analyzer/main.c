@@ -429,8 +429,10 @@ static int dead_letters_flush(struct analyzer *a)
     return 0;
 }
 
-/* Returns 0 when Kafka took the offsets. */
-static int commit_offsets(struct analyzer *a)
+/* Returns 0 when Kafka took the offsets of every partition the nrel
+ * released events came from (a partition revoked during the batch is
+ * committed by its next owner, who redoes its events). */
+static int commit_offsets(struct analyzer *a, size_t nrel)
 {
     int32_t parts[1024];
     int64_t offsets[1024];
@@ -438,6 +440,12 @@ static int commit_offsets(struct analyzer *a)
     for (int i = 0; i < n; i++)
         offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
     int rc = st_consumer_commit(a->consumer, parts, offsets, n);
+    for (size_t i = 0; i < nrel && rc == 0; i++) {
+        int held = 0;
+        for (int j = 0; j < n && !held; j++)
+            held = parts[j] == a->rel[i].partition;
+        rc = held ? 0 : -1;
+    }
     metrics_lag(a, parts, offsets, n);
     st_metric_set(a->m_buffered, (int64_t)st_reorder_buffered(a->reorder));
     return rc;
@@ -491,7 +499,7 @@ static int run(struct analyzer *a, int drain)
             }
             /* offsets Kafka did not take (a rebalance) may be redone by
              * another analyzer: then nothing is trimmed */
-            if (commit_offsets(a) == 0)
+            if (commit_offsets(a, nrel) == 0)
                 detectors_after_commit(a);
             detectors_reset(a);
             for (size_t i = 0; i < nrel; i++)
