@@ -49,6 +49,7 @@ struct st_analyzer_conf {
     int64_t evidence_checkpoint_s;
     int64_t health_max_lag;   /* health.max_lag */
     int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
+    int64_t fail_pg_commits;     /* fault.fail_pg_commits (tests) */
     struct st_overrides overrides; /* override.task|platform.* */
     char config_hash[17];     /* of the detect.* properties and overrides */
 };

@@ -6,9 +6,18 @@
  * ctx->redis, with callbacks that run when the pipeline executes and record
  * findings in ctx->findings. end_batch() then queues state write-backs,
  * which run in a second round trip. Both round trips happen before the
- * PostgreSQL transaction, and every Redis update must be idempotent (adding
- * an event twice changes nothing), because a batch is retried, or replayed
- * after a crash, until its offsets are committed.
+ * PostgreSQL transaction, so what they write must be what a redo of the
+ * batch computes again: members keyed by event (adding one twice changes
+ * nothing), episodes that only grow. A batch is retried, or replayed after
+ * a crash, until its offsets are committed.
+ *
+ * What destroys information -- trimming windows, dropping old episodes --
+ * is queued by after_commit(), which the analyzer runs only once the batch's
+ * PostgreSQL transaction and its Kafka offsets are both committed, so no
+ * redo can need what it removes (docs/architecture.md, "Why a redone batch
+ * changes nothing"). It trims relative to the newest on-time event of the
+ * batch, keeping 2 x window + detect.lateness_s behind it. If it fails, the
+ * state is only larger: a later batch trims it.
  *
  * Events reach feed() per partition in event-time order (reorder.c), except
  * late ones, which come when they arrive with ctx->late set: a detector
@@ -44,6 +53,9 @@ struct st_detector_ops {
     /* ev lives until reset_batch. */
     void (*feed)(void *state, struct st_detect_ctx *ctx, const struct st_event *ev);
     void (*end_batch)(void *state, struct st_detect_ctx *ctx);
+    /* Queues the destructive part of the write-back, after the commits;
+     * NULL when there is none. Runs before reset_batch. */
+    void (*after_commit)(void *state, struct st_detect_ctx *ctx);
     /* Forgets the batch (after it is written, or before it is retried). */
     void (*reset_batch)(void *state);
 };

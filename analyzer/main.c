@@ -10,7 +10,8 @@
  * PostgreSQL is unavailable, the batch is retried with backoff, never
  * skipped; when PostgreSQL refuses the batch for its data, the refused
  * events are dead-lettered and the rest written. Every write is idempotent,
- * so a retry or a replay after a crash leaves the same rows.
+ * and the detectors' trims run only after the Kafka commit, so a retry or
+ * a replay after a crash leaves the same rows (docs/architecture.md).
  *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
  * 64 usage; 78 configuration (also when Kafka refuses our login or
@@ -159,6 +160,9 @@ static const struct st_conf_prop analyzer_props[] = {
      1000000, "0",
      "tests only: exit abruptly after this many PostgreSQL commits, before the "
      "Kafka commit (0 = never)"},
+    {"fault.fail_pg_commits", NULL, ST_CONF_INT, A(fail_pg_commits), 0, 1000000, "0",
+     "tests only: the first this many PostgreSQL transactions fail, after the "
+     "batch's Redis write-back, as an unavailable database would (0 = never)"},
     {NULL},
 };
 
@@ -204,6 +208,7 @@ struct analyzer {
     rd_kafka_message_t **msgs; /* the batch's messages, kept until written */
     int nmsgs;
     long events, invalid, refused, late, skewed, batches, commits, findings_written;
+    long pg_faults; /* transactions failed by fault.fail_pg_commits */
     struct st_metrics *metrics;
     struct st_sources *sources; /* per-source metrics */
     struct st_metric *m_events, *m_invalid, *m_late, *m_skewed, *m_batches, *m_buffered;
@@ -318,7 +323,13 @@ static int batch_try(struct analyzer *a, size_t nrel, char *errstr, size_t errsz
         st_metric_add(a->m_redis_err, 1);
         return -1;
     }
-    rc = st_sink_write(a->sink, &a->findings, errstr, errsz);
+    if (a->pg_faults < a->conf.fail_pg_commits) {
+        snprintf(errstr, errsz, "fault injection: PostgreSQL transaction %ld failed",
+                 ++a->pg_faults);
+        rc = -1;
+    } else {
+        rc = st_sink_write(a->sink, &a->findings, errstr, errsz);
+    }
     st_metric_observe(a->m_pg_s, (double)(st_time_mono_us() - t1) / 1e6);
     if (rc)
         st_metric_add(a->m_pg_err, 1);
@@ -411,8 +422,25 @@ static int batch_write(struct analyzer *a, size_t *nrel)
     a->batches++;
     st_metric_add(a->m_batches, 1);
     metrics_findings(a);
-    detectors_reset(a);
     return 0;
+}
+
+/* The destructive part of the detectors' write-back (trims), once nothing
+ * can redo the batch: its transaction and its offsets are committed. A
+ * failure only leaves more state in Redis, which a later batch trims. */
+static void detectors_after_commit(struct analyzer *a)
+{
+    struct st_detect_ctx ctx = {a->redis, &a->findings, &a->conf, 0, 0};
+    char errstr[512];
+
+    for (int d = 0; st_detectors[d]; d++)
+        if (st_detectors[d]->after_commit)
+            st_detectors[d]->after_commit(a->det_state[d], &ctx);
+    if (st_rpipe_exec(a->redis, errstr, sizeof(errstr))) {
+        st_metric_add(a->m_redis_err, 1);
+        st_warn("detector state not trimmed after the commit (a later batch will): %s",
+                errstr);
+    }
 }
 
 /* Parses each message, stages its row for PostgreSQL and hands the event
@@ -466,19 +494,30 @@ static int dead_letters_flush(struct analyzer *a)
     return 0;
 }
 
-/* Commits (commit = 1) the offsets everything before which is stored, or
- * only refreshes the lag and readiness from them (commit = 0, idle). */
-static void commit_offsets(struct analyzer *a, int commit)
+/* Commits (commit = 1) the offsets everything before which is stored, and
+ * refreshes the lag and readiness from them (commit = 0, idle: only that).
+ * Returns 0 when Kafka took the offsets of every partition the nrel
+ * released events came from (a partition revoked during the batch is
+ * committed by its next owner, who redoes its events). */
+static int commit_offsets(struct analyzer *a, int commit, size_t nrel)
 {
     int32_t parts[1024];
     int64_t offsets[1024];
     int n = st_consumer_partitions(a->consumer, parts, 1024);
     for (int i = 0; i < n; i++)
         offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
+    int rc = 0;
     if (commit)
-        st_consumer_commit(a->consumer, parts, offsets, n);
+        rc = st_consumer_commit(a->consumer, parts, offsets, n);
+    for (size_t i = 0; commit && i < nrel && rc == 0; i++) {
+        int held = 0;
+        for (int j = 0; j < n && !held; j++)
+            held = parts[j] == a->rel[i].partition;
+        rc = held ? 0 : -1;
+    }
     metrics_lag(a, parts, offsets, n);
     st_metric_set(a->m_buffered, (int64_t)st_reorder_buffered(a->reorder));
+    return rc;
 }
 
 static void on_revoke(int32_t partition, void *arg)
@@ -519,9 +558,9 @@ static int run(struct analyzer *a, int drain)
                 st_metric_add(a->m_late, a->rel[i].late);
             }
             int failed = batch_write(a, &nrel) || dead_letters_flush(a);
-            for (size_t i = 0; i < nrel; i++)
-                st_reorder_item_fini(&a->rel[i]);
             if (failed) {
+                for (size_t i = 0; i < nrel; i++)
+                    st_reorder_item_fini(&a->rel[i]);
                 rc = -1;
                 break;
             }
@@ -532,9 +571,15 @@ static int run(struct analyzer *a, int drain)
                         a->commits);
                 _exit(3);
             }
-            commit_offsets(a, 1);
+            /* offsets Kafka did not take (a rebalance) may be redone by
+             * another analyzer: then nothing is trimmed */
+            if (commit_offsets(a, 1, nrel) == 0)
+                detectors_after_commit(a);
+            detectors_reset(a);
+            for (size_t i = 0; i < nrel; i++)
+                st_reorder_item_fini(&a->rel[i]);
         } else {
-            commit_offsets(a, 0);
+            commit_offsets(a, 0, 0);
         }
         for (int i = 0; i < n; i++)
             rd_kafka_message_destroy(msgs[i]);

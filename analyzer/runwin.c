@@ -1,9 +1,19 @@
 /* runwin.c: per-run event-time windows in Redis (see runwin.h).
  *
  * Keys, per run:
- *   <prefix><name>:w:<run>   sorted set: score event time, member
- *                            "source\x1fevent_id\x1fpayload"
- *   <prefix><name>:ep:<run>  hash {id, first, last} of the open episode */
+ *   <prefix><name>:w:<run>    sorted set: score event time, member
+ *                             "source\x1fevent_id\x1fpayload"
+ *   <prefix><name>:eps:<run>  hash: episode id -> "first last" (event time,
+ *                             µs) of every episode not yet trimmed
+ *
+ * Before the PostgreSQL commit only what a redo computes again is written:
+ * members keyed by event, and episodes, which only grow (first only
+ * earlier, last only later). Episodes are kept, not replaced by the next
+ * one: a redo of a batch that closed one episode and opened another must
+ * still find the first for the triggers that extended it. Members and
+ * episodes older than 2 x window + lateness behind the batch's newest
+ * on-time event are removed by st_runwin_after_commit, once nothing can
+ * redo the batch. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +26,12 @@
 
 #define SEP '\x1f'
 
+struct episode {
+    char id[33];
+    struct st_episode ep;
+    int dirty; /* extended or opened in this batch */
+};
+
 struct run_state {
     char *task_id, *run_id;
     char *ep_key;
@@ -23,10 +39,8 @@ struct run_state {
     uint64_t hash;
     int64_t max_ts; /* newest on-time event of the run in this batch */
     int loaded;
-    int has_ep;
-    int dirty;
-    char ep_id[33];
-    struct st_episode ep;
+    struct episode *eps; /* the stored ones, then those opened here */
+    size_t neps, capeps;
 };
 
 struct pending {
@@ -70,6 +84,7 @@ void st_runwin_reset(struct st_runwin *w)
         free(w->runs[i].run_id);
         free(w->runs[i].ep_key);
         free(w->runs[i].w_key);
+        free(w->runs[i].eps);
     }
     w->nruns = 0;
     for (size_t i = 0; i < w->index_cap; i++)
@@ -136,30 +151,36 @@ static struct run_state *run_find(struct st_runwin *w, const struct st_event *ev
     return NULL;
 }
 
-static int on_episode(const redisReply *r, void *arg)
+static struct episode *episode_add(struct run_state *run, const char *id,
+                                   int64_t first_us, int64_t last_us)
+{
+    if (run->neps == run->capeps) {
+        run->capeps = run->capeps ? 2 * run->capeps : 4;
+        run->eps = st_realloc(run->eps, run->capeps * sizeof(*run->eps));
+    }
+    struct episode *e = &run->eps[run->neps++];
+    memcpy(e->id, id, 33);
+    e->ep.first_us = first_us;
+    e->ep.last_us = last_us;
+    e->dirty = 0;
+    return e;
+}
+
+static int on_episodes(const redisReply *r, void *arg)
 {
     struct run_state *run = arg;
-    const char *id = NULL, *first = NULL, *last = NULL;
 
     if (r->type != REDIS_REPLY_ARRAY)
         return -1;
     run->loaded = 1;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const char *k = r->element[i]->str, *v = r->element[i + 1]->str;
+        long long first, last;
         if (!k || !v)
             return -1;
-        if (!strcmp(k, "id"))
-            id = v;
-        else if (!strcmp(k, "first"))
-            first = v;
-        else if (!strcmp(k, "last"))
-            last = v;
-    }
-    if (id && first && last && strlen(id) == 32) {
-        memcpy(run->ep_id, id, 33);
-        run->ep.first_us = strtoll(first, NULL, 10);
-        run->ep.last_us = strtoll(last, NULL, 10);
-        run->has_ep = 1;
+        if (strlen(k) != 32 || sscanf(v, "%lld %lld", &first, &last) != 2)
+            continue; /* not ours: ignored, like a missing episode */
+        episode_add(run, k, first, last);
     }
     return 0;
 }
@@ -217,10 +238,10 @@ static struct run_state *run_get(struct st_runwin *w, struct st_detect_ctx *ctx,
     run->max_ts = INT64_MIN;
     run->task_id = st_strdup(ev->task_id);
     run->run_id = st_strdup(ev->run_id);
-    run->ep_key = st_detect_key(ctx->conf, w->name, "ep", ev->task_id, ev->run_id);
+    run->ep_key = st_detect_key(ctx->conf, w->name, "eps", ev->task_id, ev->run_id);
     run->w_key = st_detect_key(ctx->conf, w->name, "w", ev->task_id, ev->run_id);
     const char *argv[] = {"HGETALL", run->ep_key};
-    st_rpipe_cmd(ctx->redis, on_episode, run, 2, argv);
+    st_rpipe_cmd(ctx->redis, on_episodes, run, 2, argv);
     return run;
 }
 
@@ -239,8 +260,8 @@ void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
     st_buf_adds(member, ev->event_id);
     st_buf_addc(member, SEP);
     st_buf_adds(member, payload);
-    /* trimming and expiry happen once per run, at end_batch; an old late
-     * event must not trim what newer windows still need */
+    /* trimming happens once per run, after the commits; an old late event
+     * must not trim what newer windows still need */
     int ooo = ctx->late || ctx->skewed; /* out of order: see every window */
     if (!ooo && ev->ts_us > run->max_ts)
         run->max_ts = ev->ts_us;
@@ -273,42 +294,84 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
     size_t slot;
     struct run_state *run = run_find(w, v->ev, run_hash(v->ev->task_id, v->ev->run_id),
                                      &slot);
+    struct episode *e = NULL;
     if (!run)
         st_fatal("%s: episode of a run that was not fed", w->name);
-    if (!run->has_ep || !st_episode_continues(&run->ep, end_us, w->window_us)) {
-        st_finding_id(run->ep_id, w->name, v->ev->task_id, v->ev->run_id, opener->key);
-        run->ep.first_us = run->ep.last_us = end_us;
-        run->has_ep = 1;
+    /* In event-time order episodes lie more than a window apart, so a
+     * trigger continues at most one of them: the one a run that never
+     * failed had open, even when a failed attempt already stored the later
+     * ones. A late trigger may bridge two; the latest wins. */
+    for (size_t i = 0; i < run->neps; i++) {
+        struct episode *c = &run->eps[i];
+        if (st_episode_continues(&c->ep, end_us, w->window_us) &&
+            (!e || c->ep.last_us > e->ep.last_us ||
+             (c->ep.last_us == e->ep.last_us && strcmp(c->id, e->id) < 0)))
+            e = c;
     }
-    st_episode_extend(&run->ep, end_us);
-    run->dirty = 1;
-    memcpy(out, run->ep_id, 33);
+    if (!e) {
+        char id[33];
+        st_finding_id(id, w->name, v->ev->task_id, v->ev->run_id, opener->key);
+        for (size_t i = 0; i < run->neps && !e; i++)
+            if (!strcmp(run->eps[i].id, id))
+                e = &run->eps[i];
+        if (!e)
+            e = episode_add(run, id, end_us, end_us);
+    }
+    st_episode_extend(&e->ep, end_us);
+    e->dirty = 1;
+    memcpy(out, e->id, 33);
 }
 
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
 {
-    char first[24], last[24], ttl[24];
+    char ttl[24];
+    struct st_buf val;
 
+    st_buf_init(&val);
     snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
     for (size_t i = 0; i < w->nruns; i++) {
         struct run_state *run = &w->runs[i];
-        char trim[24];
         const char *wexpire[] = {"EXPIRE", run->w_key, ttl};
         st_rpipe_cmd(ctx->redis, NULL, NULL, 3, wexpire);
-        if (run->max_ts != INT64_MIN) {
-            snprintf(trim, sizeof(trim), "(%" PRId64, run->max_ts - w->keep_us);
-            const char *zrem[] = {"ZREMRANGEBYSCORE", run->w_key, "-inf", trim};
-            st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zrem);
+        int dirty = 0;
+        for (size_t j = 0; j < run->neps; j++) {
+            struct episode *e = &run->eps[j];
+            if (!e->dirty)
+                continue;
+            st_buf_reset(&val);
+            st_buf_printf(&val, "%" PRId64 " %" PRId64, e->ep.first_us, e->ep.last_us);
+            const char *hset[] = {"HSET", run->ep_key, e->id, val.data};
+            st_rpipe_cmd(ctx->redis, NULL, NULL, 4, hset);
+            dirty = 1;
         }
-        if (!run->dirty)
-            continue;
-        snprintf(first, sizeof(first), "%" PRId64, run->ep.first_us);
-        snprintf(last, sizeof(last), "%" PRId64, run->ep.last_us);
-        const char *hset[] = {"HSET",  run->ep_key, "id",   run->ep_id,
-                              "first", first,       "last", last};
-        const char *expire[] = {"EXPIRE", run->ep_key, ttl};
-        st_rpipe_cmd(ctx->redis, NULL, NULL, 8, hset);
-        st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
+        if (dirty) {
+            const char *expire[] = {"EXPIRE", run->ep_key, ttl};
+            st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
+        }
+    }
+    st_buf_fini(&val);
+}
+
+void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
+{
+    char trim[24];
+
+    for (size_t i = 0; i < w->nruns; i++) {
+        struct run_state *run = &w->runs[i];
+        if (run->max_ts == INT64_MIN)
+            continue; /* only late or skewed events: they trim nothing */
+        int64_t oldest = run->max_ts - w->keep_us;
+        snprintf(trim, sizeof(trim), "(%" PRId64, oldest);
+        const char *zrem[] = {"ZREMRANGEBYSCORE", run->w_key, "-inf", trim};
+        st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zrem);
+        /* no on-time trigger to come can continue an episode that ended
+         * before the oldest member kept */
+        for (size_t j = 0; j < run->neps; j++) {
+            if (run->eps[j].ep.last_us >= oldest)
+                continue;
+            const char *hdel[] = {"HDEL", run->ep_key, run->eps[j].id};
+            st_rpipe_cmd(ctx->redis, NULL, NULL, 3, hdel);
+        }
     }
 }
 

@@ -4,16 +4,17 @@
  *
  * For each event a detector feeds, one pipeline step adds the event to a
  * sorted set of the run (score: event time; member: source, event id and a
- * detector-chosen payload, so that adding it twice is a no-op), trims what
- * no window can reach any more, and reads back the window ending at the
- * event -- or, for a late event, every window that holds it. When the reply
+ * detector-chosen payload, so that adding it twice is a no-op) and reads
+ * back the window ending at the event -- or, for a late event, every window
+ * that holds it. What no window can reach any more is trimmed after the
+ * batch is committed. When the reply
  * arrives the detector's callback sees the members sorted by time.
  *
  * An episode is a run of overlapping windows that met the detector's
  * condition: one finding. Its id is derived from the member that opened it,
- * so the same events give the same finding in any process; its state lives
- * in Redis next to the window so that a restarted or another analyzer
- * continues it. */
+ * so the same events give the same finding in any process; the run's
+ * episodes live in Redis next to the window so that a restarted or another
+ * analyzer continues them. */
 #ifndef ST_RUNWIN_H
 #define ST_RUNWIN_H
 
@@ -69,8 +70,14 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
                        int64_t end_us, const struct st_runwin_member *opener,
                        char out[33]);
 
-/* Queues the write-back of the episodes changed in this batch. */
+/* Queues the write-back of the episodes changed in this batch (before the
+ * PostgreSQL commit: episodes only grow, so a redo computes them again). */
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx);
+
+/* Queues the trims: members and episodes older than keep_us behind the
+ * newest on-time event of each run of the batch. Only once the batch's
+ * offsets are committed (detect.h). */
+void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx);
 
 /* The windows a view holds: for an on-time event one, ending at it; for a
  * late event one ending at each later distinct time. Calls fn with the

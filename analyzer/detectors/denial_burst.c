@@ -112,6 +112,11 @@ static void db_end_batch(void *state, struct st_detect_ctx *ctx)
     st_runwin_end_batch(((struct db_state *)state)->win, ctx);
 }
 
+static void db_after_commit(void *state, struct st_detect_ctx *ctx)
+{
+    st_runwin_after_commit(((struct db_state *)state)->win, ctx);
+}
+
 const struct st_detector_ops st_denial_burst_ops = {
     .name = NAME,
     .version = VERSION,
@@ -120,5 +125,6 @@ const struct st_detector_ops st_denial_burst_ops = {
     .begin_batch = db_begin,
     .feed = db_feed,
     .end_batch = db_end_batch,
+    .after_commit = db_after_commit,
     .reset_batch = db_reset,
 };

@@ -162,6 +162,11 @@ static void rp_end_batch(void *state, struct st_detect_ctx *ctx)
     st_runwin_end_batch(((struct rp_state *)state)->win, ctx);
 }
 
+static void rp_after_commit(void *state, struct st_detect_ctx *ctx)
+{
+    st_runwin_after_commit(((struct rp_state *)state)->win, ctx);
+}
+
 const struct st_detector_ops st_retry_across_paths_ops = {
     .name = NAME,
     .version = VERSION,
@@ -170,5 +175,6 @@ const struct st_detector_ops st_retry_across_paths_ops = {
     .begin_batch = rp_begin,
     .feed = rp_feed,
     .end_batch = rp_end_batch,
+    .after_commit = rp_after_commit,
     .reset_batch = rp_reset,
 };

@@ -3,7 +3,7 @@
  *
  * A credential registry in Redis, written from broker events:
  *   <prefix>scope_drift:cred:<credential_id>  hash: scopes, audience,
- *        expires (µs), revoked (µs), task, run
+ *        expires (µs), revoked (µs), task, run, issued (µs)
  * token_issue fills it, token_revoke marks it. Each token_use is checked
  * against it; a finding per (run, credential, kind):
  *   scope     the operation is outside the scopes issued      (high)
@@ -28,7 +28,11 @@
  * and the finding itself do not.
  *
  * token_write reads the credential fingerprints this detector records:
- *   <prefix>credfp:<fingerprint> -> credential_id */
+ *   <prefix>credfp:<fingerprint> -> "credential_id\x1fissued (µs)"
+ *
+ * A use compares with a record only when it was issued no later than the
+ * use: a batch redone after a failed commit finds the records its own
+ * later events wrote, which a use before them did not see the first time. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,7 +151,7 @@ static int on_credential(const redisReply *r, void *arg)
     struct sd_state *st = p->st;
     const struct st_event *ev = p->ev;
     const char *scopes = NULL, *aud = NULL, *task = NULL, *run = NULL;
-    int64_t expires = 0, revoked = 0;
+    int64_t expires = 0, revoked = 0, issued = INT64_MIN;
     char key[400], summary[256];
 
     if (r->type != REDIS_REPLY_ARRAY)
@@ -170,7 +174,11 @@ static int on_credential(const redisReply *r, void *arg)
             task = v;
         else if (!strcmp(k, "run"))
             run = v;
+        else if (!strcmp(k, "issued"))
+            issued = strtoll(v, NULL, 10);
     }
+    if (issued > ev->ts_us)
+        return 0; /* issued after this use: not there when it was made */
     const char *cred = st_json_str(ev->identity, "credential_id");
     const char *op = st_json_str(ev->attrs, "operation");
     const char *use_aud = st_json_str(ev->attrs, "audience");
@@ -315,16 +323,23 @@ static void issue(struct sd_state *st, struct st_detect_ctx *ctx, const struct s
     if (exp && st_time_parse_rfc3339(exp, strlen(exp), &exp_us) == 0)
         snprintf(expires, sizeof(expires), "%" PRId64, exp_us);
     snprintf(ttl, sizeof(ttl), "%" PRId64, st->conf->state_ttl_s);
+    char issued[24];
+    snprintf(issued, sizeof(issued), "%" PRId64, ev->ts_us);
     const char *hset[] = {"HSET",    ckey,    "scopes", scopes.data, "audience",
                           aud ? aud : "",     "expires", expires,    "task",
-                          ev->task_id,        "run",     ev->run_id};
+                          ev->task_id,        "run",     ev->run_id, "issued",
+                          issued};
     const char *expire[] = {"EXPIRE", ckey, ttl};
-    st_rpipe_cmd(ctx->redis, NULL, NULL, 12, hset);
+    st_rpipe_cmd(ctx->redis, NULL, NULL, 14, hset);
     st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
     if (fp) {
         char *fkey = st_detect_key(st->conf, "credfp", fp, "", "");
-        const char *set[] = {"SET", fkey, cred, "EX", ttl};
+        struct st_buf val;
+        st_buf_init(&val);
+        st_buf_printf(&val, "%s\x1f%s", cred, issued);
+        const char *set[] = {"SET", fkey, val.data, "EX", ttl};
         st_rpipe_cmd(ctx->redis, NULL, NULL, 5, set);
+        st_buf_fini(&val);
         free(fkey);
     }
     st_buf_fini(&scopes);
@@ -343,7 +358,9 @@ static void sd_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
         if (ev->type == ST_TYPE_TOKEN_ISSUE) {
             issue(st, ctx, ev, ckey, cred);
         } else if (ev->type == ST_TYPE_TOKEN_REVOKE) {
-            const char *hset[] = {"HSET", ckey, "revoked", ts};
+            /* the first revoke stands: a redo of an earlier use must not
+             * find a later one there */
+            const char *hset[] = {"HSETNX", ckey, "revoked", ts};
             st_rpipe_cmd(ctx->redis, NULL, NULL, 4, hset);
         } else if (ev->type == ST_TYPE_TOKEN_USE) {
             const char *get[] = {"HGETALL", ckey};
@@ -377,6 +394,11 @@ static void sd_end_batch(void *state, struct st_detect_ctx *ctx)
     st_runwin_end_batch(((struct sd_state *)state)->denies, ctx);
 }
 
+static void sd_after_commit(void *state, struct st_detect_ctx *ctx)
+{
+    st_runwin_after_commit(((struct sd_state *)state)->denies, ctx);
+}
+
 const struct st_detector_ops st_scope_drift_ops = {
     .name = NAME,
     .version = VERSION,
@@ -385,5 +407,6 @@ const struct st_detector_ops st_scope_drift_ops = {
     .begin_batch = sd_begin,
     .feed = sd_feed,
     .end_batch = sd_end_batch,
+    .after_commit = sd_after_commit,
     .reset_batch = sd_reset,
 };

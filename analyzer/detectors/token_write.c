@@ -8,6 +8,7 @@
  * the fingerprint is that of a credential a broker issued (token_issue with
  * identity.credential_fp, recorded by scope_drift.c) or of a configured
  * canary (detect.token_write.canary_fingerprints), high otherwise. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,14 +163,24 @@ static int on_credential(const redisReply *r, void *arg)
 
     if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)
         return -1;
-    int issued = r->type == REDIS_REPLY_STRING;
+    /* "credential_id\x1fissued": a credential issued after the write is
+     * not the one written (and a redone batch finds the issues of its own
+     * later events) */
+    char cred[128] = "";
+    int issued = 0;
+    if (r->type == REDIS_REPLY_STRING) {
+        const char *sep = strchr(r->str, '\x1f');
+        int64_t at = sep ? strtoll(sep + 1, NULL, 10) : INT64_MIN;
+        snprintf(cred, sizeof(cred), "%.*s", sep ? (int)(sep - r->str) : 127, r->str);
+        issued = at <= ev->ts_us;
+    }
     int canary = is_canary(p->st->conf, p->mark.fp);
     snprintf(key, sizeof(key), "fp:%s", p->mark.fp);
     st_finding_id(id, NAME, ev->task_id, ev->run_id, key);
     snprintf(summary, sizeof(summary), "%s value (%.48s, fingerprint %.72s) in %s %.128s%s%.64s%s",
              canary ? "canary" : "credential-shaped", p->mark.rule, p->mark.fp,
              st_event_type_name(ev->type), p->mark.path,
-             issued ? ": the credential \"" : "", issued ? r->str : "",
+             issued ? ": the credential \"" : "", issued ? cred : "",
              issued ? "\" a broker issued" : "");
     struct st_finding *f = st_findings_update(
         p->st->findings, id, NAME, VERSION,
