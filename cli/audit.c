@@ -209,6 +209,104 @@ static void tally_add(struct tally *t, const char *task, const char *run)
     t->n[t->len++] = 1;
 }
 
+static void tally_addn(struct tally *t, const char *task, const char *run, long n)
+{
+    for (long i = 0; i < n; i++)
+        tally_add(t, task, run);
+}
+
+/* What retention removed from this partition's checkpoints
+ * (evidence_pruned): every offset, sorted, and per checkpoint the runs. */
+struct pruned {
+    int64_t *off;
+    size_t n;
+    PGresult *res; /* seq, offsets, runs */
+};
+
+static int pruned_has(const struct pruned *p, int64_t o)
+{
+    size_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->off[mid] < o)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->n && p->off[lo] == o;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Loads the partition's pruned offsets; a database without the table
+ * (before 007) has none. Returns 0, or -1 with errstr. */
+static int pruned_load(PGconn *pg, const char *topic, const char *part, struct pruned *p,
+                       char *errstr, size_t errsz)
+{
+    memset(p, 0, sizeof(*p));
+    PGresult *r = PQexec(pg, "SELECT to_regclass('evidence_pruned') IS NOT NULL");
+    int have = PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+    PQclear(r);
+    if (!have)
+        return 0;
+    const char *v[2] = {topic, part};
+    p->res = PQexecParams(pg,
+                          "SELECT seq, array_to_string(offsets, ','), runs::text"
+                          " FROM evidence_pruned WHERE kafka_topic = $1"
+                          " AND kafka_partition = $2 ORDER BY seq",
+                          2, NULL, v, NULL, NULL, 0);
+    if (PQresultStatus(p->res) != PGRES_TUPLES_OK) {
+        snprintf(errstr, errsz, "could not read evidence_pruned: %s",
+                 PQresultErrorMessage(p->res));
+        return -1;
+    }
+    size_t cap = 0;
+    for (int i = 0; i < PQntuples(p->res); i++) {
+        for (char *s = PQgetvalue(p->res, i, 1); *s;) {
+            char *end;
+            int64_t o = strtoll(s, &end, 10);
+            if (end == s)
+                break;
+            if (p->n == cap) {
+                cap = cap ? 2 * cap : 1024;
+                p->off = st_realloc(p->off, cap * sizeof(*p->off));
+            }
+            p->off[p->n++] = o;
+            s = *end == ',' ? end + 1 : end;
+        }
+    }
+    qsort(p->off, p->n, sizeof(*p->off), cmp_i64);
+    return 0;
+}
+
+/* Adds to t the events of each run retention removed from checkpoint seq. */
+static void pruned_tally(const struct pruned *p, int64_t seq, struct tally *t)
+{
+    for (int i = 0; p->res && i < PQntuples(p->res); i++) {
+        if (strtoll(PQgetvalue(p->res, i, 0), NULL, 10) != seq)
+            continue;
+        cJSON *runs = cJSON_Parse(PQgetvalue(p->res, i, 2)), *e;
+        cJSON_ArrayForEach(e, runs)
+        {
+            const cJSON *task = cJSON_GetArrayItem(e, 0), *run = cJSON_GetArrayItem(e, 1),
+                        *n = cJSON_GetArrayItem(e, 2);
+            if (cJSON_IsString(task) && cJSON_IsString(run) && cJSON_IsNumber(n))
+                tally_addn(t, task->valuestring, run->valuestring, (long)n->valuedouble);
+        }
+        cJSON_Delete(runs);
+    }
+}
+
+static void pruned_fini(struct pruned *p)
+{
+    free(p->off);
+    PQclear(p->res);
+}
+
 static long tally_get(const struct tally *t, const char *task, const char *run)
 {
     char key[520];
@@ -343,6 +441,7 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
     PGresult *sr = NULL, *er = NULL, *st = NULL;
     struct tally tally = {0};
     struct mine mine = {0};
+    struct pruned pruned = {0};
     if (PQresultStatus(cr) != PGRES_TUPLES_OK) {
         snprintf(errstr, errsz, "could not read evidence_checkpoints: %s",
                  PQresultErrorMessage(cr));
@@ -357,6 +456,8 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
         goto out;
     }
     w->next_offset = PQntuples(st) ? strtoll(PQgetvalue(st, 0, 0), NULL, 10) : -1;
+    if (pruned_load(pg, w->topic, part, &pruned, errstr, errsz))
+        goto out;
 
     /* the first checkpoint to check, and the tree before it */
     struct st_merkle_frontier f;
@@ -468,6 +569,30 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
                 o = last + 1;
                 continue;
             }
+            if (k == 0 && pruned_has(&pruned, o)) {
+                /* removed by retention: the checkpoint's signed leaf hash
+                 * stands in for the row */
+                const char *hex = leaves_of(cr, ncr, cp->seq);
+                uint8_t h[ST_MERKLE_HASH];
+                size_t at = mine.n * 2 * ST_MERKLE_HASH;
+                if (hex && strlen(hex) >= at + 2 * ST_MERKLE_HASH) {
+                    char one[2 * ST_MERKLE_HASH + 1];
+                    memcpy(one, hex + at, 2 * ST_MERKLE_HASH);
+                    one[2 * ST_MERKLE_HASH] = '\0';
+                    if (st_from_hex(one, h, sizeof(h)) == 0) {
+                        leaf_add(w, &f, h, o);
+                        mine_add(&mine, h, o, -1);
+                        o++;
+                        continue;
+                    }
+                }
+                fault(w, "pruned: %s[%d] offset %" PRId64 " was removed by retention but"
+                         " checkpoint #%" PRId64 " keeps no leaf hash for it",
+                      w->topic, (int)w->partition, o, cp->seq);
+                mine_add(&mine, NULL, o, -1);
+                o++;
+                continue;
+            }
             if (k == 0) {
                 fault(w, "gap: %s[%d] offset %" PRId64 " holds no stored event (deleted?)",
                       w->topic, (int)w->partition, o);
@@ -486,7 +611,10 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
             st_merkle_leaf_hash(raw, strlen(raw), h);
             leaf_add(w, &f, h, o);
             mine_add(&mine, h, o, ri);
-            tally_add(&tally, PQgetvalue(er, ri, R_TASK), PQgetvalue(er, ri, R_RUN));
+            /* a row of a pruned offset back from a replay (events_expired,
+             * removed by the next retention) is counted with the pruned */
+            if (!pruned_has(&pruned, o))
+                tally_add(&tally, PQgetvalue(er, ri, R_TASK), PQgetvalue(er, ri, R_RUN));
             for (int j = 1; j < k; j++) {
                 row_name(er, ri + j, name, sizeof(name));
                 fault(w, "added after the fact: %s at %s[%d] offset %" PRId64
@@ -521,6 +649,7 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
                 free(fb);
             }
         }
+        pruned_tally(&pruned, cp->seq, &tally);
         check_runs(w, cp, &tally);
     }
     st_buf_fini(&skip);
@@ -545,6 +674,7 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
     }
     rc = 0;
 out:
+    pruned_fini(&pruned);
     free(tally.key);
     free(tally.n);
     free(mine.leaf);

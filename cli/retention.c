@@ -5,7 +5,10 @@
  * N days, at 00:00 UTC) whole, deletes the few stragglers of removed days
  * from the default partition, and records what it removed -- the horizon,
  * the partitions, the number of events and, per Kafka partition, their
- * offsets -- in retention_runs, all in one transaction. Findings are kept.
+ * offsets -- in retention_runs, and for the evidence store, per checkpoint,
+ * the offsets and per-run counts it removed (evidence_pruned, so that
+ * `sandtrail evidence audit` of what remains still passes), all in one
+ * transaction. Findings are kept.
  * Runs as the migrations' owner (it drops tables). */
 #include <getopt.h>
 #include <stdio.h>
@@ -44,6 +47,32 @@ static const char *sql_offsets =
 static const char *sql_record =
     "INSERT INTO retention_runs (keep_days, horizon, partitions, events, offsets)"
     " VALUES ($1, $2, $3, $4, $5) RETURNING run_id";
+
+/* Before the rows go: per evidence checkpoint, the offsets removed and how
+ * many of each run ($1 the retention run, $2 the horizon, $3 the day
+ * partitions), so that audit still checks the checkpoint
+ * (sql/007_retention_evidence.sql). */
+static const char *sql_pruned =
+    "WITH gone AS (SELECT e.kafka_topic, e.kafka_partition, e.kafka_offset, e.task_id,"
+    "   e.run_id, c.seq FROM events e JOIN evidence_checkpoints c"
+    "   ON c.kafka_topic = e.kafka_topic AND c.kafka_partition = e.kafka_partition"
+    "  AND e.kafka_offset BETWEEN c.first_offset AND c.last_offset"
+    "  WHERE e.ts < $2::timestamptz AND (e.tableoid::regclass::text = ANY ($3::text[])"
+    "    OR e.tableoid = 'events_expired'::regclass)"
+    /* a replayed straggler of an offset an earlier run recorded: once */
+    "    AND NOT EXISTS (SELECT 1 FROM evidence_pruned p WHERE p.kafka_topic ="
+    "      e.kafka_topic AND p.kafka_partition = e.kafka_partition AND p.seq = c.seq"
+    "      AND e.kafka_offset = ANY (p.offsets))),"
+    " per_run AS (SELECT kafka_topic, kafka_partition, seq,"
+    "   jsonb_agg(jsonb_build_array(task_id, run_id, n) ORDER BY task_id, run_id) AS runs"
+    "   FROM (SELECT kafka_topic, kafka_partition, seq, task_id, run_id, count(*) AS n"
+    "         FROM gone GROUP BY 1, 2, 3, 4, 5) r GROUP BY 1, 2, 3),"
+    " offs AS (SELECT kafka_topic, kafka_partition, seq,"
+    "   array_agg(kafka_offset ORDER BY kafka_offset) AS offsets FROM gone GROUP BY 1, 2, 3)"
+    " INSERT INTO evidence_pruned (retention_run, kafka_topic, kafka_partition, seq,"
+    "   offsets, runs)"
+    " SELECT $1, o.kafka_topic, o.kafka_partition, o.seq, o.offsets, p.runs"
+    " FROM offs o JOIN per_run p USING (kafka_topic, kafka_partition, seq)";
 
 static int fail(PGconn *pg, const char *what)
 {
@@ -111,10 +140,39 @@ int st_cli_retention(const char *dsn, int argc, char **argv)
 
     int status = 0;
     if (!dry) {
+        /* the record first: the evidence rows name it */
+        const char *p4[5] = {keep_s, horizon, parts, count, offsets};
+        char run_id[24] = "";
+        r = PQexecParams(pg, sql_record, 5, NULL, p4, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            st_error("retention: could not record the run: %s", PQresultErrorMessage(r));
+            status = 1;
+        } else {
+            snprintf(run_id, sizeof(run_id), "%s", PQgetvalue(r, 0, 0));
+        }
+        PQclear(r);
+        if (!status) {
+            r = PQexec(pg, "SELECT to_regclass('evidence_pruned') IS NOT NULL");
+            int evidence = PQresultStatus(r) == PGRES_TUPLES_OK &&
+                           strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+            PQclear(r);
+            const char *p5[3] = {run_id, horizon, parts};
+            if (evidence) {
+                r = PQexecParams(pg, sql_pruned, 3, NULL, p5, NULL, NULL, 0);
+                if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+                    st_error("retention: could not record the evidence it removes: %s",
+                             PQresultErrorMessage(r));
+                    status = 1;
+                }
+                PQclear(r);
+            }
+        }
         /* drop each whole day: no row is deleted one by one */
         PGresult *pr = PQexecParams(pg, "SELECT unnest($1::text[])", 1, NULL,
                                     (const char *[]){parts}, NULL, NULL, 0);
-        for (int i = 0; PQresultStatus(pr) == PGRES_TUPLES_OK && i < PQntuples(pr); i++) {
+        for (int i = 0; !status && PQresultStatus(pr) == PGRES_TUPLES_OK &&
+                        i < PQntuples(pr);
+             i++) {
             char *ident = PQescapeIdentifier(pg, PQgetvalue(pr, i, 0),
                                              strlen(PQgetvalue(pr, i, 0)));
             char sql[256];
@@ -123,7 +181,6 @@ int st_cli_retention(const char *dsn, int argc, char **argv)
             if (st_pg_exec(pg, sql, errstr, sizeof(errstr))) {
                 st_error("retention: could not drop a partition: %s", errstr);
                 status = 1;
-                break;
             }
         }
         PQclear(pr);
@@ -133,16 +190,6 @@ int st_cli_retention(const char *dsn, int argc, char **argv)
                              NULL, NULL, 0);
             if (PQresultStatus(r) != PGRES_COMMAND_OK) {
                 st_error("retention: %s", PQresultErrorMessage(r));
-                status = 1;
-            }
-            PQclear(r);
-        }
-        const char *p4[5] = {keep_s, horizon, parts, count, offsets};
-        if (!status) {
-            r = PQexecParams(pg, sql_record, 5, NULL, p4, NULL, NULL, 0);
-            if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-                st_error("retention: could not record the run: %s",
-                         PQresultErrorMessage(r));
                 status = 1;
             }
             PQclear(r);

@@ -298,6 +298,15 @@ START_TEST(retention_drops_old_days_whole_and_records_them)
                 " FROM retention_runs",
                 "t|2026-11-15 00:00:00+00|3|15|15\n");
     ASSERT_ROWS(w.dsn, "SELECT count(*) FROM findings", "2\n");
+    /* the evidence chain: what was removed is recorded per checkpoint, and
+     * an audit of what remains passes */
+    ASSERT_ROWS(w.dsn,
+                "SELECT sum(cardinality(offsets)), count(DISTINCT retention_run)"
+                " FROM evidence_pruned",
+                "15|1\n");
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/cli/sandtrail evidence audit >/tmp/%s.audit 2>&1", w.name),
+                     0);
 
     /* a replay from offset 0 by another group: the removed days stay removed */
     ck_assert_int_eq(run(&w, "replay", w.name,
@@ -313,6 +322,19 @@ START_TEST(retention_drops_old_days_whole_and_records_them)
                      0);
     ASSERT_ROWS(w.dsn, "SELECT count(*) FROM events", "40\n");
     ASSERT_ROWS(w.dsn, "SELECT events FROM retention_runs ORDER BY run_id", "15\n15\n");
+    ASSERT_ROWS(w.dsn, "SELECT sum(cardinality(offsets)) FROM evidence_pruned", "15\n");
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/cli/sandtrail evidence audit >/tmp/%s.audit 2>&1", w.name),
+                     0);
+    /* retention is no blanket pass: an event deleted by hand is named */
+    free(rows(w.dsn, "DELETE FROM events WHERE event_id = 'sq-105' RETURNING 1"));
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/cli/sandtrail evidence audit >/tmp/%s.audit 2>&1", w.name),
+                     1);
+    snprintf(path, sizeof(path), "/tmp/%s.audit", w.name);
+    out = world_slurp(path);
+    ck_assert_msg(strstr(out, "gap") || strstr(out, "deleted"), "%s", out);
+    free(out);
     free(keep);
     world_drop(&w);
 }
