@@ -25,6 +25,17 @@ struct st_accept;
 struct st_accept *st_accept_new(const struct st_collector_conf *conf,
                                 const struct st_credset *issued, char *errstr,
                                 size_t errsz);
+/* As st_accept_new, the canaries taken from canaries_text (the content of
+ * a canaries file, as st_accept_read_canaries reads it; NULL: none)
+ * instead of redact.canaries_file: a reload builds every executor's
+ * redactor from one reading of the file. */
+struct st_accept *st_accept_new_canaries(const struct st_collector_conf *conf,
+                                         const struct st_credset *issued,
+                                         const char *canaries_text, char *errstr,
+                                         size_t errsz);
+/* Reads the canaries file path (NULL or "": none, *text NULL) into *text
+ * (caller frees). -1 with errstr naming the file when it cannot be read. */
+int st_accept_read_canaries(const char *path, char **text, char *errstr, size_t errsz);
 void st_accept_destroy(struct st_accept *a); /* accepts NULL */
 
 /* Returns 0 with *out (the event to produce, *outlen bytes) and *key (its
