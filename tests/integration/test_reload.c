@@ -179,6 +179,7 @@ START_TEST(reload_http_tokens_canaries_and_log_level_without_dropping_a_request)
             break;
         usleep(100000);
     }
+    fprintf(stderr, "reload client: %s\n", client);
     cJSON *st = cJSON_Parse(client);
     ck_assert_msg(st != NULL, "client: %s", client);
     cJSON *viol = cJSON_GetObjectItem(st, "violations");
