@@ -93,13 +93,26 @@ struct st_accept *st_accept_new(const struct st_collector_conf *conf,
     char *text;
     if (st_accept_read_canaries(conf->canaries_file, &text, errstr, errsz))
         return NULL;
-    struct st_accept *a = st_accept_new_canaries(conf, issued, text, errstr, errsz);
+    struct st_accept *a = st_accept_new_canaries(conf, issued, NULL, text, errstr, errsz);
     free(text);
     return a;
 }
 
+int st_accept_load_key(const struct st_collector_conf *conf, struct st_buf *key,
+                       char *errstr, size_t errsz)
+{
+    if (!conf->key_file || !*conf->key_file) {
+        snprintf(errstr, errsz,
+                 "\"redact.key_file\" is not set: the collector needs a key to fingerprint "
+                 "the secrets it removes (scripts/services env prints one)");
+        return -1;
+    }
+    return load_key(conf->key_file, key, errstr, errsz);
+}
+
 struct st_accept *st_accept_new_canaries(const struct st_collector_conf *conf,
                                          const struct st_credset *issued,
+                                         const struct st_buf *the_key,
                                          const char *canaries_text, char *errstr,
                                          size_t errsz)
 {
@@ -120,13 +133,9 @@ struct st_accept *st_accept_new_canaries(const struct st_collector_conf *conf,
     }
     a->ctx.source_name = conf->source_name;
     a->ctx.platform = conf->platform && *conf->platform ? conf->platform : NULL;
-    if (!conf->key_file || !*conf->key_file) {
-        snprintf(errstr, errsz,
-                 "\"redact.key_file\" is not set: the collector needs a key to fingerprint "
-                 "the secrets it removes (scripts/services env prints one)");
-        goto fail;
-    }
-    if (load_key(conf->key_file, &key, errstr, errsz))
+    if (the_key)
+        st_buf_add(&key, the_key->data, the_key->len);
+    else if (st_accept_load_key(conf, &key, errstr, errsz))
         goto fail;
     /* strtok_r: executors of several lanes may be built at once (reload) */
     for (char *s = canaries ? strtok_r(canaries, "\r\n", &save) : NULL; s;

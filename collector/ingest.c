@@ -100,6 +100,9 @@ struct st_ingest_canaries {
     pthread_mutex_t mu;
     uint64_t gen;
     char *text; /* the canaries file's content; NULL: none or as at start */
+    /* the HMAC key read at start, set before any lane exists and then
+     * only read: a reload never changes fingerprints */
+    struct st_buf key;
 };
 
 /* A reload under way: the new configuration and the canaries it names. */
@@ -417,8 +420,8 @@ static void refresh_canaries(struct st_ingest *in)
     struct st_accept **fresh = st_calloc((size_t)pool->nexec, sizeof(*fresh));
     for (int k = 0; k < pool->nexec; k++)
         if (!(fresh[k] = st_accept_new_canaries(in->conf, st_lineage_set(in->lineage),
-                                                text, errstr, sizeof(errstr)))) {
-            /* checked by the reload: only a key file gone since can fail */
+                                                &c->key, text, errstr, sizeof(errstr)))) {
+            /* checked by the reload: cannot fail but for memory */
             st_error("reload: %s: keeping the canaries in force", errstr);
             for (int j = 0; j < k; j++)
                 st_accept_destroy(fresh[j]);
@@ -490,6 +493,9 @@ static void canaries_release(struct st_ingest *in)
 {
     if (in->lineage_owned && in->canaries) {
         pthread_mutex_destroy(&in->canaries->mu);
+        if (in->canaries->key.data)
+            memset(in->canaries->key.data, 0, in->canaries->key.len);
+        st_buf_fini(&in->canaries->key);
         free(in->canaries->text);
         free(in->canaries);
     }
@@ -536,6 +542,10 @@ static int ingest_init(struct st_ingest *in, const struct st_collector_conf *con
     else {
         in->canaries = st_calloc(1, sizeof(*in->canaries));
         pthread_mutex_init(&in->canaries->mu, NULL);
+        st_buf_init(&in->canaries->key);
+        /* a missing key is reported by st_accept_new below */
+        if (st_accept_load_key(conf, &in->canaries->key, errstr, errsz))
+            st_buf_reset(&in->canaries->key);
     }
     struct st_ingest_pool *pool = st_calloc(1, sizeof(*pool));
     pool->in = in;
@@ -650,8 +660,8 @@ struct st_reload_txn *st_ingest_reload_begin(struct st_ingest *in,
         st_error("reload: %s", errstr);
         goto fail;
     }
-    struct st_accept *probe = st_accept_new_canaries(in->conf, NULL, t->canaries, errstr,
-                                                     sizeof(errstr));
+    struct st_accept *probe = st_accept_new_canaries(in->conf, NULL, &in->canaries->key,
+                                                     t->canaries, errstr, sizeof(errstr));
     if (!probe) {
         st_error("reload: %s", errstr);
         goto fail;
