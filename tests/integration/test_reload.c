@@ -294,6 +294,65 @@ START_TEST(reload_follow_loses_and_duplicates_no_line)
 }
 END_TEST
 
+/* Starts prog (analyzer or alerter) with a configuration file and
+ * metrics.listen, reloads it with log.level=debug and fixed_prop changed:
+ * it runs on, applies the one and says the other needs a restart. */
+static void reload_daemon(struct world *w, const char *prog, const char *fixed_prop)
+{
+    char log[192], pidf[192], conf[512], cmd[1024];
+    int port = world_free_port();
+    snprintf(log, sizeof(log), "%s/%s.log", dir, prog);
+    snprintf(pidf, sizeof(pidf), "%s/%s.pid", dir, prog);
+    snprintf(conf, sizeof(conf), "log.level = info\nmetrics.listen = 127.0.0.1:%d\n", port);
+    write_file("daemon.conf", conf);
+    run(w, w->name, w->name,
+        BIN "/%s/sandtrail-%s %s -c %s/daemon.conf 2>%s & echo \\$! > %s", prog, prog,
+        strcmp(prog, "analyzer") ? "" : "--no-migrate", dir, log, pidf);
+    int pid = read_pid(pidf);
+    char *ok = NULL;
+    snprintf(cmd, sizeof(cmd), "curl -s http://127.0.0.1:%d/healthz", port);
+    for (int i = 0; i < 150; i++) {
+        free(ok);
+        ok = world_sh(cmd);
+        if (strstr(ok, "ok"))
+            break;
+        usleep(100000);
+    }
+    ck_assert_msg(strstr(ok, "ok") != NULL, "%s: %s", prog, ok);
+    free(ok);
+    snprintf(conf, sizeof(conf), "log.level = debug\nmetrics.listen = 127.0.0.1:%d\n%s\n",
+             port, fixed_prop);
+    write_file("daemon.conf", conf);
+    ck_assert_int_eq(kill(pid, SIGHUP), 0);
+    ck_assert_msg(log_has(log, "reload: done (log.level=debug)"), "%s", prog);
+    char expect[160];
+    snprintf(expect, sizeof(expect), "cannot change while running: %.*s (restart to apply)",
+             (int)strcspn(fixed_prop, " ="), fixed_prop);
+    ck_assert_msg(log_has(log, expect), "%s: %s", prog, expect);
+    ck_assert(alive(pid));
+    stop_collector(pid);
+}
+
+START_TEST(reload_analyzer_and_alerter_apply_log_level)
+{
+    struct world w;
+    char cmd[400];
+    world_init(&w, "reloada");
+    snprintf(dir, sizeof(dir), "/tmp/st_reloada_%d", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s", dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(run(&w, w.name, w.name, BIN "/cli/sandtrail migrate >/dev/null"), 0);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/collector/sandtrail-collector --input /dev/null 2>/dev/null"),
+                     0);
+    reload_daemon(&w, "analyzer", "detect.lateness_s = 7");
+    reload_daemon(&w, "alerter", "alert.poll_ms = 777");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -303,6 +362,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, reload_http_tokens_canaries_and_log_level_without_dropping_a_request);
     tcase_add_test(tc, reload_follow_loses_and_duplicates_no_line);
+    tcase_add_test(tc, reload_analyzer_and_alerter_apply_log_level);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
