@@ -21,7 +21,9 @@ int st_input_file(FILE *f, struct st_ingest *in, volatile sig_atomic_t *stop)
     int too_long, r = 0, rc = 0;
 
     while (!*stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0) {
-        st_ingest_reload(in); /* SIGHUP: log.level now, canaries at the next batch */
+        /* SIGHUP: log.level now; the canaries when no batch is in flight (a
+         * file read through without a pause keeps those it started with) */
+        st_ingest_reload(in);
         if (st_ingest_add(in, line, len, too_long) < 0) {
             rc = -1;
             break;
