@@ -311,7 +311,7 @@ static void reload_daemon(struct world *w, const char *prog, const char *fixed_p
     int pid = read_pid(pidf);
     char *ok = NULL;
     snprintf(cmd, sizeof(cmd), "curl -s http://127.0.0.1:%d/healthz", port);
-    for (int i = 0; i < 150; i++) {
+    for (int i = 0; i < 300; i++) { /* generous: sanitizer builds start slowly */
         free(ok);
         ok = world_sh(cmd);
         if (strstr(ok, "ok"))
