@@ -502,12 +502,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return reply(c, 401, "{\"error\":\"missing or unknown bearer token\"}", 0);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         int gz = encoding(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding"));
-        if (st_producer_full(h->in->prod) || (cl && strtoull(cl, NULL, 10) > max) || gz < 0) {
-            tokens_unref(h, table);
-            if (st_producer_full(h->in->prod))
+        int full = st_producer_full(h->in->prod), big = cl && strtoull(cl, NULL, 10) > max;
+        if (full || big || gz < 0) {
+            tokens_unref(h, table); /* answered now: the request holds none */
+            if (full)
                 return reply(c, 503, "{\"error\":\"the spool is full: Kafka is behind\"}",
                              1);
-            if (gz >= 0)
+            if (big)
                 return reply(c, 413, "{\"error\":\"body larger than http.max_body_bytes\"}",
                              0);
             return reply(c, 415,
