@@ -139,9 +139,44 @@ static void webhooks_fini(struct st_alerter_conf *c)
 
 static volatile sig_atomic_t stop;
 
+static volatile sig_atomic_t hup;
+
 static void on_signal(int sig)
 {
-    stop = 1;
+    if (sig == SIGHUP)
+        hup = 1; /* run() reloads at its next turn */
+    else
+        stop = 1;
+}
+
+/* What start-up read the configuration from (set once by main, then read
+ * by the main thread only), for a reload. */
+static struct {
+    const char *config_file;
+    char **sets;
+    int nsets;
+} origin;
+
+/* SIGHUP: the configuration read again as at start; log.level applies now,
+ * every other property that changed is logged as needing a restart. A
+ * reload that fails changes nothing. @locality the main loop */
+static void reload(const struct st_alerter_conf *running)
+{
+    static const char *const live[] = {"log.level", NULL};
+    struct st_alerter_conf fresh;
+    char errstr[512];
+    hup = 0;
+    memset(&fresh, 0, sizeof(fresh));
+    if (st_conf_load(alerter_props, &fresh, origin.config_file, origin.sets, origin.nsets,
+                     webhook_extra, &fresh, errstr, sizeof(errstr)) ||
+        st_log_configure(fresh.log_level, NULL, errstr, sizeof(errstr))) {
+        st_error("reload: %s; keeping every setting as it was", errstr);
+    } else {
+        st_conf_report_fixed(alerter_props, running, &fresh, live);
+        st_info("reload: done (log.level=%s)", fresh.log_level);
+    }
+    webhooks_fini(&fresh);
+    st_conf_fini(alerter_props, &fresh);
 }
 
 static void usage(FILE *out)
@@ -461,6 +496,8 @@ static int run(struct alerter *al)
 
     while (!stop) {
         int64_t due_ms = -1;
+        if (hup)
+            reload(&al->conf);
         long pending;
         if (st_queue_fanout(al->queue, errstr, sizeof(errstr)) < 0 ||
             deliver_due(al, errstr, sizeof(errstr)) ||
@@ -524,7 +561,9 @@ int main(int argc, char **argv)
     int bad = st_conf_load(alerter_props, &al.conf, config_file, sets, nsets, webhook_extra,
                            &al.conf, errstr, sizeof(errstr)) ||
               receivers_init(&al, errstr, sizeof(errstr));
-    free(sets);
+    origin.config_file = config_file;
+    origin.sets = sets; /* freed at exit: a reload reads them again */
+    origin.nsets = nsets;
     if (!bad)
         bad = st_log_configure(al.conf.log_level, al.conf.log_format, errstr,
                                sizeof(errstr));
@@ -548,6 +587,7 @@ int main(int argc, char **argv)
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
     srandom((unsigned)(st_time_now_us() ^ getpid()));
 
     al.metrics = st_metrics_new();
@@ -576,5 +616,6 @@ out:
     st_metrics_destroy(al.metrics);
     webhooks_fini(&al.conf);
     st_conf_fini(alerter_props, &al.conf);
+    free(sets);
     return status;
 }

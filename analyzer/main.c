@@ -177,9 +177,46 @@ static int analyzer_extra(void *arg, const char *name, const char *value, char *
     return rc == 1 ? st_override_parse(&conf->overrides, name, value, errstr, errsz) : rc;
 }
 
+static volatile sig_atomic_t hup;
+
 static void on_signal(int sig)
 {
-    stop = 1;
+    if (sig == SIGHUP)
+        hup = 1; /* run() reloads between batches */
+    else
+        stop = 1;
+}
+
+/* What start-up read the configuration from (set once by main, then read
+ * by the main thread only), for a reload. */
+static struct {
+    const char *config_file;
+    char **sets;
+    int nsets;
+} origin;
+
+/* SIGHUP: the configuration read again as at start; log.level applies now,
+ * every other property that changed is logged as needing a restart. A
+ * reload that fails changes nothing. @locality the main loop */
+static void reload(const struct st_analyzer_conf *running)
+{
+    static const char *const live[] = {"log.level", NULL};
+    struct st_analyzer_conf fresh;
+    char errstr[512];
+    hup = 0;
+    memset(&fresh, 0, sizeof(fresh));
+    fresh.overrides.props = analyzer_props;
+    if (st_conf_load(analyzer_props, &fresh, origin.config_file, origin.sets, origin.nsets,
+                     analyzer_extra, &fresh, errstr, sizeof(errstr)) ||
+        st_log_configure(fresh.log_level, NULL, errstr, sizeof(errstr))) {
+        st_error("reload: %s; keeping every setting as it was", errstr);
+    } else {
+        st_conf_report_fixed(analyzer_props, running, &fresh, live);
+        st_info("reload: done (log.level=%s)", fresh.log_level);
+    }
+    st_overrides_fini(&fresh.overrides);
+    st_kafka_props_fini(&fresh.kafka);
+    st_conf_fini(analyzer_props, &fresh);
 }
 
 static void usage(FILE *out)
@@ -536,6 +573,8 @@ static int run(struct analyzer *a, int drain)
 
     st_consumer_on_revoke(a->consumer, on_revoke, a);
     while (!stop) {
+        if (hup)
+            reload(&a->conf);
         int n = st_consumer_poll_batch(a->consumer, msgs, max, (int)a->conf.batch_max_ms);
         if (n < 0) {
             rc = -1;
@@ -643,8 +682,9 @@ int main(int argc, char **argv)
     if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, analyzer_extra,
                      &a.conf, errstr, sizeof(errstr)))
         goto conf_error;
-    free(sets);
-    sets = NULL;
+    origin.config_file = config_file;
+    origin.sets = sets; /* freed at exit: a reload reads them again */
+    origin.nsets = nsets;
     if (st_log_configure(a.conf.log_level, a.conf.log_format, errstr, sizeof(errstr)))
         goto conf_error;
     st_conf_hash(analyzer_props, &a.conf, "detect.", a.conf.config_hash);
@@ -661,6 +701,7 @@ int main(int argc, char **argv)
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
 
     {
         /* migrate, or with --no-migrate make sure the schema is the one
@@ -721,6 +762,7 @@ out:
     st_kafka_props_fini(&a.conf.kafka);
     st_metrics_destroy(a.metrics);
     st_conf_fini(analyzer_props, &a.conf);
+    free(sets);
     return status;
 
 conf_error:

@@ -70,17 +70,59 @@ static int load_key(const char *path, struct st_buf *key, char *errstr, size_t e
     return 0;
 }
 
+int st_accept_read_canaries(const char *path, char **text, char *errstr, size_t errsz)
+{
+    struct st_buf buf;
+    *text = NULL;
+    if (!path || !*path)
+        return 0;
+    st_buf_init(&buf);
+    if (read_all(path, &buf, errstr, errsz, "canaries file")) {
+        st_buf_fini(&buf);
+        return -1;
+    }
+    *text = st_strndup(buf.data, buf.len);
+    st_buf_fini(&buf);
+    return 0;
+}
+
 struct st_accept *st_accept_new(const struct st_collector_conf *conf,
                                 const struct st_credset *issued, char *errstr,
                                 size_t errsz)
 {
+    char *text;
+    if (st_accept_read_canaries(conf->canaries_file, &text, errstr, errsz))
+        return NULL;
+    struct st_accept *a = st_accept_new_canaries(conf, issued, NULL, text, errstr, errsz);
+    free(text);
+    return a;
+}
+
+int st_accept_load_key(const struct st_collector_conf *conf, struct st_buf *key,
+                       char *errstr, size_t errsz)
+{
+    if (!conf->key_file || !*conf->key_file) {
+        snprintf(errstr, errsz,
+                 "\"redact.key_file\" is not set: the collector needs a key to fingerprint "
+                 "the secrets it removes (scripts/services env prints one)");
+        return -1;
+    }
+    return load_key(conf->key_file, key, errstr, errsz);
+}
+
+struct st_accept *st_accept_new_canaries(const struct st_collector_conf *conf,
+                                         const struct st_credset *issued,
+                                         const struct st_buf *the_key,
+                                         const char *canaries_text, char *errstr,
+                                         size_t errsz)
+{
     struct st_accept *a = st_calloc(1, sizeof(*a));
-    struct st_buf key, canaries;
-    char **list = NULL;
+    struct st_buf key;
+    char *canaries = canaries_text ? st_strdup(canaries_text) : NULL;
+    char **list = NULL, *save = NULL;
     size_t nlist = 0;
 
     st_buf_init(&key);
-    st_buf_init(&canaries);
     a->decoder = st_decoder_find(conf->format);
     if (!a->decoder) {
         snprintf(errstr, errsz,
@@ -91,23 +133,17 @@ struct st_accept *st_accept_new(const struct st_collector_conf *conf,
     }
     a->ctx.source_name = conf->source_name;
     a->ctx.platform = conf->platform && *conf->platform ? conf->platform : NULL;
-    if (!conf->key_file || !*conf->key_file) {
-        snprintf(errstr, errsz,
-                 "\"redact.key_file\" is not set: the collector needs a key to fingerprint "
-                 "the secrets it removes (scripts/services env prints one)");
+    if (the_key)
+        st_buf_add(&key, the_key->data, the_key->len);
+    else if (st_accept_load_key(conf, &key, errstr, errsz))
         goto fail;
-    }
-    if (load_key(conf->key_file, &key, errstr, errsz))
-        goto fail;
-    if (conf->canaries_file && *conf->canaries_file) {
-        if (read_all(conf->canaries_file, &canaries, errstr, errsz, "canaries file"))
-            goto fail;
-        for (char *s = strtok(canaries.data, "\r\n"); s; s = strtok(NULL, "\r\n")) {
-            if (*s == '#' || *s == '\0')
-                continue;
-            list = st_realloc(list, (nlist + 1) * sizeof(*list));
-            list[nlist++] = s;
-        }
+    /* strtok_r: executors of several lanes may be built at once (reload) */
+    for (char *s = canaries ? strtok_r(canaries, "\r\n", &save) : NULL; s;
+         s = strtok_r(NULL, "\r\n", &save)) {
+        if (*s == '#' || *s == '\0')
+            continue;
+        list = st_realloc(list, (nlist + 1) * sizeof(*list));
+        list[nlist++] = s;
     }
     struct st_redact_conf rc = {(const unsigned char *)key.data, key.len,
                                 (const char *const *)list, nlist, (int)conf->fp_chars,
@@ -115,15 +151,17 @@ struct st_accept *st_accept_new(const struct st_collector_conf *conf,
     a->redactor = st_redactor_new(&rc, errstr, errsz);
     if (!a->redactor)
         goto fail;
+    if (key.data)
+        memset(key.data, 0, key.len);
     st_buf_fini(&key);
-    st_buf_fini(&canaries);
+    free(canaries);
     free(list);
     return a;
 fail:
     if (key.data)
         memset(key.data, 0, key.len);
     st_buf_fini(&key);
-    st_buf_fini(&canaries);
+    free(canaries);
     free(list);
     st_accept_destroy(a);
     return NULL;

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "buf.h"
 #include "json.h"
 
 struct st_event;
@@ -25,6 +26,23 @@ struct st_accept;
 struct st_accept *st_accept_new(const struct st_collector_conf *conf,
                                 const struct st_credset *issued, char *errstr,
                                 size_t errsz);
+/* As st_accept_new, the canaries taken from canaries_text (the content of
+ * a canaries file, as st_accept_read_canaries reads it; NULL: none)
+ * instead of redact.canaries_file, and the key from key (not kept) unless
+ * NULL: a reload builds every executor's redactor from one reading of the
+ * canaries file and with the key read at start. */
+struct st_accept *st_accept_new_canaries(const struct st_collector_conf *conf,
+                                         const struct st_credset *issued,
+                                         const struct st_buf *key,
+                                         const char *canaries_text, char *errstr,
+                                         size_t errsz);
+/* Reads the HMAC key that redact.key_file names into key. -1 with errstr
+ * set (the file, never its content). The caller wipes it. */
+int st_accept_load_key(const struct st_collector_conf *conf, struct st_buf *key,
+                       char *errstr, size_t errsz);
+/* Reads the canaries file path (NULL or "": none, *text NULL) into *text
+ * (caller frees). -1 with errstr naming the file when it cannot be read. */
+int st_accept_read_canaries(const char *path, char **text, char *errstr, size_t errsz);
 void st_accept_destroy(struct st_accept *a); /* accepts NULL */
 
 /* Returns 0 with *out (the event to produce, *outlen bytes) and *key (its

@@ -88,6 +88,27 @@ struct st_ingest_pool {
     uint64_t seq;
     struct st_buf scratch[MAX_WORKERS]; /* per executor: a dead-letter record */
     uint64_t *absorbed; /* redactions of st_ingest_absorb'ed instances, per rule */
+    uint64_t canaries_gen; /* of the canaries acc[] were built with */
+};
+
+/* The canaries in force (see ingest.h), one per collector, owned by the
+ * first st_ingest and shared by the lanes. mu guards gen and text; a
+ * reload replaces text and bumps gen; each st_ingest compares gen with its
+ * pool's when it holds no batch and, when they differ, rebuilds its
+ * executors' st_accept from a copy of text. */
+struct st_ingest_canaries {
+    pthread_mutex_t mu;
+    uint64_t gen;
+    char *text; /* the canaries file's content; NULL: none or as at start */
+    /* the HMAC key read at start, set before any lane exists and then
+     * only read: a reload never changes fingerprints */
+    struct st_buf key;
+};
+
+/* A reload under way: the new configuration and the canaries it names. */
+struct st_reload_txn {
+    struct st_collector_conf *fresh;
+    char *canaries;
 };
 
 /* --- accepting: any executor ------------------------------------------- */
@@ -364,11 +385,74 @@ static int dispatch(struct st_ingest *in)
     return rc;
 }
 
+/* Adds the redactions counted by acc to pool->absorbed (acc is about to
+ * be replaced). @locality the caller, no batch submitted */
+static void absorb_hits(struct st_ingest_pool *pool, struct st_accept *acc)
+{
+    struct st_redactor *r = st_accept_redactor(acc);
+    size_t n = st_redact_nrules(r);
+    if (!pool->absorbed)
+        pool->absorbed = st_calloc(n + 1, sizeof(*pool->absorbed));
+    for (size_t i = 0; i < n; i++)
+        pool->absorbed[i] += st_redact_rule_hits(r, i);
+}
+
+/* Rebuilds the executors' st_accept when a reload published new canaries.
+ * Called only when in holds no batch: no executor is accepting, and the
+ * workers read acc[] only after claiming a range under pool->mu, so the
+ * swap under pool->mu is seen whole. The redaction counts of the old
+ * redactors are kept (absorbed). @locality the caller @locks takes the
+ * canaries' mu, then pool->mu (never both) */
+static void refresh_canaries(struct st_ingest *in)
+{
+    struct st_ingest_pool *pool = in->pool;
+    struct st_ingest_canaries *c = in->canaries;
+    char errstr[512];
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    uint64_t gen = c->gen;
+    char *text = gen != pool->canaries_gen && c->text ? st_strdup(c->text) : NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (gen == pool->canaries_gen)
+        return;
+    pool->canaries_gen = gen;
+    struct st_accept **fresh = st_calloc((size_t)pool->nexec, sizeof(*fresh));
+    for (int k = 0; k < pool->nexec; k++)
+        if (!(fresh[k] = st_accept_new_canaries(in->conf, st_lineage_set(in->lineage),
+                                                &c->key, text, errstr, sizeof(errstr)))) {
+            /* checked by the reload: cannot fail but for memory */
+            st_error("reload: %s: keeping the canaries in force", errstr);
+            for (int j = 0; j < k; j++)
+                st_accept_destroy(fresh[j]);
+            free(fresh);
+            free(text);
+            return;
+        }
+    free(text);
+    pthread_mutex_lock(&pool->mu);
+    for (int k = 0; k < pool->nexec; k++) {
+        struct st_accept *old = pool->acc[k];
+        pool->acc[k] = fresh[k];
+        fresh[k] = old;
+    }
+    pthread_mutex_unlock(&pool->mu);
+    for (int k = 0; k < pool->nexec; k++) {
+        absorb_hits(pool, fresh[k]);
+        st_accept_destroy(fresh[k]);
+    }
+    free(fresh);
+}
+
 /* @locality the caller @locks none: the batch being filled is B_FREE,
  * which no executor touches */
 int st_ingest_add(struct st_ingest *in, const char *line, size_t len, int too_long)
 {
     struct batch *b = &in->pool->b[in->pool->cur];
+    /* holding no batch (the other one is free too: only the caller
+     * submits and frees batches): new canaries may be taken */
+    if (b->n == 0 && in->pool->b[in->pool->cur ^ 1].state == B_FREE)
+        refresh_canaries(in);
     struct line *l = &b->lines[b->n++];
     l->off = b->text.len;
     l->len = len;
@@ -403,12 +487,29 @@ int st_ingest_drain(struct st_ingest *in)
 
 /* --- set-up ------------------------------------------------------------- */
 
-/* shared: the lineage of the first lane, or NULL to start one (owned) */
+/* The first st_ingest owns the canaries (lanes share its lineage_owned
+ * rule: a lane's lineage and canaries are the first's). */
+static void canaries_release(struct st_ingest *in)
+{
+    if (in->lineage_owned && in->canaries) {
+        pthread_mutex_destroy(&in->canaries->mu);
+        if (in->canaries->key.data)
+            memset(in->canaries->key.data, 0, in->canaries->key.len);
+        st_buf_fini(&in->canaries->key);
+        free(in->canaries->text);
+        free(in->canaries);
+    }
+    in->canaries = NULL;
+}
+
+/* first: the first lane, whose lineage and canaries are shared, or NULL to
+ * start them (owned) */
 static int ingest_init(struct st_ingest *in, const struct st_collector_conf *conf,
                        struct st_producer *prod, struct st_metrics *metrics,
-                       const char *input_name, struct st_lineage *shared, char *errstr,
-                       size_t errsz)
+                       const char *input_name, const struct st_ingest *first,
+                       char *errstr, size_t errsz)
 {
+    struct st_lineage *shared = first ? first->lineage : NULL;
     memset(in, 0, sizeof(*in));
     in->conf = conf;
     in->prod = prod;
@@ -436,6 +537,16 @@ static int ingest_init(struct st_ingest *in, const struct st_collector_conf *con
     else if (st_lineage_start(conf, &in->lineage, errstr, errsz))
         return -1;
     in->lineage_owned = !shared;
+    if (first)
+        in->canaries = first->canaries;
+    else {
+        in->canaries = st_calloc(1, sizeof(*in->canaries));
+        pthread_mutex_init(&in->canaries->mu, NULL);
+        st_buf_init(&in->canaries->key);
+        /* a missing key is reported by st_accept_new below */
+        if (st_accept_load_key(conf, &in->canaries->key, errstr, errsz))
+            st_buf_reset(&in->canaries->key);
+    }
     struct st_ingest_pool *pool = st_calloc(1, sizeof(*pool));
     pool->in = in;
     pool->nexec = (int)n;
@@ -448,6 +559,7 @@ static int ingest_init(struct st_ingest *in, const struct st_collector_conf *con
             if (in->lineage_owned)
                 st_lineage_stop(in->lineage);
             in->lineage = NULL;
+            canaries_release(in);
             free(pool->acc);
             free(pool);
             return -1;
@@ -488,7 +600,7 @@ int st_ingest_init_lane(struct st_ingest *in, const struct st_ingest *first,
                         const char *input_name, char *errstr, size_t errsz)
 {
     return ingest_init(in, first->conf, first->prod, first->metrics, input_name,
-                       first->lineage, errstr, errsz);
+                       first, errstr, errsz);
 }
 
 void st_ingest_fini(struct st_ingest *in)
@@ -507,6 +619,7 @@ void st_ingest_fini(struct st_ingest *in)
     if (in->lineage_owned)
         st_lineage_stop(in->lineage);
     in->lineage = NULL;
+    canaries_release(in);
     for (int k = 0; k < 2; k++) {
         struct batch *b = &pool->b[k];
         st_buf_fini(&b->text);
@@ -525,6 +638,78 @@ void st_ingest_fini(struct st_ingest *in)
     free(pool->acc);
     free(pool);
     in->pool = NULL;
+}
+
+/* --- reload (SIGHUP) ------------------------------------------------------ */
+
+/* @locality the input's main loop */
+struct st_reload_txn *st_ingest_reload_begin(struct st_ingest *in,
+                                             const struct st_collector_conf **fresh)
+{
+    char errstr[512];
+    if (!in->reload || !*in->reload->hup)
+        return NULL;
+    *in->reload->hup = 0;
+    st_info("reload: reading the configuration again (SIGHUP)");
+    struct st_reload_txn *t = st_calloc(1, sizeof(*t));
+    if (!(t->fresh = in->reload->load(in->conf)))
+        goto fail;
+    /* the canaries must make redactors before any executor is told */
+    if (st_accept_read_canaries(t->fresh->canaries_file, &t->canaries, errstr,
+                                sizeof(errstr))) {
+        st_error("reload: %s", errstr);
+        goto fail;
+    }
+    struct st_accept *probe = st_accept_new_canaries(in->conf, NULL, &in->canaries->key,
+                                                     t->canaries, errstr, sizeof(errstr));
+    if (!probe) {
+        st_error("reload: %s", errstr);
+        goto fail;
+    }
+    st_accept_destroy(probe);
+    *fresh = t->fresh;
+    return t;
+fail:
+    st_error("reload failed: keeping every setting as it was");
+    if (t->fresh)
+        in->reload->release(t->fresh);
+    free(t->canaries);
+    free(t);
+    return NULL;
+}
+
+/* @locality the input's main loop @locks the canaries' mu */
+int st_ingest_reload_end(struct st_ingest *in, struct st_reload_txn *t, int commit)
+{
+    char errstr[512];
+    int rc = -1;
+    if (!commit) {
+        st_error("reload failed: keeping every setting as it was");
+    } else if (st_log_configure(t->fresh->log_level, NULL, errstr, sizeof(errstr))) {
+        st_error("reload: %s; reload failed: keeping every setting as it was", errstr);
+    } else {
+        pthread_mutex_lock(&in->canaries->mu);
+        free(in->canaries->text);
+        in->canaries->text = t->canaries;
+        t->canaries = NULL;
+        in->canaries->gen++;
+        pthread_mutex_unlock(&in->canaries->mu);
+        st_info("reload: done (log.level=%s, canaries from \"%s\")", t->fresh->log_level,
+                t->fresh->canaries_file ? t->fresh->canaries_file : "");
+        rc = 0;
+    }
+    in->reload->release(t->fresh);
+    free(t->canaries);
+    free(t);
+    return rc;
+}
+
+void st_ingest_reload(struct st_ingest *in)
+{
+    const struct st_collector_conf *fresh;
+    struct st_reload_txn *t = st_ingest_reload_begin(in, &fresh);
+    if (t)
+        st_ingest_reload_end(in, t, 1);
 }
 
 /* --- redaction counters, summed over the executors ---------------------- */

@@ -17,12 +17,14 @@
 #ifndef ST_INGEST_H
 #define ST_INGEST_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "json.h"
 
 struct st_collector_conf;
+struct st_ingest_canaries;
 struct st_ingest_pool;
 struct st_metric;
 struct st_metrics;
@@ -32,6 +34,17 @@ struct st_producer;
 
 struct st_ingest_stats {
     long lines, accepted, rejected, skipped;
+};
+
+/* Reload (SIGHUP), main.c's side: hup is set by the signal handler; load
+ * re-reads the configuration the way start-up did (same -c file,
+ * environment and -X values), logs each property that differs from running
+ * and cannot change live, and returns the new configuration (NULL, the
+ * error logged, when it cannot be read); release frees it. */
+struct st_reload {
+    volatile sig_atomic_t *hup;
+    struct st_collector_conf *(*load)(const struct st_collector_conf *running);
+    void (*release)(struct st_collector_conf *fresh);
 };
 
 /* Called, in input order, for each rejected line once it is in the
@@ -60,6 +73,11 @@ struct st_ingest {
     struct st_lineage *lineage;  /* NULL when lineage is off */
     int lineage_owned;           /* 0: a lane's, shared from st_ingest_init_lane */
     struct st_metric *m_lines, *m_accepted, *m_skipped;
+    /* the canaries in force, shared with the lanes like the lineage: a
+     * reload publishes new ones, which each st_ingest takes when it next
+     * holds no batch (between requests, between tail batches) */
+    struct st_ingest_canaries *canaries;
+    const struct st_reload *reload; /* NULL: SIGHUP is not handled */
 };
 
 /* Starts input.workers executors (0: one per CPU), each with its own
@@ -89,6 +107,22 @@ int st_ingest_drain(struct st_ingest *in);
  * (the HTTP input's lanes, before they are finished). Neither may be in
  * use. */
 void st_ingest_absorb(struct st_ingest *in, const struct st_ingest *other);
+
+/* Reload. st_ingest_reload_begin, on the input's main loop when
+ * *in->reload->hup is set (it clears it): re-reads the configuration and
+ * the canaries file it names, checking that redactors can be built from
+ * them. NULL (the error logged, nothing changed) when either fails; else
+ * *fresh is the new configuration, for the input's own live settings (the
+ * HTTP tokens). st_ingest_reload_end applies (commit) or drops the reload:
+ * log.level, then the canaries, which every lane's executors take before
+ * their next batch; a line in a batch already taken is redacted with the
+ * canaries it started with. Returns 0, or -1 (nothing applied, logged).
+ * @locality the input's main loop; @locks the canaries' own */
+struct st_reload_txn *st_ingest_reload_begin(struct st_ingest *in,
+                                             const struct st_collector_conf **fresh);
+int st_ingest_reload_end(struct st_ingest *in, struct st_reload_txn *t, int commit);
+/* Both, for an input with no live setting of its own. */
+void st_ingest_reload(struct st_ingest *in);
 
 /* Brings the redaction counters of the metrics up to date. */
 void st_ingest_sync_metrics(struct st_ingest *in);

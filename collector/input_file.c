@@ -21,6 +21,9 @@ int st_input_file(FILE *f, struct st_ingest *in, volatile sig_atomic_t *stop)
     int too_long, r = 0, rc = 0;
 
     while (!*stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0) {
+        /* SIGHUP: log.level now; the canaries when no batch is in flight (a
+         * file read through without a pause keeps those it started with) */
+        st_ingest_reload(in);
         if (st_ingest_add(in, line, len, too_long) < 0) {
             rc = -1;
             break;
@@ -70,6 +73,7 @@ int st_input_follow(const char *path, struct st_ingest *in, volatile sig_atomic_
     }
     st_info("following \"%s\" (checkpoint \"%s\")", path, ckpt);
     while (!*stop) {
+        st_ingest_reload(in); /* SIGHUP: the canaries apply from the next batch */
         int r = st_tail_next(t, &line, &len, &too_long);
         if (r < 0) {
             st_error("could not read \"%s\": %s", path, strerror(errno));

@@ -61,6 +61,17 @@ struct token {
     char *task; /* an fnmatch(3) pattern of task ids, or NULL: any */
 };
 
+/* The tokens in force: immutable once loaded. A reload (SIGHUP) loads a
+ * new table and swaps http.tokens under tokens_mu; each request holds a
+ * reference (refs, guarded by tokens_mu) from its token check to its end
+ * (on_done), so a request in flight finishes with the token it started
+ * with, and the last reference frees an old table. */
+struct tokens {
+    int refs;
+    struct token *v;
+    size_t n;
+};
+
 /* One TCP connection, from accept to close: its deadline, checked by
  * reap(). Guarded by http.conns_mu. */
 struct conn {
@@ -80,8 +91,8 @@ struct lane {
 
 struct http {
     struct st_ingest *in; /* the caller's: conf, producer, metrics */
-    struct token *tokens; /* read-only once loaded */
-    size_t ntokens;
+    pthread_mutex_t tokens_mu;
+    struct tokens *tokens; /* the table in force; guarded by tokens_mu */
     struct lane *lanes;
     int nlanes;
     pthread_mutex_t lanes_mu;
@@ -95,6 +106,7 @@ struct http {
 
 struct request {
     struct st_buf body;
+    struct tokens *table; /* a reference: tok is one of its tokens */
     const struct token *tok;
     int64_t deadline; /* the whole body must be in by then */
     int too_big;
@@ -108,14 +120,40 @@ struct answer {
     long listed, max;
 };
 
-static int load_tokens(struct http *h, const char *path)
+static void tokens_free(struct tokens *t)
+{
+    for (size_t i = 0; t && i < t->n; i++) {
+        free(t->v[i].token);
+        free(t->v[i].kind);
+        free(t->v[i].name);
+        free(t->v[i].task);
+    }
+    if (t)
+        free(t->v);
+    free(t);
+}
+
+/* @locality any @locks takes tokens_mu */
+static void tokens_unref(struct http *h, struct tokens *t)
+{
+    pthread_mutex_lock(&h->tokens_mu);
+    int last = --t->refs == 0;
+    pthread_mutex_unlock(&h->tokens_mu);
+    if (last)
+        tokens_free(t);
+}
+
+/* A new table (one reference: the caller's), or NULL, the error logged. */
+static struct tokens *load_tokens(const char *path)
 {
     char line[1024];
     FILE *f = path && *path ? fopen(path, "r") : NULL;
     if (!f) {
         st_error("could not open \"http.tokens_file\" \"%s\"", path ? path : "");
-        return -1;
+        return NULL;
     }
+    struct tokens *h = st_calloc(1, sizeof(*h));
+    h->refs = 1;
     while (fgets(line, sizeof(line), f)) {
         char tok[512], kind[32], name[257], task[257];
         int n = line[0] == '#' ? 0
@@ -124,29 +162,70 @@ static int load_tokens(struct http *h, const char *path)
             continue;
         if (n == 4 && task[0] == '#') /* a comment after the source */
             n = 3;
-        h->tokens = st_realloc(h->tokens, (h->ntokens + 1) * sizeof(*h->tokens));
-        h->tokens[h->ntokens].token = st_strdup(tok);
-        h->tokens[h->ntokens].kind = st_strdup(kind);
-        h->tokens[h->ntokens].name = st_strdup(name);
-        h->tokens[h->ntokens].task = n == 4 ? st_strdup(task) : NULL;
-        h->ntokens++;
+        h->v = st_realloc(h->v, (h->n + 1) * sizeof(*h->v));
+        h->v[h->n].token = st_strdup(tok);
+        h->v[h->n].kind = st_strdup(kind);
+        h->v[h->n].name = st_strdup(name);
+        h->v[h->n].task = n == 4 ? st_strdup(task) : NULL;
+        h->n++;
     }
     fclose(f);
-    return h->ntokens ? 0 : -1;
+    if (!h->n) {
+        st_error("\"http.tokens_file\" \"%s\" holds no token", path);
+        tokens_free(h);
+        return NULL;
+    }
+    return h;
 }
 
-/* Compares in constant time, so the answer's timing leaks no prefix. */
-static const struct token *find_token(const struct http *h, const char *auth)
+/* The token of auth in the table in force, with a reference to that table
+ * in *table (NULL, no reference, when unknown). Compares in constant time,
+ * so the answer's timing leaks no prefix.
+ * @locality a connection's thread @locks takes tokens_mu */
+static const struct token *find_token(struct http *h, const char *auth,
+                                      struct tokens **table)
 {
+    *table = NULL;
     if (!auth || strncmp(auth, "Bearer ", 7) != 0)
         return NULL;
+    pthread_mutex_lock(&h->tokens_mu);
+    struct tokens *tt = h->tokens;
+    tt->refs++;
+    pthread_mutex_unlock(&h->tokens_mu);
     const char *t = auth + 7;
     size_t n = strlen(t);
     const struct token *found = NULL;
-    for (size_t i = 0; i < h->ntokens; i++)
-        if (strlen(h->tokens[i].token) == n && CRYPTO_memcmp(h->tokens[i].token, t, n) == 0)
-            found = &h->tokens[i];
+    for (size_t i = 0; i < tt->n; i++)
+        if (strlen(tt->v[i].token) == n && CRYPTO_memcmp(tt->v[i].token, t, n) == 0)
+            found = &tt->v[i];
+    if (found)
+        *table = tt;
+    else
+        tokens_unref(h, tt);
     return found;
+}
+
+/* SIGHUP: the configuration again, new tokens for new requests (the
+ * canaries and log.level are ingest.c's). A file that cannot be read
+ * keeps every setting. @locality the listener's loop (main thread) */
+static void reload(struct http *h)
+{
+    const struct st_collector_conf *fresh;
+    struct st_reload_txn *t = st_ingest_reload_begin(h->in, &fresh);
+    if (!t)
+        return;
+    struct tokens *nt = load_tokens(fresh->http_tokens_file);
+    if (st_ingest_reload_end(h->in, t, nt != NULL) || !nt) {
+        if (nt)
+            tokens_free(nt);
+        return;
+    }
+    pthread_mutex_lock(&h->tokens_mu);
+    struct tokens *old = h->tokens;
+    h->tokens = nt;
+    pthread_mutex_unlock(&h->tokens_mu);
+    st_info("reload: %zu source token(s) for new requests", nt->n);
+    tokens_unref(h, old);
 }
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *body,
@@ -416,22 +495,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return reply(c, 404, "{\"error\":\"not found: POST /v1/events\"}", 0);
         if (strcmp(method, "POST") != 0)
             return reply(c, 405, "{\"error\":\"use POST\"}", 0);
+        struct tokens *table;
         const struct token *tok = find_token(
-            h, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"));
+            h, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), &table);
         if (!tok)
             return reply(c, 401, "{\"error\":\"missing or unknown bearer token\"}", 0);
-        if (st_producer_full(h->in->prod))
-            return reply(c, 503, "{\"error\":\"the spool is full: Kafka is behind\"}", 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > max)
-            return reply(c, 413, "{\"error\":\"body larger than http.max_body_bytes\"}", 0);
         int gz = encoding(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding"));
-        if (gz < 0)
+        int full = st_producer_full(h->in->prod), big = cl && strtoull(cl, NULL, 10) > max;
+        if (full || big || gz < 0) {
+            tokens_unref(h, table); /* answered now: the request holds none */
+            if (full)
+                return reply(c, 503, "{\"error\":\"the spool is full: Kafka is behind\"}",
+                             1);
+            if (big)
+                return reply(c, 413, "{\"error\":\"body larger than http.max_body_bytes\"}",
+                             0);
             return reply(c, 415,
                          "{\"error\":\"unsupported Content-Encoding: gzip, x-gzip or none\"}",
                          0);
+        }
         rq = st_calloc(1, sizeof(*rq));
         st_buf_init(&rq->body);
+        rq->table = table;
         rq->tok = tok;
         rq->gzip = gz;
         rq->deadline = st_time_mono_ms() + conf->http_request_ms;
@@ -468,6 +554,7 @@ static void on_done(void *cls, struct MHD_Connection *c, void **state,
     if (!rq)
         return;
     st_buf_fini(&rq->body);
+    tokens_unref(h, rq->table);
     free(rq);
     *state = NULL;
 }
@@ -551,7 +638,8 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
     pthread_mutex_init(&h.lanes_mu, NULL);
     pthread_cond_init(&h.lane_free, NULL);
     pthread_mutex_init(&h.conns_mu, NULL);
-    if (load_tokens(&h, conf->http_tokens_file))
+    pthread_mutex_init(&h.tokens_mu, NULL);
+    if (!(h.tokens = load_tokens(conf->http_tokens_file)))
         goto out;
     if (sscanf(conf->http_listen, "%63[^:]:%d", host, &port) != 2 || port <= 0 ||
         port > 65535) {
@@ -609,8 +697,9 @@ int st_input_http(struct st_ingest *in, volatile sig_atomic_t *stop)
     }
     st_info("listening on %s://%s/v1/events (%zu source token(s), %d request(s) at "
             "once, %" PRId64 " connections)",
-            tls.flags ? "https" : "http", conf->http_listen, h.ntokens, h.nlanes, conf->http_max_conns);
+            tls.flags ? "https" : "http", conf->http_listen, h.tokens->n, h.nlanes, conf->http_max_conns);
     while (!*stop) {
+        reload(&h);
         st_producer_poll(in->prod);
         reap(&h);
         usleep(100000);
@@ -630,13 +719,8 @@ out:
         free(l->synced);
     }
     free(h.lanes);
-    for (size_t i = 0; i < h.ntokens; i++) {
-        free(h.tokens[i].token);
-        free(h.tokens[i].kind);
-        free(h.tokens[i].name);
-        free(h.tokens[i].task);
-    }
-    free(h.tokens);
+    tokens_free(h.tokens); /* every request is over: the last reference */
+    pthread_mutex_destroy(&h.tokens_mu);
     pthread_mutex_destroy(&h.lanes_mu);
     pthread_cond_destroy(&h.lane_free);
     pthread_mutex_destroy(&h.conns_mu);

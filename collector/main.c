@@ -182,11 +182,62 @@ static const struct st_conf_prop collector_props[] = {
     {NULL},
 };
 
-static volatile sig_atomic_t stop;
+static volatile sig_atomic_t stop, hup;
 
 static void on_signal(int sig)
 {
-    stop = 1;
+    if (sig == SIGHUP)
+        hup = 1; /* the input's loop reloads (ingest.h: st_reload) */
+    else
+        stop = 1;
+}
+
+/* What start-up loaded the configuration from, kept for a reload: written
+ * once by main before any signal is handled, then read by the main thread
+ * only. */
+static struct {
+    const char *config_file, *listen_at;
+    char **sets;
+    int nsets;
+} origin;
+
+/* The properties a reload applies live (the inputs, ingest.c, log.c). */
+static const char *const live_props[] = {"http.tokens_file", "redact.canaries_file",
+                                         "log.level", NULL};
+
+/* st_reload.load: the configuration read again the way start-up read it;
+ * every other property that differs is logged as needing a restart.
+ * @locality the input's main loop */
+static struct st_collector_conf *reload_load(const struct st_collector_conf *running)
+{
+    char errstr[512];
+    struct st_collector_conf *fresh = st_calloc(1, sizeof(*fresh));
+    if (st_conf_load(collector_props, fresh, origin.config_file, origin.sets, origin.nsets,
+                     st_kafka_props_parse, &fresh->kafka, errstr, sizeof(errstr)) ||
+        (origin.listen_at && st_conf_set(collector_props, fresh, "http.listen",
+                                         origin.listen_at, errstr, sizeof(errstr)))) {
+        st_error("reload: %s", errstr);
+        st_kafka_props_fini(&fresh->kafka);
+        st_conf_fini(collector_props, fresh);
+        free(fresh);
+        return NULL;
+    }
+    st_conf_report_fixed(collector_props, running, fresh, live_props);
+    int kafka_same = running->kafka.n == fresh->kafka.n;
+    for (size_t i = 0; kafka_same && i < fresh->kafka.n; i++)
+        kafka_same = !strcmp(running->kafka.names[i], fresh->kafka.names[i]) &&
+                     !strcmp(running->kafka.values[i], fresh->kafka.values[i]);
+    if (!kafka_same)
+        st_warn("reload: cannot change while running: " ST_KAFKA_PREFIX "* (restart to "
+                "apply)");
+    return fresh;
+}
+
+static void reload_release(struct st_collector_conf *fresh)
+{
+    st_kafka_props_fini(&fresh->kafka);
+    st_conf_fini(collector_props, fresh);
+    free(fresh);
 }
 
 static void usage(FILE *out)
@@ -280,8 +331,10 @@ int main(int argc, char **argv)
     if (st_conf_load(collector_props, &conf, config_file, sets, nsets, st_kafka_props_parse,
                      &conf.kafka, errstr, sizeof(errstr)))
         goto conf_error;
-    free(sets);
-    sets = NULL;
+    origin.config_file = config_file;
+    origin.listen_at = listen_at;
+    origin.sets = sets; /* freed at exit: a reload reads them again */
+    origin.nsets = nsets;
     if (st_log_configure(conf.log_level, conf.log_format, errstr, sizeof(errstr)))
         goto conf_error;
     if (listen_at && st_conf_set(collector_props, &conf, "http.listen", listen_at, errstr,
@@ -301,6 +354,7 @@ int main(int argc, char **argv)
     FILE *in = !input ? NULL : strcmp(input, "-") == 0 ? stdin : fopen(input, "rb");
     if (input && !in) {
         st_error("could not open input \"%s\": %s", input, strerror(errno));
+        free(sets);
         st_kafka_props_fini(&conf.kafka);
         st_conf_fini(collector_props, &conf);
         return 66;
@@ -311,6 +365,7 @@ int main(int argc, char **argv)
                 conf.fault_rule_off);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
 
     struct st_metrics *metrics = st_metrics_new();
     struct st_ingest ing;
@@ -346,6 +401,8 @@ int main(int argc, char **argv)
         goto out;
     }
     ing.prod = prod;
+    static const struct st_reload reload = {&hup, reload_load, reload_release};
+    ing.reload = &reload;
     st_producer_set_input(prod, ing.input_name);
     st_producer_set_stop(prod, &stop);
     st_producer_set_disk_wait(prod, !listen_at); /* HTTP: 503, come back later */
@@ -381,6 +438,7 @@ int main(int argc, char **argv)
     else
         status = 0;
 out:
+    free(sets);
     if (in && in != stdin)
         fclose(in);
     st_kafka_props_fini(&conf.kafka);

@@ -272,6 +272,38 @@ void st_conf_hash(const struct st_conf_prop *props, const void *conf,
     snprintf(out, 17, "%016" PRIx64, h);
 }
 
+int st_conf_report_fixed(const struct st_conf_prop *props, const void *running,
+                         const void *fresh, const char *const *live)
+{
+    int n = 0;
+    for (const struct st_conf_prop *p = props; p->name; p++) {
+        int is_live = 0;
+        for (const char *const *l = live; l && *l && !is_live; l++)
+            is_live = strcmp(*l, p->name) == 0;
+        const char *a = (const char *)running + p->offset;
+        const char *b = (const char *)fresh + p->offset;
+        int differs = 0;
+        switch (p->type) {
+        case ST_CONF_STR: {
+            const char *x = *(char *const *)a, *y = *(char *const *)b;
+            differs = (!x != !y) || (x && strcmp(x, y) != 0);
+            break;
+        }
+        case ST_CONF_INT:
+            differs = *(const int64_t *)a != *(const int64_t *)b;
+            break;
+        case ST_CONF_BOOL:
+            differs = *(const int *)a != *(const int *)b;
+            break;
+        }
+        if (differs && !is_live) {
+            st_warn("reload: cannot change while running: %s (restart to apply)", p->name);
+            n++;
+        }
+    }
+    return n;
+}
+
 int st_conf_load(const struct st_conf_prop *props, void *conf, const char *config_file,
                  char *const *args, int n, st_conf_extra_fn extra, void *arg,
                  char *errstr, size_t errsz)

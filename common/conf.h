@@ -69,6 +69,13 @@ int st_conf_load(const struct st_conf_prop *props, void *conf, const char *confi
                  char *const *args, int n, st_conf_extra_fn extra, void *arg,
                  char *errstr, size_t errsz);
 
+/* Reload: logs "cannot change while running: NAME (restart to apply)" for
+ * each property whose value differs between running and fresh (both
+ * loaded from props) and whose name is not in live (NULL-terminated; the
+ * properties the caller applies live). Returns how many. */
+int st_conf_report_fixed(const struct st_conf_prop *props, const void *running,
+                         const void *fresh, const char *const *live);
+
 /* Parses a "name=value" argument (as given to -X). */
 int st_conf_set_arg(const struct st_conf_prop *props, void *conf,
                     const char *arg, char *errstr, size_t errsz);

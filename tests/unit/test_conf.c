@@ -79,6 +79,25 @@ START_TEST(conf_refuses_unknown_keys_and_bad_values)
 }
 END_TEST
 
+START_TEST(conf_report_fixed_names_only_changed_properties_not_live)
+{
+    struct tconf a = {0}, b = {0};
+    char err[256];
+    static const char *const live[] = {"x.name", NULL};
+    ck_assert_int_eq(st_conf_defaults(props, &a, err, sizeof(err)), 0);
+    ck_assert_int_eq(st_conf_defaults(props, &b, err, sizeof(err)), 0);
+    ck_assert_int_eq(st_conf_report_fixed(props, &a, &b, live), 0);
+    ck_assert_int_eq(st_conf_set(props, &b, "x.name", "other", err, sizeof(err)), 0);
+    ck_assert_int_eq(st_conf_report_fixed(props, &a, &b, live), 0); /* live */
+    ck_assert_int_eq(st_conf_report_fixed(props, &a, &b, NULL), 1);
+    ck_assert_int_eq(st_conf_set(props, &b, "x.count", "11", err, sizeof(err)), 0);
+    ck_assert_int_eq(st_conf_set(props, &b, "x.flag", "true", err, sizeof(err)), 0);
+    ck_assert_int_eq(st_conf_report_fixed(props, &a, &b, live), 2);
+    st_conf_fini(props, &a);
+    st_conf_fini(props, &b);
+}
+END_TEST
+
 START_TEST(conf_hash_follows_only_prefixed_values)
 {
     struct tconf c = {0};
@@ -102,6 +121,7 @@ int main(void)
     tcase_add_test(tc, conf_defaults_env_file_and_args_in_order);
     tcase_add_test(tc, conf_refuses_unknown_keys_and_bad_values);
     tcase_add_test(tc, conf_hash_follows_only_prefixed_values);
+    tcase_add_test(tc, conf_report_fixed_names_only_changed_properties_not_live);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
