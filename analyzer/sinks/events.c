@@ -155,7 +155,7 @@ static void note_day(struct events_part *p, int64_t ts_us)
     if ((p->ndays || p->nknown) && d == p->last_day)
         return;
     p->last_day = d;
-    if (bsearch(&d, p->known, p->nknown, sizeof(d), cmp_day))
+    if (p->nknown && bsearch(&d, p->known, p->nknown, sizeof(d), cmp_day))
         return;
     for (size_t i = 0; i < p->ndays; i++)
         if (p->days[i] == d)
