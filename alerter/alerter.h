@@ -23,6 +23,7 @@ struct st_webhook_conf {
 struct st_alerter_conf {
     char *pg_dsn;
     char *redis_url;
+    char *redis_password_file;
     char *redis_prefix;
     char *metrics_listen;
     char *sql_dir;           /* sql.dir: the migrations this release knows */

@@ -44,6 +44,10 @@ static const struct st_conf_prop alerter_props[] = {
      "PostgreSQL holding findings and the notification outbox (libpq)"},
     {"redis.url", "SANDTRAIL_REDIS_URL", ST_CONF_STR, A(redis_url), 0, 0,
      "redis://127.0.0.1:16380/0", "Redis holding the throttle windows shared by all alerters"},
+    {"redis.password_file", "SANDTRAIL_REDIS_PASSWORD_FILE", ST_CONF_STR,
+     A(redis_password_file), 0, 0, NULL,
+     "file holding the Redis password, read at start; takes precedence over the "
+     "URL's (redis://[user[:password]@]host:port[/db], an ACL user)"},
     {"redis.prefix", "SANDTRAIL_REDIS_PREFIX", ST_CONF_STR, A(redis_prefix), 0, 0, "st:",
      "prefix of every Redis key the alerter writes"},
     {"metrics.listen", "SANDTRAIL_ALERTER_METRICS", ST_CONF_STR, A(metrics_listen), 0, 0,

@@ -8,12 +8,12 @@
 #include <hiredis/hiredis.h>
 
 #include "log.h"
+#include "redisconn.h"
 #include "throttle.h"
 #include "timeutil.h"
 
 struct st_throttle {
-    char host[256];
-    int port, db;
+    struct st_redis_target target; /* where, and the login (redisconn.h) */
     char *prefix;
     int64_t max, window_s;
     redisContext *rc;
@@ -24,19 +24,23 @@ struct st_throttle *st_throttle_new(const struct st_alerter_conf *conf, char *er
                                     size_t errsz)
 {
     struct st_throttle *t = st_calloc(1, sizeof(*t));
-    const char *u = conf->redis_url;
-    int n = 0;
-    t->port = 6379;
-    if (strncmp(u, "redis://", 8) == 0)
-        u += 8;
-    if (sscanf(u, "%255[^:/@]%n", t->host, &n) != 1 ||
-        (u[n] == ':' && sscanf(u + n, ":%d", &t->port) != 1) ||
-        (strchr(u, '/') && sscanf(strchr(u, '/'), "/%d", &t->db) != 1) ||
-        t->port <= 0 || t->port > 65535) {
-        snprintf(errstr, errsz, "invalid Redis URL \"%s\": expected redis://host:port[/db]",
-                 conf->redis_url);
+    if (st_redis_target_parse(&t->target, conf->redis_url, conf->redis_password_file,
+                              errstr, errsz)) {
         free(t);
         return NULL;
+    }
+    /* a refused login is a configuration error and stops start-up; a
+     * Redis that is down only means no throttling until it is back */
+    int refused = 0;
+    t->rc = st_redis_connect(&t->target, 2000, &refused, errstr, errsz);
+    if (!t->rc && refused) {
+        st_redis_target_fini(&t->target);
+        free(t);
+        return NULL;
+    }
+    if (!t->rc) {
+        st_warn("%s: not throttling until it is back", errstr);
+        t->warned = 1;
     }
     t->prefix = st_strdup(conf->redis_prefix);
     t->max = conf->throttle_max;
@@ -50,6 +54,7 @@ void st_throttle_destroy(struct st_throttle *t)
         return;
     if (t->rc)
         redisFree(t->rc);
+    st_redis_target_fini(&t->target);
     free(t->prefix);
     free(t);
 }
@@ -60,24 +65,13 @@ static redisContext *connected(struct st_throttle *t)
         return t->rc;
     if (t->rc)
         redisFree(t->rc);
-    struct timeval tv = {2, 0};
-    t->rc = redisConnectWithTimeout(t->host, t->port, tv);
-    if (t->rc && !t->rc->err) {
-        redisSetTimeout(t->rc, tv);
-        redisReply *r = t->db ? redisCommand(t->rc, "SELECT %d", t->db) : NULL;
-        int ok = !t->db || (r && r->type != REDIS_REPLY_ERROR);
-        if (r)
-            freeReplyObject(r);
-        if (ok)
-            return t->rc;
-    }
-    if (!t->warned)
-        st_warn("could not reach Redis at \"%s:%d\": not throttling until it is back",
-                t->host, t->port);
-    t->warned = 1;
+    char errstr[512];
+    t->rc = st_redis_connect(&t->target, 2000, NULL, errstr, sizeof(errstr));
     if (t->rc)
-        redisFree(t->rc);
-    t->rc = NULL;
+        return t->rc;
+    if (!t->warned)
+        st_warn("%s: not throttling until it is back", errstr);
+    t->warned = 1;
     return NULL;
 }
 

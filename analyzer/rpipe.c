@@ -5,17 +5,9 @@
 
 #include <openssl/sha.h>
 
-#include "conf.h"
 #include "log.h"
+#include "redisconn.h"
 #include "rpipe.h"
-
-/* Frees a secret after overwriting it. Accepts NULL. */
-static void secret_free(char *secret)
-{
-    if (secret)
-        explicit_bzero(secret, strlen(secret));
-    free(secret);
-}
 
 struct pending {
     st_rpipe_cb cb;
@@ -31,11 +23,7 @@ struct st_rpipe {
     redisContext *rc;
     struct script scripts[16];
     int nscripts;
-    char *host;
-    char *user;     /* ACL user, or NULL for the default user */
-    char *password; /* NULL: no AUTH sent; wiped when freed */
-    int port;
-    int db;
+    struct st_redis_target target; /* where, and the login (redisconn.h) */
     /* Commands are formatted when queued and written at exec time. */
     char **cmds;
     size_t *cmdlens;
@@ -43,131 +31,12 @@ struct st_rpipe {
     size_t n, cap;
 };
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* Percent-decodes n bytes of s (a password may hold '@', ':' or '/'). */
-static char *url_decode(const char *s, size_t n)
-{
-    char *out = st_malloc(n + 1), *o = out;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-            *o++ = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
-            i += 2;
-        } else {
-            *o++ = s[i];
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
-/* The URL as it may be logged: the password replaced by "***". */
-static void url_shown(const char *url, char *out, size_t outsz)
-{
-    const char *at = strrchr(url, '@'), *s = url;
-    if (strncmp(s, "redis://", 8) == 0)
-        s += 8;
-    const char *colon = at ? memchr(s, ':', (size_t)(at - s)) : NULL;
-    if (colon)
-        snprintf(out, outsz, "%.*s:***%s", (int)(colon - url), url, at);
-    else
-        snprintf(out, outsz, "%s", url);
-}
-
-static int parse_url(struct st_rpipe *p, const char *url, char *errstr, size_t errsz)
-{
-    char shown[512];
-    const char *s = url;
-    url_shown(url, shown, sizeof(shown));
-    if (strncmp(s, "redis://", 8) == 0)
-        s += 8;
-    /* redis://[user[:password]@]host[:port][/db]; the last '@' ends the
-     * credentials (an unencoded '@' in a password is then still read) */
-    const char *at = strrchr(s, '@');
-    if (at) {
-        const char *colon = memchr(s, ':', (size_t)(at - s));
-        size_t ulen = colon ? (size_t)(colon - s) : (size_t)(at - s);
-        if (ulen)
-            p->user = url_decode(s, ulen);
-        if (colon)
-            p->password = url_decode(colon + 1, (size_t)(at - colon - 1));
-        s = at + 1;
-    }
-    const char *colon = strchr(s, ':'), *slash = strchr(s, '/');
-    size_t hostlen = colon ? (size_t)(colon - s) : slash ? (size_t)(slash - s) : strlen(s);
-    if (hostlen == 0) {
-        snprintf(errstr, errsz,
-                 "invalid Redis URL \"%s\": expected redis://[user:password@]host:port[/db]",
-                 shown);
-        return -1;
-    }
-    p->host = st_strndup(s, hostlen);
-    p->port = colon ? atoi(colon + 1) : 6379;
-    p->db = slash ? atoi(slash + 1) : 0;
-    if (p->port <= 0 || p->port > 65535) {
-        snprintf(errstr, errsz, "invalid Redis URL \"%s\": bad port", shown);
-        return -1;
-    }
-    return 0;
-}
-
-/* Reads the password of redis.password_file: one line, its newline dropped. */
-static int read_password(struct st_rpipe *p, const char *path, char *errstr, size_t errsz)
-{
-    char buf[1024];
-    if (st_conf_read_secret("redis.password_file", path, buf, sizeof(buf), errstr, errsz))
-        return -1;
-    secret_free(p->password);
-    p->password = st_strdup(buf);
-    explicit_bzero(buf, sizeof(buf));
-    return 0;
-}
-
-/* AUTH (ACL user or the default user), or PING without a password: a
- * refused login, or a server that wants one, stops here and not at the
- * first batch. */
-static int rpipe_auth(struct st_rpipe *p, char *errstr, size_t errsz)
-{
-    const char *argv[3] = {"AUTH", p->user ? p->user : p->password, p->password};
-    int argc = p->user ? 3 : 2;
-    char who[300];
-    if (p->password)
-        snprintf(who, sizeof(who), "could not log in to Redis at \"%s:%d\" as user \"%s\"",
-                 p->host, p->port, p->user ? p->user : "default");
-    else
-        snprintf(who, sizeof(who), "could not use Redis at \"%s:%d\" without a login",
-                 p->host, p->port);
-    redisReply *r = p->password ? redisCommandArgv(p->rc, argc, argv, NULL)
-                                : redisCommand(p->rc, "PING");
-    int ok = r && r->type != REDIS_REPLY_ERROR;
-    if (!ok)
-        snprintf(errstr, errsz, "%s: %s", who,
-                 r ? r->str : p->rc->err ? p->rc->errstr : "connection lost");
-    if (r)
-        freeReplyObject(r);
-    return ok ? 0 : -1;
-}
-
 static int rpipe_connect(struct st_rpipe *p, char *errstr, size_t errsz)
 {
-    struct timeval tv = {5, 0};
     if (p->rc)
         redisFree(p->rc);
-    p->rc = redisConnectWithTimeout(p->host, p->port, tv);
-    if (!p->rc || p->rc->err) {
-        snprintf(errstr, errsz, "could not connect to Redis at \"%s:%d\": %s", p->host,
-                 p->port, p->rc ? p->rc->errstr : "out of memory");
-        goto fail;
-    }
-    redisSetTimeout(p->rc, tv);
-    if (rpipe_auth(p, errstr, errsz))
-        goto fail;
+    if (!(p->rc = st_redis_connect(&p->target, 5000, NULL, errstr, errsz)))
+        return -1;
     /* a restarted Redis has forgotten them: load before any EVALSHA */
     for (int i = 0; i < p->nscripts; i++) {
         redisReply *r = redisCommand(p->rc, "SCRIPT LOAD %s", p->scripts[i].body);
@@ -176,35 +45,20 @@ static int rpipe_connect(struct st_rpipe *p, char *errstr, size_t errsz)
             freeReplyObject(r);
         if (!ok) {
             snprintf(errstr, errsz, "could not load a script into Redis at \"%s:%d\"",
-                     p->host, p->port);
-            goto fail;
-        }
-    }
-    if (p->db) {
-        redisReply *r = redisCommand(p->rc, "SELECT %d", p->db);
-        int ok = r && r->type != REDIS_REPLY_ERROR;
-        if (r)
-            freeReplyObject(r);
-        if (!ok) {
-            snprintf(errstr, errsz, "could not select Redis database %d", p->db);
-            goto fail;
+                     p->target.host, p->target.port);
+            redisFree(p->rc);
+            p->rc = NULL;
+            return -1;
         }
     }
     return 0;
-fail:
-    if (p->rc)
-        redisFree(p->rc);
-    p->rc = NULL;
-    return -1;
 }
 
 struct st_rpipe *st_rpipe_new(const char *url, const char *password_file, char *errstr,
                               size_t errsz)
 {
     struct st_rpipe *p = st_calloc(1, sizeof(*p));
-    if (parse_url(p, url, errstr, errsz) ||
-        (password_file && *password_file &&
-         read_password(p, password_file, errstr, errsz)) ||
+    if (st_redis_target_parse(&p->target, url, password_file, errstr, errsz) ||
         rpipe_connect(p, errstr, errsz)) {
         st_rpipe_destroy(p);
         return NULL;
@@ -222,9 +76,7 @@ void st_rpipe_destroy(struct st_rpipe *p)
     free(p->cmds);
     free(p->cmdlens);
     free(p->pend);
-    free(p->host);
-    free(p->user);
-    secret_free(p->password);
+    st_redis_target_fini(&p->target);
     free(p);
 }
 
@@ -334,7 +186,7 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
     rc = 0;
     goto out;
 conn_error:
-    snprintf(errstr, errsz, "Redis at \"%s:%d\": %s", p->host, p->port,
+    snprintf(errstr, errsz, "Redis at \"%s:%d\": %s", p->target.host, p->target.port,
              p->rc && p->rc->err ? p->rc->errstr : "connection lost");
     redisFree(p->rc);
     p->rc = NULL;

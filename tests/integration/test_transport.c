@@ -130,6 +130,12 @@ START_TEST(transport_redis_acl_user_through_tls_tunnel)
     ck_assert_int_eq(value(out, "tunnel_refused_ca"), 1);
     /* the password of a URL is masked in messages */
     ck_refused(out, "bad_url", 1);
+    /* the alerter logs in the same ways, and is refused the same way */
+    ck_assert_int_eq(value(out, "alerter_login_status"), 0);
+    ck_assert_int_eq(value(out, "alerter_unthrottled"), 0);
+    ck_assert_int_eq(value(out, "alerter_url_password_status"), 0);
+    ck_assert_int_eq(value(out, "alerter_url_unthrottled"), 0);
+    ck_refused(out, "alerter_wrong_password", 1);
     ck_assert_int_eq(value(out, "password_logged"), 0);
     free(out);
     transport_done("redis");

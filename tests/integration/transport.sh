@@ -184,6 +184,19 @@ redis)
     grep -q "certificate verify failed" "$dir/stunnel-wrong-ca.log" &&
         echo "tunnel_refused_ca=1" || echo "tunnel_refused_ca=0"
     run bad_url "bad port" "$analyzer" --drain -X redis.url="redis://sandtrail:$rpw@127.0.0.1:0/0"
+    # the alerter's throttle logs in the same way (redis.password_file or
+    # the URL's user:password), and a refused login stops it at start
+    alerter=$bin/alerter/sandtrail-alerter
+    hook=(-X alert.webhook.url=http://127.0.0.1:9/hook -X alert.retry.max_attempts=1)
+    run alerter_login "" "$alerter" --drain "${hook[@]}" \
+        -X redis.url=redis://sandtrail@127.0.0.1:$cport/0 \
+        -X redis.password_file="$dir/redis.password"
+    echo "alerter_unthrottled=$(grep -c "not throttling" "$dir/alerter_login.log")"
+    run alerter_url_password "" "$alerter" --drain "${hook[@]}" \
+        -X redis.url="redis://sandtrail:$rpw@127.0.0.1:$cport/0"
+    echo "alerter_url_unthrottled=$(grep -c "not throttling" "$dir/alerter_url_password.log")"
+    run alerter_wrong_password "WRONGPASS" "$alerter" --drain "${hook[@]}" \
+        -X redis.url="redis://sandtrail:not-$rpw@127.0.0.1:$cport/0"
     echo "password_logged=$(cat "$dir"/*.log | grep -cF -e "$rpw")"
     ;;
 https)
