@@ -290,7 +290,8 @@ START_TEST(integrity_forged_time_stalls_no_commit)
     snprintf(listen, sizeof(listen), "-X metrics.listen=127.0.0.1:%d", port);
     live_start(&w, log, listen);
     int64_t off = -1;
-    for (int i = 0; i < 40 && off < 1; i++) {
+    /* up to 60 s: the suite runs eight tests on two cores */
+    for (int i = 0; i < 240 && off < 1; i++) {
         usleep(250000);
         off = committed(&w);
     }
@@ -324,8 +325,11 @@ START_TEST(integrity_idle_analyzer_holds_no_transaction_open)
     char log[128];
     snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
     live_start(&w, log, "-X detect.lateness_s=1");
+    /* the analyzer makes the tables at start: wait for them (under load
+     * that may take a while), then for the rows */
+    world_wait_table(&w, "events", 60);
     long stored = 0;
-    for (int i = 0; i < 60 && stored < 2; i++) {
+    for (int i = 0; i < 240 && stored < 2; i++) {
         usleep(250000);
         stored = count(&w, "SELECT count(*) FROM events");
     }

@@ -101,6 +101,21 @@ char *rows(const char *dsn, const char *sql)
     return b.data;
 }
 
+void world_wait_table(const struct world *w, const char *table, int seconds)
+{
+    char sql[200];
+    snprintf(sql, sizeof(sql), "SELECT to_regclass('public.%s') IS NOT NULL", table);
+    for (int i = 0; i < seconds * 5; i++) {
+        char *r = rows(w->dsn, sql);
+        int there = !strcmp(r, "t\n");
+        free(r);
+        if (there)
+            return;
+        usleep(200000);
+    }
+    ck_abort_msg("table \"%s\" not made in %d s", table, seconds);
+}
+
 /* Reads every message of a topic from the beginning. */
 char *topic_dump(const char *topic, int *count)
 {

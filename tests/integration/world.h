@@ -35,6 +35,10 @@ int run(const struct world *w, const char *group, const char *prefix,
  * frees. */
 char *rows(const char *dsn, const char *sql);
 
+/* Waits up to seconds for the world's database to hold table (a daemon
+ * started in the background migrates it first); fails the test after. */
+void world_wait_table(const struct world *w, const char *table, int seconds);
+
 /* Every message of a topic from the beginning, '\n' after each; *count
  * gets their number. Caller frees. */
 char *topic_dump(const char *topic, int *count);
