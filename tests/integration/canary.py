@@ -28,6 +28,7 @@ import base64
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -39,11 +40,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DATA = os.path.join(ROOT, "tests", "data", "canary")
 FORMATS = ("native", "squid", "smokescreen", "srt", "vault")
 INPUTS = ("file", "follow", "http")
-# ports of our own, so that runs of this test in other checkouts at the same
-# time do not post to each other's collectors
-_PORT = 21000 + (os.getpid() % 4000) * 2
+
+
+def _free_ports(n):
+    """n distinct free ports, the kernel's choice (as free_port.py and
+    world.c do), so that no other test, here or in another checkout, posts
+    to our collectors"""
+    held = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        held.append(s)
+    ports = [s.getsockname()[1] for s in held]
+    for s in held:
+        s.close()
+    return ports
+
+
+_PORT, _METRICS_PORT = _free_ports(2)
 HTTP = "127.0.0.1:%d" % _PORT
-METRICS = "127.0.0.1:%d" % (_PORT + 1)
+METRICS = "127.0.0.1:%d" % _METRICS_PORT
 # the source each format's events claim, for the HTTP tokens
 KIND = {"squid": "proxy", "smokescreen": "proxy", "srt": "sandbox", "vault": "broker"}
 

@@ -42,8 +42,7 @@ PY
 promtool check rules "$tmp/check.yml" >/dev/null || fail "a dashboard expression does not parse"
 
 # --- 2. every metric named is exported by a live program
-base=$((20000 + $$ % 20000))
-cport=$base aport=$((base + 1)) lport=$((base + 2))
+read -r cport aport lport < <(python3 "$root/tests/integration/free_port.py" 3)
 log=$tmp/source.log
 {
     for i in $(seq 1 20); do

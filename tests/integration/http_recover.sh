@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One message failed for good, then Kafka back, for test_http_abuse: a Kafka
-# broker of the test's own (127.0.0.1:19282, stopped and started by
+# broker of the test's own (on free ports, stopped and started by
 # scripts/services, leaving the shared broker alone) and
 # sandtrail-collector --listen without a spool, kafka.delivery.timeout.ms
 # 3000. One request while Kafka is up, one while it is down (its messages
@@ -10,13 +10,20 @@
 # prints key=value lines: before, during, after (HTTP codes), tries,
 # after_id (the event id of the request answered after) and in_topic (1
 # when that event is in Kafka)
+# Ports: ST_KAFKA_PORT, ST_KAFKA_CONTROLLER_PORT, ST_HTTP_PORT (the test
+# gives them from world_free_ports), else free ones (free_port.py).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$1
 collector=$2
-export SANDTRAIL_RUN=$dir/run SANDTRAIL_KAFKA_PORT=19282 SANDTRAIL_KAFKA_CONTROLLER_PORT=19283
-brokers=127.0.0.1:19282
-url=http://127.0.0.1:18173/v1/events
+if [ -z "${ST_KAFKA_PORT:-}" ] || [ -z "${ST_KAFKA_CONTROLLER_PORT:-}" ] || [ -z "${ST_HTTP_PORT:-}" ]; then
+    read -r ST_KAFKA_PORT ST_KAFKA_CONTROLLER_PORT ST_HTTP_PORT \
+        < <(python3 "$root/tests/integration/free_port.py" 3)
+fi
+export SANDTRAIL_RUN=$dir/run SANDTRAIL_KAFKA_PORT=$ST_KAFKA_PORT
+export SANDTRAIL_KAFKA_CONTROLLER_PORT=$ST_KAFKA_CONTROLLER_PORT
+brokers=127.0.0.1:$ST_KAFKA_PORT
+url=http://127.0.0.1:$ST_HTTP_PORT/v1/events
 token=recover-token-0123456789
 topic=recover.events
 
@@ -33,7 +40,7 @@ trap cleanup EXIT
 
 svc start kafka
 echo "$token sandbox sbx-recover" >"$dir/tokens"
-"$collector" --listen 127.0.0.1:18173 -X http.tokens_file="$dir/tokens" \
+"$collector" --listen "127.0.0.1:$ST_HTTP_PORT" -X http.tokens_file="$dir/tokens" \
     -X kafka.brokers="$brokers" -X kafka.topic.events=$topic -X kafka.topic.dlq=recover.dlq \
     -X kafka.delivery.timeout.ms=3000 2>"$dir/collector.log" &
 collector_pid=$!

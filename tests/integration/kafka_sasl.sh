@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A Kafka broker of the test's own that accepts only SASL_SSL (SCRAM-SHA-512
-# over TLS) on 127.0.0.1:19292, for test_transport. Certificates come from
+# over TLS) on free ports of 127.0.0.1, for test_transport; the broker's port
+# is written to DIR/kafka/port at start. Certificates come from
 # tls_ca.sh in DIR (PEM keystore and truststore); the users are created at
 # storage format time: "admin" (the broker itself) and "sandtrail" whose
 # password is in DIR/kafka.password.
@@ -10,8 +11,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$1
 libs=${SANDTRAIL_HOME:-$root/.local}/kafka-libs
-port=19292
-ctl=19293
 kd=$dir/kafka
 alive() { [ -f "$kd/pid" ] && kill -0 "$(cat "$kd/pid")" 2>/dev/null; }
 
@@ -29,6 +28,8 @@ start) ;;
 esac
 
 mkdir -p "$kd/data"
+read -r port ctl < <(python3 "$root/tests/integration/free_port.py" 2)
+echo "$port" >"$kd/port"
 [ -s "$dir/kafka.password" ] || echo "sandtrail-$RANDOM$RANDOM" >"$dir/kafka.password"
 admin_pw=admin-$RANDOM$RANDOM
 cat >"$kd/server.properties" <<P

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Kafka outage under load, for test_outage: a Kafka broker of the test's
-# own (127.0.0.1:19192, stopped and started by scripts/services, leaving the
+# own (on free ports, stopped and started by scripts/services, leaving the
 # shared broker alone), sandtrail-collector --listen with a spool in front of
 # it, and N events posted over HTTP by tests/integration/post_events.py at a
 # steady rate. Once a fifth of them is acknowledged the broker is stopped
@@ -11,16 +11,25 @@
 # prints key=value lines: posted, ok, unavailable, conn_errors, rejected,
 # acked_during_outage, spool_bytes_during_outage, messages, distinct,
 # missing, collector_status
+# Ports: ST_KAFKA_PORT, ST_KAFKA_CONTROLLER_PORT, ST_HTTP_PORT,
+# ST_METRICS_PORT (the test gives them from world_free_ports), else free
+# ones (free_port.py).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$1
 collector=$2
 n=${3:-100000}
 outage_s=${4:-30}
-export SANDTRAIL_RUN=$dir/run SANDTRAIL_KAFKA_PORT=19192 SANDTRAIL_KAFKA_CONTROLLER_PORT=19193
-brokers=127.0.0.1:19192
-http=127.0.0.1:18093
-metrics=127.0.0.1:18094
+if [ -z "${ST_KAFKA_PORT:-}" ] || [ -z "${ST_KAFKA_CONTROLLER_PORT:-}" ] ||
+    [ -z "${ST_HTTP_PORT:-}" ] || [ -z "${ST_METRICS_PORT:-}" ]; then
+    read -r ST_KAFKA_PORT ST_KAFKA_CONTROLLER_PORT ST_HTTP_PORT ST_METRICS_PORT \
+        < <(python3 "$root/tests/integration/free_port.py" 4)
+fi
+export SANDTRAIL_RUN=$dir/run SANDTRAIL_KAFKA_PORT=$ST_KAFKA_PORT
+export SANDTRAIL_KAFKA_CONTROLLER_PORT=$ST_KAFKA_CONTROLLER_PORT
+brokers=127.0.0.1:$ST_KAFKA_PORT
+http=127.0.0.1:$ST_HTTP_PORT
+metrics=127.0.0.1:$ST_METRICS_PORT
 topic=outage.events
 token=outage-token-0123456789
 

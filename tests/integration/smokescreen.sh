@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # Real Smokescreen on loopback, for test_smokescreen: an upstream HTTP server
-# on 127.0.0.1:18091, Smokescreen (built by scripts/peers/smokescreen) with
-# the ACL collector/decoders/smokescreen.yaml on 127.0.0.1:14750 as an HTTPS
-# proxy whose clients' roles come from their certificates, allowed, refused
-# and report-mode requests through it with curl, then Smokescreen stopped so
-# that its log is complete.
+# and Smokescreen (built by scripts/peers/smokescreen) with the ACL
+# collector/decoders/smokescreen.yaml as an HTTPS proxy, each on a free port
+# of 127.0.0.1, whose clients' roles come from their certificates, allowed,
+# refused and report-mode requests through it with curl, then Smokescreen
+# stopped so that its log is complete.
 #   smokescreen.sh DIR TOKEN     writes DIR/smokescreen.log
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$1
 token=$2
 smokescreen=$root/.local/bin/smokescreen
-port=14750
-up=18091
+read -r port up < <(python3 "$root/tests/integration/free_port.py" 2)
 
 if [ ! -x "$smokescreen" ]; then
     echo "smokescreen.sh: $smokescreen is missing: run scripts/setup" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Real Squid on loopback, for test_squid: an upstream HTTP server on
-# 127.0.0.1:18090, Squid with collector/decoders/squid.conf on 127.0.0.1:13128,
+# Real Squid on loopback, for test_squid: an upstream HTTP server and Squid
+# with collector/decoders/squid.conf, each on a free port of 127.0.0.1,
 # allowed and refused requests through it with curl, then Squid stopped so
 # that its log is complete.
 #   squid.sh DIR TOKEN     writes DIR/access.json
@@ -8,15 +8,16 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$1
 token=$2
+read -r sport uport < <(python3 "$root/tests/integration/free_port.py" 2)
 rm -rf "$dir"
 mkdir -p "$dir/www"
 echo "hello from loopback" >"$dir/www/index.html"
-sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|13128|g" -e "s|@UPSTREAM_PORT@|18090|g" \
+sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$sport|g" -e "s|@UPSTREAM_PORT@|$uport|g" \
     "$root/collector/decoders/squid.conf" >"$dir/squid.conf"
 # Squid drops root for its own user, which must be able to write here
 chown -R proxy "$dir" 2>/dev/null || true
 
-python3 -m http.server 18090 --bind 127.0.0.1 --directory "$dir/www" \
+python3 -m http.server "$uport" --bind 127.0.0.1 --directory "$dir/www" \
     >"$dir/upstream.log" 2>&1 &
 upstream=$!
 squid -N -f "$dir/squid.conf" >"$dir/squid.out" 2>&1 &
@@ -28,21 +29,21 @@ cleanup()
 }
 trap cleanup EXIT
 for _ in $(seq 1 50); do
-    curl -s -o /dev/null --max-time 1 -x http://127.0.0.1:13128 -H "X-Task-Id: T-PROBE" \
-        http://127.0.0.1:18090/ && break
+    curl -s -o /dev/null --max-time 1 -x http://127.0.0.1:$sport -H "X-Task-Id: T-PROBE" \
+        http://127.0.0.1:$uport/ && break
     sleep 0.2
 done
 
-proxy=(-s -o /dev/null --max-time 5 -x http://127.0.0.1:13128)
+proxy=(-s -o /dev/null --max-time 5 -x http://127.0.0.1:$sport)
 hdr=(-H "X-Task-Id: T-SQ" -H "X-Run-Id: run-sq"
      -H "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-curl "${proxy[@]}" "${hdr[@]}" http://127.0.0.1:18090/index.html              # allowed
+curl "${proxy[@]}" "${hdr[@]}" http://127.0.0.1:$uport/index.html              # allowed
 curl "${proxy[@]}" "${hdr[@]}" http://blocked.invalid/upload                    # not in allowlist
 curl "${proxy[@]}" "${hdr[@]}" http://x.evil.example/                           # blocklist
 # Squid strips query terms from the URL it logs; a token in a logged header
 # is what reaches the collector
-curl "${proxy[@]}" "${hdr[@]}" -A "agent/1.0 $token" http://127.0.0.1:18090/    # allowed, leaks a token
-curl "${proxy[@]}" "${hdr[@]}" -A $'agent\t1.0\x01' http://127.0.0.1:18090/     # control bytes in a header
+curl "${proxy[@]}" "${hdr[@]}" -A "agent/1.0 $token" http://127.0.0.1:$uport/    # allowed, leaks a token
+curl "${proxy[@]}" "${hdr[@]}" -A $'agent\t1.0\x01' http://127.0.0.1:$uport/     # control bytes in a header
 curl "${proxy[@]}" "${hdr[@]}" http://127.0.0.1:22/                             # port not allowed
 
 kill "$squidpid"

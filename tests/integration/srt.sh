@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Anthropic's sandbox runtime (npm @anthropic-ai/sandbox-runtime, through the
 # adapter in collector/adapters/srt), for test_srt: an upstream HTTP server on
-# 127.0.0.1:18092, a policy that allows only that upstream and writes only
+# a free port of 127.0.0.1, a policy that allows only that upstream and writes only
 # under DIR/ws (DIR/ws/protected denied), and five commands of task T-SRT in
 # two runs: an allowed request, two refused requests, two refused writes.
 #   srt.sh DIR TOKEN
@@ -11,7 +11,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$1
 token=$2
-port=18092
+port=$(python3 "$root/tests/integration/free_port.py")
 rm -rf "$dir"
 mkdir -p "$dir/www" "$dir/ws/protected"
 echo "hello from loopback" >"$dir/www/index.html"

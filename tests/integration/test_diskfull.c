@@ -13,9 +13,12 @@
 
 #include "world.h"
 
-#define URL "http://127.0.0.1:18117/v1/events"
+/* Where nothing listens (below the kernel's range for world_free_port):
+ * Kafka out of reach. */
+#define NO_KAFKA "127.0.0.1:19099"
 
 static char dir[128], mnt[160];
+static int port; /* the HTTP collector's, from world_free_port() */
 
 /* A tmpfs of 2 MiB at DIR/mnt; leave_kb left free by a dummy file. */
 static void mount_small_disk(int leave_kb)
@@ -124,7 +127,7 @@ START_TEST(diskfull_restart_replays_before_appending)
     int st = run(&w, w.name, w.name,
                  BIN "/collector/sandtrail-collector --input %s -X spool.registry="
                      " -X spool.dir=%s/spool -X spool.min_free_bytes=0"
-                     " -X kafka.brokers=127.0.0.1:19099 -X kafka.delivery.timeout.ms=1000"
+                     " -X kafka.brokers=" NO_KAFKA " -X kafka.delivery.timeout.ms=1000"
                      " 2>%s/first.log",
                  in1, mnt, dir);
     ck_assert_int_eq(st, 2); /* everything left in the spool */
@@ -156,8 +159,9 @@ static int post(const char *batch, char *headers, size_t hsz)
     char cmd[700];
     snprintf(cmd, sizeof(cmd),
              "curl -s -o /dev/null -D %s/headers -w '%%{http_code}' --max-time 20 -H "
-             "'Authorization: Bearer df-token-0123456789' --data-binary @%s " URL,
-             dir, batch);
+             "'Authorization: Bearer df-token-0123456789' --data-binary @%s "
+             "http://127.0.0.1:%d/v1/events",
+             dir, batch, port);
     char *r = world_sh(cmd);
     int status = atoi(r);
     free(r);
@@ -183,17 +187,19 @@ START_TEST(diskfull_http_answers_503_until_there_is_room)
     snprintf(cmd, sizeof(cmd), "echo 'df-token-0123456789 sandbox sbx' > %s/tokens", dir);
     ck_assert_int_eq(system(cmd), 0);
     fill(100);
+    port = world_free_port();
     ck_assert_int_eq(run(&w, w.name, w.name,
-                         BIN "/collector/sandtrail-collector --listen 127.0.0.1:18117"
+                         BIN "/collector/sandtrail-collector --listen 127.0.0.1:%d"
                              " -X spool.registry= -X http.tokens_file=%s/tokens"
                              " -X spool.dir=%s/spool -X spool.min_free_bytes=0"
-                             " -X kafka.brokers=127.0.0.1:19099 2>%s/collector.log &"
+                             " -X kafka.brokers=" NO_KAFKA " 2>%s/collector.log &"
                              " echo \\$! > %s/pid",
-                         dir, mnt, dir, dir),
+                         port, dir, mnt, dir, dir),
                      0);
     int up = 0;
     for (int i = 0; i < 100 && !up; i++) {
-        char *r = world_sh("curl -s -o /dev/null -w '%{http_code}' -X POST " URL);
+        char *r = world_shf("curl -s -o /dev/null -w '%%{http_code}' -X POST "
+                            "http://127.0.0.1:%d/v1/events", port);
         up = !strcmp(r, "401");
         free(r);
         if (!up)

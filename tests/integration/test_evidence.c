@@ -422,9 +422,10 @@ START_TEST(evidence_report_renders_in_chromium)
     free(out);
     snprintf(cmd, sizeof(cmd),
              "timeout 120 chromium --headless --no-sandbox --disable-gpu"
+             " --user-data-dir=%s/chromium"
              " --no-first-run --disable-extensions --dump-dom file://%s/report.html"
              " 2>/dev/null",
-             dir);
+             dir, dir);
     out = world_sh(cmd);
     ck_assert_msg(strstr(out, "<h1>Evidence: task T-100</h1>") &&
                       strstr(out, "paste.example.net:443"),
@@ -432,9 +433,10 @@ START_TEST(evidence_report_renders_in_chromium)
     free(out);
     snprintf(cmd, sizeof(cmd),
              "cd %s && timeout 120 chromium --headless --no-sandbox --disable-gpu"
+             " --user-data-dir=%s/chromium"
              " --no-first-run --window-size=1200,1400 --screenshot=%s/shot.png"
              " file://%s/report.html >/dev/null 2>&1; test -s %s/shot.png",
-             dir, dir, dir, dir);
+             dir, dir, dir, dir, dir);
     ck_assert_int_eq(system(cmd), 0);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);

@@ -11,7 +11,6 @@
 #include "buf.h"
 #include "world.h"
 
-#define URL "http://127.0.0.1:18088/v1/events"
 #define TOKENS SANDTRAIL_SOURCE_DIR "/tests/data/http/tokens.txt"
 #define BODY SANDTRAIL_SOURCE_DIR "/tests/data/http/batch.ndjson"
 
@@ -19,18 +18,20 @@
 START_TEST(http_ingest_authenticates_answers_per_line_and_is_durable)
 {
     struct world w;
-    char pidf[128], cmd[1024];
+    char pidf[128], cmd[1024], url[64];
+    int port = world_free_port();
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/events", port);
     snprintf(pidf, sizeof(pidf), "/tmp/st_http_%d.pid", (int)getpid());
     world_init(&w, "http");
     run(&w, w.name, w.name,
-        BIN "/collector/sandtrail-collector --listen 127.0.0.1:18088"
+        BIN "/collector/sandtrail-collector --listen 127.0.0.1:%d"
             " -X http.tokens_file=" TOKENS " -X http.max_body_bytes=4096"
             " 2>/dev/null & echo \\$! > %s",
-        pidf);
+        port, pidf);
     char *ready = NULL;
     for (int i = 0; i < 50; i++) {
         free(ready);
-        ready = world_sh("curl -s -o /dev/null -w '%{http_code}' -X POST " URL);
+        ready = world_shf("curl -s -o /dev/null -w '%%{http_code}' -X POST %s", url);
         if (!strcmp(ready, "401"))
             break;
         usleep(200000);
@@ -38,15 +39,15 @@ START_TEST(http_ingest_authenticates_answers_per_line_and_is_durable)
     ck_assert_str_eq(ready, "401"); /* no token */
     free(ready);
 
-    char *r = world_sh("curl -s -w ' %{http_code}' -H 'Authorization: Bearer wrong-token' "
-                 "--data-binary @" BODY " " URL);
+    char *r = world_shf("curl -s -w ' %%{http_code}' -H 'Authorization: Bearer wrong-token' "
+                        "--data-binary @" BODY " %s", url);
     ck_assert_ptr_nonnull(strstr(r, " 401"));
     free(r);
 
     /* the sandbox's token: its two events go in; a line claiming to be the
      * proxy and a malformed line are refused, each with its line number */
-    r = world_sh("curl -s -w ' %{http_code}' -H 'Authorization: Bearer sbx-a-token-0123456789' "
-           "--data-binary @" BODY " " URL);
+    r = world_shf("curl -s -w ' %%{http_code}' -H 'Authorization: Bearer "
+                  "sbx-a-token-0123456789' --data-binary @" BODY " %s", url);
     ck_assert_msg(strstr(r, " 200") != NULL, "%s", r);
     ck_assert_ptr_nonnull(strstr(r, "\"accepted\":2"));
     ck_assert_ptr_nonnull(strstr(r, "\"rejected\":2"));
@@ -66,19 +67,21 @@ START_TEST(http_ingest_authenticates_answers_per_line_and_is_durable)
 
     /* the same body, gzip-compressed, by the proxy's token: now line 2 is
      * the proxy's and the sandbox lines are refused */
-    r = world_sh("gzip -c " BODY " | curl -s -w ' %{http_code}' -H 'Content-Encoding: gzip' "
-           "-H 'Authorization: Bearer squid-token-abcdefghij' --data-binary @- " URL);
+    r = world_shf("gzip -c " BODY " | curl -s -w ' %%{http_code}' -H "
+                  "'Content-Encoding: gzip' -H 'Authorization: Bearer squid-token-abcdefghij' "
+                  "--data-binary @- %s", url);
     ck_assert_msg(strstr(r, " 200") != NULL, "%s", r);
     ck_assert_ptr_nonnull(strstr(r, "\"accepted\":1"));
     ck_assert_ptr_nonnull(strstr(r, "\"rejected\":3"));
     free(r);
 
     /* over http.max_body_bytes */
-    r = world_sh("head -c 5000 /dev/zero | tr '\\0' 'x' | curl -s -w ' %{http_code}' "
-           "-H 'Authorization: Bearer sbx-a-token-0123456789' --data-binary @- " URL);
+    r = world_shf("head -c 5000 /dev/zero | tr '\\0' 'x' | curl -s -w ' %%{http_code}' "
+                  "-H 'Authorization: Bearer sbx-a-token-0123456789' --data-binary @- %s", url);
     ck_assert_ptr_nonnull(strstr(r, " 413"));
     free(r);
-    r = world_sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18088/elsewhere");
+    r = world_shf("curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/elsewhere",
+                  port);
     ck_assert_str_eq(r, "404");
     free(r);
 

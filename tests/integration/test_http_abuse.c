@@ -83,12 +83,13 @@ START_TEST(http_slowloris_locks_no_client_out_and_is_closed_at_the_header_deadli
     snprintf(ready, sizeof(ready), "/tmp/st_abuse_sl_%d.ready", (int)getpid());
     snprintf(out, sizeof(out), "/tmp/st_abuse_sl_%d.out", (int)getpid());
     world_init(&w, "slowloris");
-    start(&w, 18171, pidf, "-X http.header_timeout_ms=3000");
+    int port = world_free_port();
+    start(&w, port, pidf, "-X http.header_timeout_ms=3000");
     /* 1,100 connections from 127.0.0.2 for 10 s: past select()'s 1,024 */
     snprintf(cmd, sizeof(cmd),
              "rm -f %s; python3 " SANDTRAIL_SOURCE_DIR
-             "/tests/integration/slowloris.py 18171 1100 10 %s > %s &",
-             ready, ready, out);
+             "/tests/integration/slowloris.py %d 1100 10 %s > %s &",
+             ready, port, ready, out);
     ck_assert_int_eq(system(cmd), 0);
     for (int i = 0; i < 300 && access(ready, F_OK) != 0; i++)
         usleep(100000);
@@ -96,7 +97,7 @@ START_TEST(http_slowloris_locks_no_client_out_and_is_closed_at_the_header_deadli
     sleep(1);
 
     /* the authenticated client is answered, and soon */
-    char *r = small_request(18171);
+    char *r = small_request(port);
     fprintf(stderr, "during the slow-loris: %s\n", r);
     ck_assert_msg(strncmp(r, "200 ", 4) == 0, "answer: %s", r);
     ck_assert_double_lt(strtod(r + 4, NULL), 5.0);
@@ -130,19 +131,20 @@ START_TEST(http_heavy_request_does_not_stall_another)
     snprintf(pidf, sizeof(pidf), "/tmp/st_abuse_hv_%d.pid", (int)getpid());
     snprintf(heavy, sizeof(heavy), "/tmp/st_abuse_hv_%d.body", (int)getpid());
     world_init(&w, "heavy");
-    start(&w, 18172, pidf, "");
+    int port = world_free_port();
+    start(&w, port, pidf, "");
     /* two lines of 800 KB that the PEM rule takes long to redact (each is
      * rejected, and its dead-letter record redacted) */
     snprintf(cmd, sizeof(cmd),
              "python3 -c \"import sys; l = '-----BEGIN PRIVATE KEY-----!' * 28000; "
              "sys.stdout.write(l + '\\n' + l + '\\n')\" > %s && "
              "(curl -s -o /dev/null --max-time 300 " AUTH
-             "--data-binary @%s http://127.0.0.1:18172/v1/events &)",
-             heavy, heavy);
+             "--data-binary @%s http://127.0.0.1:%d/v1/events &)",
+             heavy, heavy, port);
     ck_assert_int_eq(system(cmd), 0);
     sleep(2); /* its body is in; it is being redacted */
 
-    char *r = small_request(18172);
+    char *r = small_request(port);
     fprintf(stderr, "beside a heavy request: %s\n", r);
     ck_assert_msg(strncmp(r, "200 ", 4) == 0, "answer: %s", r);
     ck_assert_double_lt(strtod(r + 4, NULL), 5.0);
@@ -162,13 +164,14 @@ START_TEST(http_gzip_bomb_of_rejected_lines_gets_a_bounded_answer)
     snprintf(pidf, sizeof(pidf), "/tmp/st_abuse_gz_%d.pid", (int)getpid());
     snprintf(ans, sizeof(ans), "/tmp/st_abuse_gz_%d.answer", (int)getpid());
     world_init(&w, "gzbomb");
-    start(&w, 18174, pidf, "-X http.max_errors=50 -X http.max_dlq_records=200");
+    int port = world_free_port();
+    start(&w, port, pidf, "-X http.max_errors=50 -X http.max_dlq_records=200");
     /* 8 MiB of "{}" lines, 2,796,202 of them, gzipped to a few KB */
     snprintf(cmd, sizeof(cmd),
              "python3 -c \"import sys; sys.stdout.write('{}\\n' * 2796202)\" | gzip -c | "
              "curl -s -o %s -w '%%{http_code} %%{size_download}' --max-time 300 " AUTH
-             "-H 'Content-Encoding: gzip' --data-binary @- http://127.0.0.1:18174/v1/events",
-             ans);
+             "-H 'Content-Encoding: gzip' --data-binary @- http://127.0.0.1:%d/v1/events",
+             ans, port);
     char *r = world_sh(cmd);
     fprintf(stderr, "8 MiB of {} lines: %s\n", r);
     ck_assert_msg(strncmp(r, "200 ", 4) == 0, "%s", r);
@@ -210,29 +213,30 @@ START_TEST(http_gzip_every_member_trailing_data_refused_x_gzip_read)
     char pidf[128];
     snprintf(pidf, sizeof(pidf), "/tmp/st_abuse_gm_%d.pid", (int)getpid());
     world_init(&w, "gzmembers");
-    start(&w, 18175, pidf, "");
+    int port = world_free_port();
+    start(&w, port, pidf, "");
     /* two members: both read (the batch has 2 events of this token and 2
      * lines it refuses) */
-    char *r = world_sh("(gzip -c " BODY "; gzip -c " BODY ") | curl -s -w ' %{http_code}' " AUTH
+    char *r = world_shf("(gzip -c " BODY "; gzip -c " BODY ") | curl -s -w ' %%{http_code}' " AUTH
                        "-H 'Content-Encoding: gzip' --data-binary @- "
-                       "http://127.0.0.1:18175/v1/events");
+                       "http://127.0.0.1:%d/v1/events", port);
     fprintf(stderr, "two members: %s\n", r);
     ck_assert_msg(strstr(r, " 200") != NULL, "%s", r);
     ck_assert_int_eq(value(r, "accepted"), 4);
     ck_assert_int_eq(value(r, "rejected"), 4);
     free(r);
     /* data after the stream: refused, with a reason */
-    r = world_sh("(gzip -c " BODY "; printf 'garbage') | curl -s -w ' %{http_code}' " AUTH
+    r = world_shf("(gzip -c " BODY "; printf 'garbage') | curl -s -w ' %%{http_code}' " AUTH
                  "-H 'Content-Encoding: gzip' --data-binary @- "
-                 "http://127.0.0.1:18175/v1/events");
+                 "http://127.0.0.1:%d/v1/events", port);
     fprintf(stderr, "trailing data: %s\n", r);
     ck_assert_msg(strstr(r, " 400") != NULL, "%s", r);
     ck_assert_ptr_nonnull(strstr(r, "gzip_trailing_data"));
     free(r);
     /* x-gzip is gzip */
-    r = world_sh("gzip -c " BODY " | curl -s -w ' %{http_code}' " AUTH
+    r = world_shf("gzip -c " BODY " | curl -s -w ' %%{http_code}' " AUTH
                  "-H 'Content-Encoding: x-gzip' --data-binary @- "
-                 "http://127.0.0.1:18175/v1/events");
+                 "http://127.0.0.1:%d/v1/events", port);
     fprintf(stderr, "x-gzip: %s\n", r);
     ck_assert_msg(strstr(r, " 200") != NULL, "%s", r);
     ck_assert_int_eq(value(r, "accepted"), 2);
@@ -250,10 +254,13 @@ END_TEST
 START_TEST(http_request_after_a_failure_for_good_is_answered_200)
 {
     char cmd[512];
+    int ports[3];
+    world_free_ports(ports, 3); /* its Kafka's, its controller's, its collector's */
     snprintf(cmd, sizeof(cmd),
+             "ST_KAFKA_PORT=%d ST_KAFKA_CONTROLLER_PORT=%d ST_HTTP_PORT=%d "
              SANDTRAIL_SOURCE_DIR "/tests/integration/http_recover.sh /tmp/st_recover_%d " BIN
                                   "/collector/sandtrail-collector",
-             (int)getpid());
+             ports[0], ports[1], ports[2], (int)getpid());
     char *out = world_sh(cmd);
     fprintf(stderr, "%s", out);
     ck_assert_int_eq(value(out, "before"), 200);

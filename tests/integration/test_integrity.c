@@ -285,13 +285,17 @@ START_TEST(integrity_forged_time_stalls_no_commit)
 
     char log[128];
     snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
-    live_start(&w, log, "-X metrics.listen=127.0.0.1:19471");
+    char listen[64];
+    int port = world_free_port();
+    snprintf(listen, sizeof(listen), "-X metrics.listen=127.0.0.1:%d", port);
+    live_start(&w, log, listen);
     int64_t off = -1;
-    for (int i = 0; i < 40 && off < 1; i++) {
+    /* up to 60 s: the suite runs eight tests on two cores */
+    for (int i = 0; i < 240 && off < 1; i++) {
         usleep(250000);
         off = committed(&w);
     }
-    char *metrics = world_sh("curl -s http://127.0.0.1:19471/metrics");
+    char *metrics = world_shf("curl -s http://127.0.0.1:%d/metrics", port);
     char *text = live_stop(&w, log);
     ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_analyzer_events_skewed_total 1\n"));
     ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_analyzer_dead_lettered_total{reason="
@@ -321,8 +325,11 @@ START_TEST(integrity_idle_analyzer_holds_no_transaction_open)
     char log[128];
     snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
     live_start(&w, log, "-X detect.lateness_s=1");
+    /* the analyzer makes the tables at start: wait for them (under load
+     * that may take a while), then for the rows */
+    world_wait_table(&w, "events", 60);
     long stored = 0;
-    for (int i = 0; i < 60 && stored < 2; i++) {
+    for (int i = 0; i < 240 && stored < 2; i++) {
         usleep(250000);
         stored = count(&w, "SELECT count(*) FROM events");
     }

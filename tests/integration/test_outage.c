@@ -1,6 +1,6 @@
 /* test_outage.c: Kafka stopped for 30 seconds while 100,000 events are
  * posted over HTTP (tests/integration/outage.sh: a broker of the test's own
- * on 127.0.0.1:19192, the collector with a spool in front of it). Every
+ * on free ports, the collector with a spool in front of it). Every
  * request is answered 200 -- during the outage from the spool -- and once
  * Kafka is back the topic holds each event exactly once, counted by
  * event_id. */
@@ -28,10 +28,13 @@ static long value(const char *out, const char *key)
 START_TEST(kafka_down_30s_under_http_load_loses_and_duplicates_nothing)
 {
     char cmd[512];
+    int ports[4]; /* its Kafka's, its controller's, HTTP, metrics */
+    world_free_ports(ports, 4);
     snprintf(cmd, sizeof(cmd),
+             "ST_KAFKA_PORT=%d ST_KAFKA_CONTROLLER_PORT=%d ST_HTTP_PORT=%d ST_METRICS_PORT=%d "
              SANDTRAIL_SOURCE_DIR "/tests/integration/outage.sh /tmp/st_outage_%d "
              BIN "/collector/sandtrail-collector %d 30",
-             (int)getpid(), EVENTS);
+             ports[0], ports[1], ports[2], ports[3], (int)getpid(), EVENTS);
     char *out = world_sh(cmd);
     fprintf(stderr, "%s", out);
     ck_assert_int_eq(value(out, "collector_status"), 0);

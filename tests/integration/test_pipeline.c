@@ -205,9 +205,11 @@ START_TEST(pipeline_two_analyzers_one_killed_equal_one_clean)
     struct world clean, pair;
     char input[256];
     snprintf(input, sizeof(input), "/tmp/st_scale_%d.ndjson", (int)getpid());
-    ck_assert_int_eq(system("cat " SANDTRAIL_SOURCE_DIR "/tests/data/scenarios/[!a]*.ndjson"
-                            " > /tmp/st_scale_input"), 0);
-    ck_assert_int_eq(rename("/tmp/st_scale_input", input), 0);
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd),
+             "cat " SANDTRAIL_SOURCE_DIR "/tests/data/scenarios/[!a]*.ndjson > %s.part && "
+             "mv %s.part %s", input, input, input);
+    ck_assert_int_eq(system(cmd), 0);
     world_init(&clean, "one");
     world_init(&pair, "two");
     snprintf(pair.topic, sizeof(pair.topic), "%s", clean.topic);
@@ -268,15 +270,17 @@ START_TEST(pipeline_redis_outage_loses_and_duplicates_nothing)
              "cat " SANDTRAIL_SOURCE_DIR "/tests/data/scenarios/[!a]*.ndjson > %s", input);
     ck_assert_int_eq(system(cmd), 0);
 #define START_REDIS                                                            \
-    "mkdir -p %s && redis-server --bind 127.0.0.1 --port 16391 --dir %s"        \
+    "mkdir -p %s && redis-server --bind 127.0.0.1 --port %d --dir %s"          \
     " --daemonize yes --appendonly yes --appendfsync always --save ''"         \
     " --logfile %s/log --pidfile %s/pid >/dev/null"
-    /* a Redis left behind by an interrupted run must not stand in */
-    if (system("redis-cli -p 16391 shutdown nosave >/dev/null 2>&1") == 0)
-        usleep(300000);
-    snprintf(cmd, sizeof(cmd), START_REDIS, dir, dir, dir, dir);
+    /* its own port: no other Redis can stand in for it */
+    int port = world_free_port();
+    snprintf(cmd, sizeof(cmd), START_REDIS, dir, port, dir, dir, dir);
     ck_assert_int_eq(system(cmd), 0);
-    usleep(300000);
+    snprintf(cmd, sizeof(cmd),
+             "for i in $(seq 1 100); do redis-cli -p %d ping 2>/dev/null | grep -q PONG &&"
+             " exit 0; sleep 0.1; done; exit 1", port);
+    ck_assert_msg(system(cmd) == 0, "the test's Redis did not start");
 
     world_init(&clean, "calm");
     world_init(&outage, "outage");
@@ -291,11 +295,12 @@ START_TEST(pipeline_redis_outage_loses_and_duplicates_nothing)
     /* the drain in the background; Redis stops after a second, for three */
     run(&outage, outage.name, outage.name,
         BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=8"
-            " -X redis.url=redis://127.0.0.1:16391/0 2>%s & echo \\$! > %s.pid",
-        log, log);
+            " -X redis.url=redis://127.0.0.1:%d/0 2>%s & echo \\$! > %s.pid",
+        port, log, log);
     usleep(1000000);
-    ck_assert_int_eq(system("redis-cli -p 16391 shutdown >/dev/null 2>&1; sleep 3"), 0);
-    snprintf(cmd, sizeof(cmd), START_REDIS, dir, dir, dir, dir);
+    snprintf(cmd, sizeof(cmd), "redis-cli -p %d shutdown >/dev/null 2>&1; sleep 3", port);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd), START_REDIS, dir, port, dir, dir, dir);
     ck_assert_int_eq(system(cmd), 0);
     snprintf(cmd, sizeof(cmd),
              "pid=$(cat %s.pid); for i in $(seq 1 120); do kill -0 $pid 2>/dev/null ||"
@@ -325,7 +330,8 @@ START_TEST(pipeline_redis_outage_loses_and_duplicates_nothing)
         free(y);
     }
     free(text);
-    ck_assert_int_eq(system("redis-cli -p 16391 shutdown nosave >/dev/null 2>&1"), 0);
+    snprintf(cmd, sizeof(cmd), "redis-cli -p %d shutdown nosave >/dev/null 2>&1", port);
+    ck_assert_int_eq(system(cmd), 0);
     snprintf(cmd, sizeof(cmd), "rm -rf %s %s %s %s.pid", dir, input, log, log);
     ck_assert_int_eq(system(cmd), 0);
     world_drop(&clean);
@@ -338,17 +344,22 @@ END_TEST
 START_TEST(pipeline_live_analyzer_serves_metrics)
 {
     struct world w;
-    char *text = NULL;
+    char *text = NULL, pidf[64];
+    int port = world_free_port();
+    snprintf(pidf, sizeof(pidf), "/tmp/st_metrics_%d.pid", (int)getpid());
     world_init(&w, "metrics");
     run(&w, w.name, w.name, BIN "/collector/sandtrail-collector --input %s 2>/dev/null",
         FIXTURE);
     run(&w, w.name, w.name,
-        BIN "/analyzer/sandtrail-analyzer -X metrics.listen=127.0.0.1:19464"
-            " -X detect.lateness_s=1 2>/dev/null & echo \\$! > /tmp/st_metrics_pid");
+        BIN "/analyzer/sandtrail-analyzer -X metrics.listen=127.0.0.1:%d"
+            " -X detect.lateness_s=1 2>/dev/null & echo \\$! > %s",
+        port, pidf);
     for (int i = 0; i < 60; i++) {
         free(text);
         text = NULL;
-        FILE *p = popen("curl -s http://127.0.0.1:19464/metrics", "r");
+        char curl[64];
+        snprintf(curl, sizeof(curl), "curl -s http://127.0.0.1:%d/metrics", port);
+        FILE *p = popen(curl, "r");
         struct st_buf b;
         char chunk[4096];
         size_t n;
@@ -364,7 +375,9 @@ START_TEST(pipeline_live_analyzer_serves_metrics)
             break;
         usleep(500000);
     }
-    ck_assert_int_eq(system("kill $(cat /tmp/st_metrics_pid)"), 0);
+    char kill[200];
+    snprintf(kill, sizeof(kill), "kill $(cat %s); rm -f %s", pidf, pidf);
+    ck_assert_int_eq(system(kill), 0);
     ck_assert_ptr_nonnull(strstr(text, "sandtrail_analyzer_events_total 40\n"));
     ck_assert_ptr_nonnull(strstr(text, "sandtrail_analyzer_finding_updates_total{detector="
                                        "\"denial_burst\",severity=\"high\"}"));

@@ -219,16 +219,17 @@ START_TEST(refusal_over_http_is_listed_and_the_next_request_is_served)
     write_input(batch, "rh", 3, 1, 1020000);
     snprintf(cmd, sizeof(cmd), "echo 'rf-token-0123456789 sandbox sbx' > %s/tokens", dir);
     ck_assert_int_eq(system(cmd), 0);
+    int port = world_free_port();
     ck_assert_int_eq(run(&w, w.name, w.name,
-                         BIN "/collector/sandtrail-collector --listen 127.0.0.1:18119"
+                         BIN "/collector/sandtrail-collector --listen 127.0.0.1:%d"
                              " -X http.tokens_file=%s/tokens 2>%s/collector.log &"
                              " echo \\$! > %s/pid",
-                         dir, dir, dir),
+                         port, dir, dir, dir),
                      0);
     int up = 0;
     for (int i = 0; i < 100 && !up; i++) {
-        char *r = world_sh("curl -s -o /dev/null -w '%{http_code}' -X POST "
-                           "http://127.0.0.1:18119/v1/events");
+        char *r = world_shf("curl -s -o /dev/null -w '%%{http_code}' -X POST "
+                            "http://127.0.0.1:%d/v1/events", port);
         up = !strcmp(r, "401");
         free(r);
         if (!up)
@@ -238,8 +239,8 @@ START_TEST(refusal_over_http_is_listed_and_the_next_request_is_served)
     for (int round = 0; round < 2; round++) {
         snprintf(cmd, sizeof(cmd),
                  "curl -s -w ' %%{http_code}' --max-time 30 -H 'Authorization: Bearer "
-                 "rf-token-0123456789' --data-binary @%s http://127.0.0.1:18119/v1/events",
-                 batch);
+                 "rf-token-0123456789' --data-binary @%s http://127.0.0.1:%d/v1/events",
+                 batch, port);
         char *r = world_sh(cmd);
         ck_assert_msg(strstr(r, " 200") != NULL, "round %d: %s", round, r);
         ck_assert_msg(strstr(r, "\"rejected\":1") != NULL, "%s", r);

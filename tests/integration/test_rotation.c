@@ -21,9 +21,8 @@
 #include "world.h"
 
 #define RATE 2500 /* lines per second */
-#define METRICS_PORT "19483"
-
 static char dir[128], collector_log[192], path[200], ckpt[240];
+static int metrics_port; /* from world_free_port(), per test */
 static int main_pid; /* collectors started: /tmp/st_rot_<main_pid>.pids */
 
 struct writer {
@@ -127,8 +126,8 @@ static int start(struct world *w)
     run(w, w->name, w->name,
         BIN "/collector/sandtrail-collector --follow %s -X input.poll_ms=100"
             " -X input.checkpoint_lines=500 -X input.rotate_grace_ms=1000"
-            " -X metrics.listen=127.0.0.1:" METRICS_PORT " 2>>%s & echo \\$! > %s",
-        path, collector_log, pidf);
+            " -X metrics.listen=127.0.0.1:%d 2>>%s & echo \\$! > %s",
+        path, metrics_port, collector_log, pidf);
     FILE *f = fopen(pidf, "r");
     int pid = 0;
     ck_assert_ptr_nonnull(f);
@@ -182,6 +181,7 @@ static void stop(int pid, int sig)
 static void setup(struct world *w, const char *tag)
 {
     char cmd[512];
+    metrics_port = world_free_port();
     snprintf(dir, sizeof(dir), "/tmp/st_rot_%d_%s", (int)getpid(), tag);
     snprintf(path, sizeof(path), "%s/access.log", dir);
     snprintf(ckpt, sizeof(ckpt), "%s.sandtrail.pos", path);
@@ -250,7 +250,7 @@ static long metric(const char *name)
 {
     char cmd[256], series[128], *text, *p;
     long v = -1;
-    snprintf(cmd, sizeof(cmd), "curl -s http://127.0.0.1:" METRICS_PORT "/metrics");
+    snprintf(cmd, sizeof(cmd), "curl -s http://127.0.0.1:%d/metrics", metrics_port);
     snprintf(series, sizeof(series), "\n%s ", name);
     text = world_sh(cmd);
     if ((p = strstr(text, series)))

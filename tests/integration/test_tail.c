@@ -14,6 +14,7 @@
 #include "world.h"
 
 static char dir[128], collector_log[192], path[200];
+static int metrics_port; /* from world_free_port(), the same across restarts */
 
 static void append(const char *file, int from, int to)
 {
@@ -35,9 +36,9 @@ static int start(struct world *w)
     snprintf(pidf, sizeof(pidf), "%s/pid", dir);
     run(w, w->name, w->name,
         BIN "/collector/sandtrail-collector --follow %s -X input.poll_ms=50"
-            " -X metrics.listen=127.0.0.1:19465"
+            " -X metrics.listen=127.0.0.1:%d"
             " -X input.checkpoint_lines=25 2>>%s & echo \\$! > %s",
-        path, collector_log, pidf);
+        path, metrics_port, collector_log, pidf);
     FILE *f = fopen(pidf, "r");
     int pid = 0;
     ck_assert_ptr_nonnull(f);
@@ -82,6 +83,7 @@ START_TEST(tail_follows_rotation_and_restarts_without_loss)
 {
     struct world w;
     char cmd[1024], *dump = NULL;
+    metrics_port = world_free_port();
     snprintf(dir, sizeof(dir), "/tmp/st_tail_%d", (int)getpid());
     snprintf(path, sizeof(path), "%s/access.log", dir);
     snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s", dir, dir);
@@ -96,16 +98,21 @@ START_TEST(tail_follows_rotation_and_restarts_without_loss)
     append(path, 0, 100);
     int pid = start(&w);
     ck_assert_int_eq(wait_for(&w, 100, &dump), 100);
-    /* a long-running collector serves its metrics */
-    usleep(300000);
-    FILE *p = popen("curl -s http://127.0.0.1:19465/metrics", "r");
-    char metrics[16384];
-    size_t mn = fread(metrics, 1, sizeof(metrics) - 1, p);
-    metrics[mn] = '\0';
-    pclose(p);
+    /* a long-running collector serves its metrics; the delivery reports may
+     * come a little after the messages are readable: wait up to 20 s */
+    char *metrics = NULL;
+    for (int i = 0; i < 100; i++) {
+        free(metrics);
+        metrics = world_shf("curl -s http://127.0.0.1:%d/metrics", metrics_port);
+        if (strstr(metrics, "sandtrail_collector_accepted_total 100\n") &&
+            strstr(metrics, "sandtrail_collector_delivery_seconds_count 100\n"))
+            break;
+        usleep(200000);
+    }
     ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_collector_accepted_total 100\n"));
     ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_collector_delivery_seconds_count 100\n"));
     ck_assert_ptr_nonnull(strstr(metrics, "sandtrail_collector_produce_errors_total 0\n"));
+    free(metrics);
 
     /* rotation by rename: the old file's last lines, then the new file */
     append(path, 100, 120);

@@ -1,5 +1,5 @@
 /* test_topics.c: Kafka down when the collector starts (a broker of the
- * test's own on 127.0.0.1:19292, started late by scripts/services; the
+ * test's own on free ports, started late by scripts/services; the
  * shared broker is left alone). The topics could not be created at start;
  * once Kafka is there they are created (the broker does not create topics
  * itself) and the spool is delivered. Deliveries that failed meanwhile and
@@ -13,19 +13,18 @@
 
 #include "world.h"
 
-#define URL "http://127.0.0.1:18118/v1/events"
-#define BROKER "127.0.0.1:19292"
-#define KAFKA_ENV                                                                        \
-    "SANDTRAIL_RUN=%s/run SANDTRAIL_KAFKA_PORT=19292 SANDTRAIL_KAFKA_CONTROLLER_PORT=19293 "
-
 static char dir[128];
+/* from world_free_ports(): the private broker's, its controller's and the
+ * collector's HTTP port */
+static int ports[3];
 
 static int services(const char *verb)
 {
     char cmd[600];
     snprintf(cmd, sizeof(cmd),
-             KAFKA_ENV SANDTRAIL_SOURCE_DIR "/scripts/services %s kafka 2>>%s/services.log",
-             dir, verb, dir);
+             "SANDTRAIL_RUN=%s/run SANDTRAIL_KAFKA_PORT=%d SANDTRAIL_KAFKA_CONTROLLER_PORT=%d "
+             SANDTRAIL_SOURCE_DIR "/scripts/services %s kafka 2>>%s/services.log",
+             dir, ports[0], ports[1], verb, dir);
     return system(cmd);
 }
 
@@ -33,7 +32,8 @@ static int count_on_private_broker(const char *topic)
 {
     char cmd[400];
     snprintf(cmd, sizeof(cmd),
-             "kcat -C -b " BROKER " -t %s -e -q -f '%%s\\n' 2>/dev/null | grep -c tp-", topic);
+             "kcat -C -b 127.0.0.1:%d -t %s -e -q -f '%%s\\n' 2>/dev/null | grep -c tp-",
+             ports[0], topic);
     char *r = world_sh(cmd);
     int n = atoi(r);
     free(r);
@@ -44,6 +44,7 @@ START_TEST(topics_are_created_once_kafka_is_back)
 {
     struct world w;
     char cmd[900];
+    world_free_ports(ports, 3);
     snprintf(dir, sizeof(dir), "/tmp/st_topics_%d", (int)getpid());
     snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s && echo 'tp-token-0123456789 "
              "sandbox sbx' > %s/tokens", dir, dir, dir);
@@ -60,15 +61,16 @@ START_TEST(topics_are_created_once_kafka_is_back)
     fclose(f);
 
     ck_assert_int_eq(run(&w, w.name, w.name,
-                         BIN "/collector/sandtrail-collector --listen 127.0.0.1:18118"
+                         BIN "/collector/sandtrail-collector --listen 127.0.0.1:%d"
                              " -X http.tokens_file=%s/tokens -X spool.dir=%s/spool"
-                             " -X kafka.brokers=" BROKER " -X kafka.delivery.timeout.ms=2000"
+                             " -X kafka.brokers=127.0.0.1:%d -X kafka.delivery.timeout.ms=2000"
                              " 2>%s/collector.log & echo \\$! > %s/pid",
-                         dir, dir, dir, dir),
+                         ports[2], dir, dir, ports[0], dir, dir),
                      0);
     int up = 0;
     for (int i = 0; i < 150 && !up; i++) {
-        char *r = world_sh("curl -s -o /dev/null -w '%{http_code}' -X POST " URL);
+        char *r = world_shf("curl -s -o /dev/null -w '%%{http_code}' -X POST "
+                            "http://127.0.0.1:%d/v1/events", ports[2]);
         up = !strcmp(r, "401");
         free(r);
         if (!up)
@@ -77,8 +79,8 @@ START_TEST(topics_are_created_once_kafka_is_back)
     ck_assert_msg(up, "the collector did not start");
     snprintf(cmd, sizeof(cmd),
              "curl -s -o /dev/null -w '%%{http_code}' --max-time 20 -H 'Authorization: Bearer "
-             "tp-token-0123456789' --data-binary @%s/batch " URL,
-             dir);
+             "tp-token-0123456789' --data-binary @%s/batch http://127.0.0.1:%d/v1/events",
+             dir, ports[2]);
     char *r = world_sh(cmd);
     ck_assert_str_eq(r, "200"); /* on disk: Kafka is not needed to answer */
     free(r);

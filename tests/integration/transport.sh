@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Transport security against real servers configured for it, for
 # test_transport: a throwaway CA (tls_ca.sh) and a server of the test's own on
-# other ports, on 127.0.0.1 only. Every server this script starts is stopped
+# free ports (free_port.py), on 127.0.0.1 only. Every server this script starts is stopped
 # on exit, whatever happened.
 #   transport.sh kafka|pg|redis|https DIR BINDIR
 # The world's settings come from the environment (SANDTRAIL_PG_DSN,
@@ -49,7 +49,7 @@ case $what in
 kafka)
     cleanups+=("'$here/kafka_sasl.sh' '$dir' stop")
     "$here/kafka_sasl.sh" "$dir" start >&2 || exit 1
-    sec=(-X kafka.brokers=127.0.0.1:19292 -X kafka.rdkafka.security.protocol=SASL_SSL
+    sec=(-X kafka.brokers="127.0.0.1:$(cat "$dir/kafka/port")" -X kafka.rdkafka.security.protocol=SASL_SSL
         -X kafka.rdkafka.sasl.mechanisms=SCRAM-SHA-512 -X kafka.rdkafka.sasl.username=sandtrail
         -X kafka.sasl.password_file="$dir/kafka.password"
         -X kafka.rdkafka.ssl.ca.location="$dir/ca.crt")
@@ -77,7 +77,7 @@ pg)
     # a PostgreSQL of the test's own: TLS only (hostssl), scram-sha-256, a
     # role with a password owning its database
     pgbin=/usr/lib/postgresql/15/bin
-    port=15533
+    port=$(python3 "$here/free_port.py")
     pd=$dir/pg
     mkdir -p "$pd"
     if [ "$(id -u)" -eq 0 ]; then
@@ -136,10 +136,7 @@ redis)
     # reached through a TLS tunnel: stunnel in front of it (server) and one
     # on the analyzer's side (client), both on loopback; hiredis 0.14 has
     # no TLS of its own
-    rport=16480
-    sport=16481
-    cport=16482
-    badport=16483
+    read -r rport sport cport badport < <(python3 "$here/free_port.py" 4)
     stunnel=$(command -v stunnel4 || command -v stunnel) || { echo "stunnel4 not installed: scripts/setup" >&2; exit 1; }
     rpw=redis-$(head -c 12 /dev/urandom | base64 | tr -d '/+=')
     (umask 077 && echo "$rpw" >"$dir/redis.password")
@@ -201,7 +198,7 @@ redis)
     ;;
 https)
     # the collector's listener with a certificate of the throwaway CA
-    port=18493
+    port=$(python3 "$here/free_port.py")
     url=https://127.0.0.1:$port/v1/events
     # the sandbox's token, and tokens of the same source bound to a pattern
     # of task ids (the batch's events are of task T-H)

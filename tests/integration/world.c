@@ -101,6 +101,21 @@ char *rows(const char *dsn, const char *sql)
     return b.data;
 }
 
+void world_wait_table(const struct world *w, const char *table, int seconds)
+{
+    char sql[200];
+    snprintf(sql, sizeof(sql), "SELECT to_regclass('public.%s') IS NOT NULL", table);
+    for (int i = 0; i < seconds * 5; i++) {
+        char *r = rows(w->dsn, sql);
+        int there = !strcmp(r, "t\n");
+        free(r);
+        if (there)
+            return;
+        usleep(200000);
+    }
+    ck_abort_msg("table \"%s\" not made in %d s", table, seconds);
+}
+
 /* Reads every message of a topic from the beginning. */
 char *topic_dump(const char *topic, int *count)
 {
@@ -184,6 +199,17 @@ char *world_sh(const char *cmd)
     return b.data;
 }
 
+char *world_shf(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    ck_assert_int_lt(n, (int)sizeof(cmd));
+    return world_sh(cmd);
+}
+
 char *world_slurp(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -257,16 +283,45 @@ cJSON *world_receiver_requests(const struct world_receiver *r)
     return arr;
 }
 
+/* Ports are asked of the kernel (bind to port 0), so that tests running at
+ * the same time, here or in another checkout, never share one. Every socket
+ * stays bound until all n are known, so the n are distinct; a port handed
+ * out before by this process is not handed out again. The kernel gives
+ * bind(0) odd ports first and connect() even ones, which keeps the window
+ * between close() here and the server's bind() small and quiet. */
+void world_free_ports(int *ports, int n)
+{
+    static int given[256];
+    static int ngiven;
+    int held[128], nheld = 0, found = 0;
+    while (found < n) {
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        socklen_t len = sizeof(sa);
+        ck_assert_int_lt(nheld, 128);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(fd, 0);
+        held[nheld++] = fd; /* bound until the end, even when not taken */
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+        int port = ntohs(sa.sin_port), seen = 0;
+        for (int j = 0; j < ngiven; j++)
+            seen |= given[j] == port;
+        if (seen)
+            continue;
+        ports[found++] = port;
+        if (ngiven < (int)(sizeof(given) / sizeof(given[0])))
+            given[ngiven++] = port;
+    }
+    for (int i = 0; i < nheld; i++)
+        close(held[i]);
+}
+
 int world_free_port(void)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    getsockname(fd, (struct sockaddr *)&sa, &len);
-    close(fd);
-    return ntohs(sa.sin_port);
+    int port;
+    world_free_ports(&port, 1);
+    return port;
 }
 
 int world_am_services(const struct world_am *a, int webhook_port, const char *verb)

@@ -35,6 +35,10 @@ int run(const struct world *w, const char *group, const char *prefix,
  * frees. */
 char *rows(const char *dsn, const char *sql);
 
+/* Waits up to seconds for the world's database to hold table (a daemon
+ * started in the background migrates it first); fails the test after. */
+void world_wait_table(const struct world *w, const char *table, int seconds);
+
 /* Every message of a topic from the beginning, '\n' after each; *count
  * gets their number. Caller frees. */
 char *topic_dump(const char *topic, int *count);
@@ -42,14 +46,24 @@ char *topic_dump(const char *topic, int *count);
 /* What a shell command prints on stdout. Caller frees. */
 char *world_sh(const char *cmd);
 
+/* The same with the command made printf-style. Caller frees. */
+char *world_shf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* A whole file ("" when it cannot be read). Caller frees. */
 char *world_slurp(const char *path);
 
 /* The contents of a file as an integer (0 when unreadable). */
 int world_read_int(const char *path);
 
-/* A free TCP port on 127.0.0.1 (free when asked). */
+/* A free TCP port on 127.0.0.1 (free when asked; the kernel's choice, so
+ * that tests running at the same time never share one). Every port a test
+ * listens on, or points a program at as "where nothing listens", comes from
+ * here: a fixed port makes the test unsafe to run beside others. */
 int world_free_port(void);
+
+/* n distinct free ports (n <= 64), e.g. a private Kafka's broker and
+ * controller ports. */
+void world_free_ports(int *ports, int n);
 
 /* A webhook receiver (tests/integration/alert_receiver.py: records every
  * request, checks signatures and the schema) in /tmp/st-alerts-PID-TAG;
