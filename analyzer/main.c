@@ -253,7 +253,7 @@ struct analyzer {
     struct slot slots[2];
     int fill;
     struct slot *detected; /* the slot whose batch the detectors hold */
-    int64_t last_trim_ms;
+    int untrimmed; /* committed batches whose trims were left to a later one */
     int gave_up; /* the store gave up during a revocation (asked to stop) */
     void *det_state[16];
     struct st_deadletter *dlq;
@@ -326,7 +326,9 @@ static void metrics_lag(struct analyzer *a, const int32_t *parts, const int64_t 
                                     "messages not yet committed, per partition", labels),
                       lag);
     }
-    if (n == 0) {
+    if (st_store_retrying(a->store)) {
+        /* not ready: the store thread said why */
+    } else if (n == 0) {
         st_metrics_set_ready(a->metrics, "no partition assigned");
     } else if (total > a->conf.health_max_lag) {
         snprintf(reason, sizeof(reason),
@@ -536,14 +538,16 @@ static int batch_done(struct analyzer *a)
         st_metric_add(a->m_batches, 1);
         metrics_findings(a, &b->findings);
         if (b->committed && slot_held(a, sl)) {
-            if (a->detected == sl)
+            if (a->detected == sl) {
                 detectors_after_commit(a, sl);
-            else
+                a->untrimmed = 0;
+            } else {
+                a->untrimmed++;
                 st_metric_add(a->m_trim_skipped, 1);
+            }
         }
     }
     if (a->detected == sl) {
-        a->last_trim_ms = st_time_mono_ms();
         detectors_reset(a); /* the detectors drop their pointers into rel */
         a->detected = NULL;
     }
@@ -565,9 +569,11 @@ static void on_revoke(int32_t partition, void *arg)
 
 /* Trims need the detectors' batch state of the batch just committed, and
  * the detectors hold one batch: while batch N is stored, detecting N+1
- * first means N's trims are left to a later batch. At most this long goes
- * without one: then the main thread waits for N before detecting N+1. */
-#define TRIM_EVERY_MS 1000
+ * first means N's trims are left to a later batch. After this many such
+ * batches in a row the main thread waits for N before detecting N+1, so
+ * that N's trims run (state in Redis stays bounded; one batch in this many
+ * does not overlap). */
+#define TRIM_DEFER_MAX 8
 
 static int run(struct analyzer *a, int drain)
 {
@@ -576,7 +582,6 @@ static int run(struct analyzer *a, int drain)
     int64_t idle_ms = drain ? 0 : a->conf.lateness_s * 1000;
     int rc = 0, failed = 0;
 
-    a->last_trim_ms = start;
     st_consumer_on_revoke(a->consumer, on_revoke, a);
     while (!stop) {
         if (hup)
@@ -606,7 +611,7 @@ static int run(struct analyzer *a, int drain)
                 a->late += sl->rel[i].late;
                 st_metric_add(a->m_late, sl->rel[i].late);
             }
-            if (st_store_busy(a->store) && now - a->last_trim_ms >= TRIM_EVERY_MS &&
+            if (st_store_busy(a->store) && a->untrimmed >= TRIM_DEFER_MAX &&
                 (failed = batch_done(a)))
                 break;
             if (detect(a, sl)) {
@@ -620,8 +625,10 @@ static int run(struct analyzer *a, int drain)
             st_store_submit(a->store, b);
             a->fill ^= 1;
         } else {
-            /* idle: finish the batch in flight, refresh the lag */
-            if ((failed = batch_done(a)))
+            /* idle: finish the batch in flight if it is done (waiting
+             * would stop the polls that may bring the next one), refresh
+             * the lag */
+            if (st_store_done(a->store) && (failed = batch_done(a)))
                 break;
             batch_offsets(a, b);
             slot_clear(sl);

@@ -21,6 +21,7 @@ struct st_store {
     pthread_cond_t cond;
     struct st_store_batch *in;
     int done, quit;
+    int retrying; /* atomic: the store thread retries a batch */
     long commits;   /* PostgreSQL commits, for fault.crash_after_pg_commits */
     long pg_faults; /* transactions failed by fault.fail_pg_commits */
     struct st_metric *m_pg_s, *m_pg_err, *m_store_s, *m_wait_s, *m_refused;
@@ -116,6 +117,7 @@ static int backoff_sleep(struct st_store *s, int64_t *backoff, const char *what,
                  errstr);
         return -1;
     }
+    __atomic_store_n(&s->retrying, 1, __ATOMIC_RELAXED);
     st_error("%s, retrying in %" PRId64 " ms: %s", what, *backoff, errstr);
     usleep((useconds_t)*backoff * 1000);
     *backoff = *backoff * 2 > s->conf.retry_max_backoff_ms ? s->conf.retry_max_backoff_ms
@@ -160,8 +162,8 @@ static int pg_write(struct st_store *s, struct st_store_batch *b)
         }
         /* the reason names the store, not the error text, which may quote
          * event data */
-        st_metrics_set_ready(s->conf.metrics, "a batch cannot be written to PostgreSQL: "
-                                              "retrying");
+        st_metrics_set_ready(s->conf.metrics, "a batch cannot be written to PostgreSQL or "
+                                              "Redis: retrying");
         if (backoff_sleep(s, &backoff, "batch not written", errstr))
             return -1;
     }
@@ -178,7 +180,8 @@ static int store_batch(struct st_store *s, struct st_store_batch *b)
     s->commits++;
     while (s->conf.after_pg_commit &&
            s->conf.after_pg_commit(s->conf.hook_arg, b, errstr, sizeof(errstr)))
-        if (backoff_sleep(s, &backoff, "after the PostgreSQL commit", errstr))
+        if (backoff_sleep(s, &backoff, "batch stored, its after-commit hook failed",
+                          errstr))
             return -1;
     /* offsets past a dead-lettered message only once Kafka has its record */
     while (st_deadletter_flush(s->conf.dlq, 5000, errstr, sizeof(errstr))) {
@@ -210,6 +213,7 @@ static void *store_main(void *arg)
 
         int64_t t0 = st_time_mono_us();
         b->failed = store_batch(s, b) != 0;
+        __atomic_store_n(&s->retrying, 0, __ATOMIC_RELAXED);
         b->store_us = st_time_mono_us() - t0;
         st_metric_observe(s->m_store_s, (double)b->store_us / 1e6);
 
@@ -289,6 +293,19 @@ int st_store_busy(const struct st_store *s)
 {
     /* in is written only by this (the main) thread */
     return s->in != NULL;
+}
+
+int st_store_retrying(const struct st_store *s)
+{
+    return __atomic_load_n(&s->retrying, __ATOMIC_RELAXED);
+}
+
+int st_store_done(struct st_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int done = s->in && s->done;
+    pthread_mutex_unlock(&s->lock);
+    return done;
 }
 
 void st_store_destroy(struct st_store *s)

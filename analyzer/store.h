@@ -107,6 +107,13 @@ struct st_store_batch *st_store_wait(struct st_store *s);
 /* 1 while a batch is in flight (done or not). */
 int st_store_busy(const struct st_store *s);
 
+/* 1 while the store retries a batch (PostgreSQL unavailable): the
+ * analyzer is not ready. Any thread. */
+int st_store_retrying(const struct st_store *s);
+
+/* 1 when a batch is in flight and done: st_store_wait would not block. */
+int st_store_done(struct st_store *s);
+
 /* Waits for the batch in flight, stops the thread, frees. Accepts NULL. */
 void st_store_destroy(struct st_store *s);
 
