@@ -1,17 +1,20 @@
 /* main.c: sandtrail-analyzer.
  *
  *   consume (consume.c) -> parse (common/event.c) -> detect (detectors/,
- *   state in Redis via rpipe.c) -> sink (sink.c: one transaction over the
- *   parts in sinks/) -> commit offsets
+ *   state in Redis via rpipe.c) -> store (store.c, its own thread: one
+ *   transaction over the sink parts in sinks/, then the offsets' commit)
  *
- * A batch's offsets are committed only after the PostgreSQL transaction that
- * holds its events and findings has committed, and after Kafka acknowledged
- * the dead-letter records of the batch (deadletter.c). When Redis or
- * PostgreSQL is unavailable, the batch is retried with backoff, never
- * skipped; when PostgreSQL refuses the batch for its data, the refused
- * events are dead-lettered and the rest written. Every write is idempotent,
- * and the detectors' trims run only after the Kafka commit, so a retry or
- * a replay after a crash leaves the same rows (docs/architecture.md).
+ * This thread polls, parses and detects batch N+1 while the store thread
+ * writes batch N; it hands N+1 over only once N is done (pipeline depth
+ * 1). A batch's offsets are committed only after the PostgreSQL
+ * transaction that holds its events and findings has committed, and after
+ * Kafka acknowledged the dead-letter records of the batch (deadletter.c).
+ * When Redis or PostgreSQL is unavailable, the batch is retried with
+ * backoff, never skipped; when PostgreSQL refuses the batch for its data,
+ * the refused events are dead-lettered and the rest written. Every write is
+ * idempotent, and the detectors' trims run only after the Kafka commit, so
+ * a retry or a replay after a crash leaves the same rows
+ * (docs/architecture.md).
  *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
  * 64 usage; 78 configuration (also when Kafka refuses our login or
