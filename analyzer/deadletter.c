@@ -1,5 +1,6 @@
 /* deadletter.c: the analyzer's dead-letter producer (see deadletter.h). */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,12 @@ struct rec {
     enum rec_state state;
 };
 
+/* lock guards recs, n, cap and last_err: the main thread queues records of
+ * invalid messages while the store thread queues refused ones and flushes.
+ * It is held through a flush (delivery callbacks run inside it, in the
+ * flushing thread), so a send waits for a flush in progress. */
 struct st_deadletter {
+    pthread_mutex_t lock;
     rd_kafka_t *rk;
     char *topic;
     struct st_redactor *redactor;
@@ -61,6 +67,7 @@ struct st_deadletter *st_deadletter_new(const struct st_analyzer_conf *conf,
 {
     struct st_deadletter *d = st_calloc(1, sizeof(*d));
     char err[512];
+    pthread_mutex_init(&d->lock, NULL);
     /* The analyzer holds no redaction key: messages in the events topic are
      * redacted already, and a forged one is redacted here under a key of
      * this process, so its fingerprints match nothing elsewhere. */
@@ -123,6 +130,7 @@ void st_deadletter_destroy(struct st_deadletter *d)
     free(d->recs);
     st_redactor_destroy(d->redactor);
     free(d->topic);
+    pthread_mutex_destroy(&d->lock);
     free(d);
 }
 
@@ -166,6 +174,7 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
     if (!text)
         st_fatal("out of memory printing a dead-letter record");
 
+    pthread_mutex_lock(&d->lock);
     if (d->n == d->cap) {
         d->cap = d->cap ? d->cap * 2 : 16;
         d->recs = st_realloc(d->recs, d->cap * sizeof(*d->recs));
@@ -177,6 +186,7 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
     r->partition = msg->partition;
     r->offset = msg->offset;
     r->state = REC_QUEUED;
+    pthread_mutex_unlock(&d->lock);
 }
 
 /* Produces every queued or failed record. */
@@ -199,7 +209,7 @@ static void produce_waiting(struct st_deadletter *d)
     }
 }
 
-int st_deadletter_flush(struct st_deadletter *d, int timeout_ms, char *errstr,
+static int flush_locked(struct st_deadletter *d, int timeout_ms, char *errstr,
                         size_t errsz)
 {
     int64_t deadline = st_time_mono_ms() + timeout_ms;
@@ -226,7 +236,19 @@ int st_deadletter_flush(struct st_deadletter *d, int timeout_ms, char *errstr,
     }
 }
 
-size_t st_deadletter_pending(const struct st_deadletter *d)
+int st_deadletter_flush(struct st_deadletter *d, int timeout_ms, char *errstr,
+                        size_t errsz)
 {
-    return d->n;
+    pthread_mutex_lock(&d->lock);
+    int rc = flush_locked(d, timeout_ms, errstr, errsz);
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
+
+size_t st_deadletter_pending(struct st_deadletter *d)
+{
+    pthread_mutex_lock(&d->lock);
+    size_t n = d->n;
+    pthread_mutex_unlock(&d->lock);
+    return n;
 }

@@ -16,7 +16,10 @@
  * message only after st_deadletter_flush returned 0, so a crash can
  * duplicate a record but never lose one.
  *
- * @locality: the analyzer's main thread. */
+ * @locality: any thread. The analyzer's main thread queues records of
+ * invalid messages, its store thread (store.c) records of refused ones and
+ * flushes; a lock makes each call whole (a send waits for a flush in
+ * progress). */
 #ifndef ST_DEADLETTER_H
 #define ST_DEADLETTER_H
 
@@ -48,6 +51,6 @@ int st_deadletter_flush(struct st_deadletter *d, int timeout_ms, char *errstr,
                         size_t errsz);
 
 /* Records waiting for an acknowledgement. */
-size_t st_deadletter_pending(const struct st_deadletter *d);
+size_t st_deadletter_pending(struct st_deadletter *d);
 
 #endif

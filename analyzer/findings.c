@@ -125,3 +125,33 @@ void st_finding_add_event(struct st_finding *f, const char *source_name,
     f->events[f->nevents].late = late;
     f->nevents++;
 }
+
+void st_findings_forget_event(struct st_findings *fs, const char *source_name,
+                              const char *event_id)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < fs->n; i++) {
+        struct st_finding *f = &fs->items[i];
+        size_t k = 0, removed = 0;
+        for (size_t j = 0; j < f->nevents; j++) {
+            struct st_finding_event *e = &f->events[j];
+            if (strcmp(e->source_name, source_name) == 0 &&
+                strcmp(e->event_id, event_id) == 0) {
+                free(e->source_name);
+                free(e->event_id);
+                removed++;
+                continue;
+            }
+            f->events[k++] = *e;
+        }
+        f->nevents = k;
+        if (removed && k == 0) {
+            finding_fini(f);
+            continue;
+        }
+        if (keep != i)
+            fs->items[keep] = *f;
+        keep++;
+    }
+    fs->n = keep;
+}

@@ -60,4 +60,10 @@ struct st_finding *st_findings_update(struct st_findings *fs, const char *id,
 void st_finding_add_event(struct st_finding *f, const char *source_name,
                           const char *event_id, int late);
 
+/* Removes one event from every finding's evidence (an event PostgreSQL
+ * refused, which will not be stored), and the findings this leaves with no
+ * evidence in the batch. */
+void st_findings_forget_event(struct st_findings *fs, const char *source_name,
+                              const char *event_id);
+
 #endif

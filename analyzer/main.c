@@ -1,17 +1,20 @@
 /* main.c: sandtrail-analyzer.
  *
  *   consume (consume.c) -> parse (common/event.c) -> detect (detectors/,
- *   state in Redis via rpipe.c) -> sink (sink.c: one transaction over the
- *   parts in sinks/) -> commit offsets
+ *   state in Redis via rpipe.c) -> store (store.c, its own thread: one
+ *   transaction over the sink parts in sinks/, then the offsets' commit)
  *
- * A batch's offsets are committed only after the PostgreSQL transaction that
- * holds its events and findings has committed, and after Kafka acknowledged
- * the dead-letter records of the batch (deadletter.c). When Redis or
- * PostgreSQL is unavailable, the batch is retried with backoff, never
- * skipped; when PostgreSQL refuses the batch for its data, the refused
- * events are dead-lettered and the rest written. Every write is idempotent,
- * and the detectors' trims run only after the Kafka commit, so a retry or
- * a replay after a crash leaves the same rows (docs/architecture.md).
+ * This thread polls, parses and detects batch N+1 while the store thread
+ * writes batch N; it hands N+1 over only once N is done (pipeline depth
+ * 1). A batch's offsets are committed only after the PostgreSQL
+ * transaction that holds its events and findings has committed, and after
+ * Kafka acknowledged the dead-letter records of the batch (deadletter.c).
+ * When Redis or PostgreSQL is unavailable, the batch is retried with
+ * backoff, never skipped; when PostgreSQL refuses the batch for its data,
+ * the refused events are dead-lettered and the rest written. Every write is
+ * idempotent, and the detectors' trims run only after the Kafka commit, so
+ * a retry or a replay after a crash leaves the same rows
+ * (docs/architecture.md).
  *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
  * 64 usage; 78 configuration (also when Kafka refuses our login or
@@ -39,6 +42,7 @@
 #include "rpipe.h"
 #include "sink.h"
 #include "sources.h"
+#include "store.h"
 #include "timeutil.h"
 
 #ifndef SANDTRAIL_SQL_DIR
@@ -231,25 +235,36 @@ static void usage(FILE *out)
             "partition is caught up and committed.\n");
 }
 
+/* One batch on the main thread's side: what the store carries (b) and the
+ * events the reorder buffer released for detection in it (rel, fed to the
+ * detectors, which hold pointers into them until the next detection). */
+struct slot {
+    struct st_store_batch *b;
+    struct st_reorder_item *rel;
+    size_t nrel, relcap;
+};
+
 struct analyzer {
     struct st_analyzer_conf conf;
     struct st_consumer *consumer;
     struct st_rpipe *redis;
     struct st_sink *sink;
+    struct st_store *store;
     struct st_reorder *reorder;
-    struct st_reorder_item *rel; /* events released by the reorder buffer */
-    size_t relcap;
+    /* slots[fill] is being filled; the other is in flight while the store
+     * is busy */
+    struct slot slots[2];
+    int fill;
+    struct slot *detected; /* the slot whose batch the detectors hold */
+    int untrimmed; /* committed batches whose trims were left to a later one */
+    int gave_up; /* the store gave up during a revocation (asked to stop) */
     void *det_state[16];
-    struct st_findings findings;
     struct st_deadletter *dlq;
-    rd_kafka_message_t **msgs; /* the batch's messages, kept until written */
-    int nmsgs;
-    long events, invalid, refused, late, skewed, batches, commits, findings_written;
-    long pg_faults; /* transactions failed by fault.fail_pg_commits */
+    long events, invalid, refused, late, skewed, batches, findings_written;
     struct st_metrics *metrics;
     struct st_sources *sources; /* per-source metrics */
     struct st_metric *m_events, *m_invalid, *m_late, *m_skewed, *m_batches, *m_buffered;
-    struct st_metric *m_redis_s, *m_pg_s, *m_redis_err, *m_pg_err;
+    struct st_metric *m_redis_s, *m_redis_err, *m_trim_skipped;
 };
 
 static void metrics_init(struct analyzer *a)
@@ -272,19 +287,20 @@ static void metrics_init(struct analyzer *a)
                                   "events waiting for their watermark", "");
     a->m_redis_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_redis_seconds",
                                  "time of one pipelined Redis round trip", "");
-    a->m_pg_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_pg_seconds",
-                              "time of one batch's PostgreSQL transaction", "");
     a->m_redis_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_redis_errors_total",
                                    "failed Redis round trips (the batch is retried)", "");
-    a->m_pg_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_pg_errors_total",
-                                "failed PostgreSQL transactions (the batch is retried)", "");
+    a->m_trim_skipped = st_metric_get(
+        m, ST_METRIC_COUNTER, "sandtrail_analyzer_trims_deferred_total",
+        "committed batches whose detector trims were left to a later batch (the "
+        "next batch was detected while this one was stored)",
+        "");
 }
 
-static void metrics_findings(struct analyzer *a)
+static void metrics_findings(struct analyzer *a, const struct st_findings *fs)
 {
     char labels[128];
-    for (size_t i = 0; i < a->findings.n; i++) {
-        const struct st_finding *f = &a->findings.items[i];
+    for (size_t i = 0; i < fs->n; i++) {
+        const struct st_finding *f = &fs->items[i];
         snprintf(labels, sizeof(labels), "detector=\"%s\",severity=\"%s\"", f->detector,
                  st_severity_name(f->severity));
         st_metric_add(st_metric_get(a->metrics, ST_METRIC_COUNTER,
@@ -313,7 +329,9 @@ static void metrics_lag(struct analyzer *a, const int32_t *parts, const int64_t 
                                     "messages not yet committed, per partition", labels),
                       lag);
     }
-    if (n == 0) {
+    if (st_store_retrying(a->store)) {
+        /* not ready: the store thread said why */
+    } else if (n == 0) {
         st_metrics_set_ready(a->metrics, "no partition assigned");
     } else if (total > a->conf.health_max_lag) {
         snprintf(reason, sizeof(reason),
@@ -329,23 +347,25 @@ static void detectors_reset(struct analyzer *a)
 {
     for (int i = 0; st_detectors[i]; i++)
         st_detectors[i]->reset_batch(a->det_state[i]);
-    st_findings_reset(&a->findings);
 }
 
-/* Runs the detectors over the released events and writes them, with the
- * staged event rows, in one transaction. Returns 0, or -1 with errstr. */
-static int batch_try(struct analyzer *a, size_t nrel, char *errstr, size_t errsz)
+/* Runs the detectors over the slot's released events, recording findings
+ * in its batch (two pipelined Redis round trips). Returns 0, or -1 with
+ * errstr. */
+static int detect_try(struct analyzer *a, struct slot *sl, char *errstr, size_t errsz)
 {
-    struct st_detect_ctx ctx = {a->redis, &a->findings, &a->conf, 0, 0};
+    struct st_detect_ctx ctx = {a->redis, &sl->b->findings, &a->conf, 0, 0};
 
     detectors_reset(a);
+    st_findings_reset(&sl->b->findings);
+    a->detected = sl;
     for (int d = 0; st_detectors[d]; d++)
-        st_detectors[d]->begin_batch(a->det_state[d], nrel);
-    for (size_t i = 0; i < nrel; i++) {
-        ctx.late = a->rel[i].late;
-        ctx.skewed = a->rel[i].skewed;
+        st_detectors[d]->begin_batch(a->det_state[d], sl->nrel);
+    for (size_t i = 0; i < sl->nrel; i++) {
+        ctx.late = sl->rel[i].late;
+        ctx.skewed = sl->rel[i].skewed;
         for (int d = 0; st_detectors[d]; d++)
-            st_detectors[d]->feed(a->det_state[d], &ctx, &a->rel[i].ev);
+            st_detectors[d]->feed(a->det_state[d], &ctx, &sl->rel[i].ev);
     }
     int64_t t0 = st_time_mono_us();
     int rc = st_rpipe_exec(a->redis, errstr, errsz);
@@ -354,99 +374,25 @@ static int batch_try(struct analyzer *a, size_t nrel, char *errstr, size_t errsz
             st_detectors[d]->end_batch(a->det_state[d], &ctx);
         rc = st_rpipe_exec(a->redis, errstr, errsz);
     }
-    int64_t t1 = st_time_mono_us();
-    st_metric_observe(a->m_redis_s, (double)(t1 - t0) / 1e6);
-    if (rc) {
-        st_metric_add(a->m_redis_err, 1);
-        return -1;
-    }
-    if (a->pg_faults < a->conf.fail_pg_commits) {
-        snprintf(errstr, errsz, "fault injection: PostgreSQL transaction %ld failed",
-                 ++a->pg_faults);
-        rc = -1;
-    } else {
-        rc = st_sink_write(a->sink, &a->findings, errstr, errsz);
-    }
-    st_metric_observe(a->m_pg_s, (double)(st_time_mono_us() - t1) / 1e6);
+    st_metric_observe(a->m_redis_s, (double)(st_time_mono_us() - t0) / 1e6);
     if (rc)
-        st_metric_add(a->m_pg_err, 1);
+        st_metric_add(a->m_redis_err, 1);
     return rc;
 }
 
-/* Sends msg to the dead-letter topic and tells the sink it will not be
- * stored. */
-static void dead_letter(struct analyzer *a, const rd_kafka_message_t *msg,
-                        const char *reason, const char *error)
-{
-    char labels[96];
-    /* the error may quote the message: only the record, redacted, holds it */
-    st_warn("dead-lettering the message at %s [%" PRId32 "] offset %" PRId64 ": %s",
-            rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset, reason);
-    st_deadletter_send(a->dlq, msg, reason, error);
-    st_sink_skip(a->sink, msg, reason);
-    snprintf(labels, sizeof(labels), "reason=\"%s\"", reason);
-    st_metric_add(st_metric_get(a->metrics, ST_METRIC_COUNTER,
-                                "sandtrail_analyzer_dead_lettered_total",
-                                "consumed messages sent to the dead-letter topic, by reason",
-                                labels),
-                  1);
-}
-
-struct refused {
-    struct analyzer *a;
-    size_t *nrel;
-    int found;
-};
-
-/* A message PostgreSQL refuses: dead-lettered, and its event leaves the
- * batch and the reorder buffer. */
-static void on_refused(void *arg, int32_t partition, int64_t offset, const char *error)
-{
-    struct refused *r = arg;
-    struct analyzer *a = r->a;
-    for (int i = 0; i < a->nmsgs; i++) {
-        const rd_kafka_message_t *m = a->msgs[i];
-        if (m->partition != partition || m->offset != offset)
-            continue;
-        dead_letter(a, m, ST_DEADLETTER_STORE_REFUSED, error);
-        a->refused++;
-        r->found++;
-        break;
-    }
-    st_reorder_forget(a->reorder, partition, offset);
-    for (size_t i = 0; i < *r->nrel; i++) {
-        if (a->rel[i].partition == partition && a->rel[i].offset == offset) {
-            st_reorder_item_fini(&a->rel[i]);
-            memmove(&a->rel[i], &a->rel[i + 1], (*r->nrel - i - 1) * sizeof(a->rel[i]));
-            (*r->nrel)--;
-            break;
-        }
-    }
-}
-
-/* Retries until written or asked to stop. Returns 0 when written. */
-static int batch_write(struct analyzer *a, size_t *nrel)
+/* Detects until Redis answers. Returns 0, or -1 when asked to stop first. */
+static int detect(struct analyzer *a, struct slot *sl)
 {
     int64_t backoff = 100;
     char errstr[1024];
-    int rc;
 
-    while ((rc = batch_try(a, *nrel, errstr, sizeof(errstr)))) {
-        if (rc == ST_SINK_DATA) {
-            struct refused r = {a, nrel, 0};
-            char err[1024];
-            if (st_sink_isolate(a->sink, on_refused, &r, err, sizeof(err)) == 0 &&
-                r.found > 0)
-                continue; /* write the rest at once */
-            st_error("PostgreSQL refused the batch but no single event of it: %s", errstr);
-        }
-        /* the reason names the stores, not the error text, which may quote
-         * event data */
+    while (detect_try(a, sl, errstr, sizeof(errstr))) {
         st_metrics_set_ready(a->metrics, "a batch cannot be written to PostgreSQL or "
                                          "Redis: retrying");
         if (stop) {
             st_error("stopped while a batch was being retried: its offsets are not "
-                     "committed (%s)", errstr);
+                     "committed (%s)",
+                     errstr);
             return -1;
         }
         st_error("batch not written, retrying in %" PRId64 " ms: %s", backoff, errstr);
@@ -455,19 +401,34 @@ static int batch_write(struct analyzer *a, size_t *nrel)
                       ? a->conf.retry_max_backoff_ms
                       : backoff * 2;
     }
-    a->findings_written += (long)a->findings.n;
-    a->batches++;
-    st_metric_add(a->m_batches, 1);
-    metrics_findings(a);
     return 0;
+}
+
+/* Sends msg to the dead-letter topic and tells the sink it will not be
+ * stored with b. */
+static void dead_letter(struct analyzer *a, struct st_store_batch *b,
+                        const rd_kafka_message_t *msg, const char *reason, const char *error)
+{
+    char labels[96];
+    /* the error may quote the message: only the record, redacted, holds it */
+    st_warn("dead-lettering the message at %s [%" PRId32 "] offset %" PRId64 ": %s",
+            rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset, reason);
+    st_deadletter_send(a->dlq, msg, reason, error);
+    st_sink_skip(a->sink, b->rows, msg, reason);
+    snprintf(labels, sizeof(labels), "reason=\"%s\"", reason);
+    st_metric_add(st_metric_get(a->metrics, ST_METRIC_COUNTER,
+                                "sandtrail_analyzer_dead_lettered_total",
+                                "consumed messages sent to the dead-letter topic, by reason",
+                                labels),
+                  1);
 }
 
 /* The destructive part of the detectors' write-back (trims), once nothing
  * can redo the batch: its transaction and its offsets are committed. A
  * failure only leaves more state in Redis, which a later batch trims. */
-static void detectors_after_commit(struct analyzer *a)
+static void detectors_after_commit(struct analyzer *a, struct slot *sl)
 {
-    struct st_detect_ctx ctx = {a->redis, &a->findings, &a->conf, 0, 0};
+    struct st_detect_ctx ctx = {a->redis, &sl->b->findings, &a->conf, 0, 0};
     char errstr[512];
 
     for (int d = 0; st_detectors[d]; d++)
@@ -480,149 +441,201 @@ static void detectors_after_commit(struct analyzer *a)
     }
 }
 
-/* Parses each message, stages its row for PostgreSQL and hands the event
- * to the reorder buffer; a message that is not a valid event goes to the
- * dead-letter topic. An event stamped too far from the time the collector
- * produced it (the message's timestamp) is stored as it came, but detected
- * on its receive time (reorder.h). */
-static void ingest(struct analyzer *a, rd_kafka_message_t **msgs, int n, int64_t now)
+/* Parses each message, stages its row for PostgreSQL in b and hands the
+ * event to the reorder buffer; a message that is not a valid event goes to
+ * the dead-letter topic. An event stamped too far from the time the
+ * collector produced it (the message's timestamp) is stored as it came, but
+ * detected on its receive time (reorder.h). */
+static void ingest(struct analyzer *a, struct st_store_batch *b, int64_t now)
 {
     int64_t wall_s = (int64_t)time(NULL);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < b->nmsgs; i++) {
+        rd_kafka_message_t *m = b->msgs[i];
         struct st_event ev;
         struct st_reject rej;
-        if (st_event_parse(&ev, msgs[i]->payload, msgs[i]->len, &rej)) {
+        if (st_event_parse(&ev, m->payload, m->len, &rej)) {
             a->invalid++;
             st_metric_add(a->m_invalid, 1);
-            dead_letter(a, msgs[i], rej.code, rej.msg);
-            st_reorder_note(a->reorder, msgs[i]->partition, msgs[i]->offset);
+            dead_letter(a, b, m, rej.code, rej.msg);
+            st_reorder_note(a->reorder, m->partition, m->offset);
             continue;
         }
-        int64_t recv_ms = rd_kafka_message_timestamp(msgs[i], NULL);
+        int64_t recv_ms = rd_kafka_message_timestamp(m, NULL);
         int64_t recv_us = recv_ms >= 0 ? recv_ms * 1000 : -1;
         int skewed = st_reorder_skewed(ev.ts_us, recv_us, a->conf.max_future_s * 1000000,
                                        a->conf.max_past_s * 1000000);
         st_sources_seen(a->sources, ev.source_name, wall_s);
-        struct st_sink_event se = {&ev, msgs[i], skewed};
-        st_sink_stage(a->sink, &se);
+        struct st_sink_event se = {&ev, m, skewed};
+        st_sink_stage(a->sink, b->rows, &se);
         if (skewed) {
             a->skewed++;
             st_metric_add(a->m_skewed, 1);
             ev.ts_us = recv_us;
         }
-        st_reorder_push(a->reorder, msgs[i]->partition, msgs[i]->offset, &ev, now,
-                        skewed);
+        st_reorder_push(a->reorder, m->partition, m->offset, &ev, now, skewed);
         a->events++;
         st_metric_add(a->m_events, 1);
     }
 }
 
-/* Waits until Kafka acknowledged the dead-letter records of the batch:
- * offsets past them are committed only then. Returns 0, or -1 when asked
- * to stop first. */
-static int dead_letters_flush(struct analyzer *a)
-{
-    char errstr[512];
-    while (st_deadletter_flush(a->dlq, 5000, errstr, sizeof(errstr))) {
-        st_error("%s: offsets are not committed until they are", errstr);
-        if (stop)
-            return -1;
-    }
-    return 0;
-}
-
-/* Commits (commit = 1) the offsets everything before which is stored, and
- * refreshes the lag and readiness from them (commit = 0, idle: only that).
- * Returns 0 when Kafka took the offsets of every partition the nrel
- * released events came from (a partition revoked during the batch is
- * committed by its next owner, who redoes its events). */
-static int commit_offsets(struct analyzer *a, int commit, size_t nrel)
+/* The offsets everything before which is stored once b is, for every
+ * assigned partition; also refreshes the lag and readiness from them. */
+static void batch_offsets(struct analyzer *a, struct st_store_batch *b)
 {
     int32_t parts[1024];
-    int64_t offsets[1024];
     int n = st_consumer_partitions(a->consumer, parts, 1024);
-    for (int i = 0; i < n; i++)
-        offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
-    int rc = 0;
-    if (commit)
-        rc = st_consumer_commit(a->consumer, parts, offsets, n);
-    for (size_t i = 0; commit && i < nrel && rc == 0; i++) {
-        int held = 0;
-        for (int j = 0; j < n && !held; j++)
-            held = parts[j] == a->rel[i].partition;
-        rc = held ? 0 : -1;
+    b->parts = st_realloc(b->parts, (size_t)(n ? n : 1) * sizeof(*b->parts));
+    b->offsets = st_realloc(b->offsets, (size_t)(n ? n : 1) * sizeof(*b->offsets));
+    for (int i = 0; i < n; i++) {
+        b->parts[i] = parts[i];
+        b->offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
     }
-    metrics_lag(a, parts, offsets, n);
+    b->nparts = n;
+    metrics_lag(a, b->parts, b->offsets, n);
     st_metric_set(a->m_buffered, (int64_t)st_reorder_buffered(a->reorder));
-    return rc;
 }
 
+/* 1 when every partition the slot's released events came from is still
+ * assigned (a partition revoked meanwhile is redone by its next owner). */
+static int slot_held(struct analyzer *a, const struct slot *sl)
+{
+    int32_t parts[1024];
+    int n = st_consumer_partitions(a->consumer, parts, 1024);
+    for (size_t i = 0; i < sl->nrel; i++) {
+        int held = 0;
+        for (int j = 0; j < n && !held; j++)
+            held = parts[j] == sl->rel[i].partition;
+        if (!held)
+            return 0;
+    }
+    return 1;
+}
+
+static void slot_clear(struct slot *sl)
+{
+    for (size_t i = 0; i < sl->nrel; i++)
+        st_reorder_item_fini(&sl->rel[i]);
+    sl->nrel = 0;
+    st_store_batch_reset(sl->b);
+}
+
+/* Waits for the batch in flight, if any, and finishes it on this side:
+ * events the store refused leave the reorder buffer, and the detectors trim
+ * their state if the Kafka commit took, the batch's partitions are still
+ * ours, and the detectors still hold this batch (not the next: then its
+ * trims are left to a later batch). Returns 0, or -1 when the store gave up
+ * (asked to stop while retrying). @locality the main thread */
+static int batch_done(struct analyzer *a)
+{
+    struct st_store_batch *b = st_store_wait(a->store);
+    if (!b)
+        return 0;
+    struct slot *sl = &a->slots[a->slots[0].b == b ? 0 : 1];
+    int failed = b->failed;
+    if (!failed) {
+        for (size_t i = 0; i < b->nrefused; i++)
+            st_reorder_forget(a->reorder, b->refused[i].partition, b->refused[i].offset);
+        a->refused += (long)b->nrefused;
+        a->findings_written += (long)b->findings.n;
+        a->batches++;
+        st_metric_add(a->m_batches, 1);
+        metrics_findings(a, &b->findings);
+        if (b->committed && slot_held(a, sl)) {
+            if (a->detected == sl) {
+                detectors_after_commit(a, sl);
+                a->untrimmed = 0;
+            } else {
+                a->untrimmed++;
+                st_metric_add(a->m_trim_skipped, 1);
+            }
+        }
+    }
+    if (a->detected == sl) {
+        detectors_reset(a); /* the detectors drop their pointers into rel */
+        a->detected = NULL;
+    }
+    slot_clear(sl);
+    return failed ? -1 : 0;
+}
+
+/* A partition is taken away (inside st_consumer_poll_batch): the batch in
+ * flight is stored and its offsets committed first, while the partition
+ * is still ours, so that every offset we had is either committed by us or
+ * redone by the next owner. */
 static void on_revoke(int32_t partition, void *arg)
 {
     struct analyzer *a = arg;
+    if (batch_done(a))
+        a->gave_up = 1; /* run() ends with status 1 */
     st_reorder_drop(a->reorder, partition);
 }
+
+/* Trims need the detectors' batch state of the batch just committed, and
+ * the detectors hold one batch: while batch N is stored, detecting N+1
+ * first means N's trims are left to a later batch. After this many such
+ * batches in a row the main thread waits for N before detecting N+1, so
+ * that N's trims run (state in Redis stays bounded; one batch in this many
+ * does not overlap). */
+#define TRIM_DEFER_MAX 8
 
 static int run(struct analyzer *a, int drain)
 {
     int max = (int)a->conf.batch_max_events;
-    rd_kafka_message_t **msgs = a->msgs = st_calloc((size_t)max, sizeof(*msgs));
     int64_t start = st_time_mono_ms();
     int64_t idle_ms = drain ? 0 : a->conf.lateness_s * 1000;
-    int rc = 0;
+    int rc = 0, failed = 0;
 
     st_consumer_on_revoke(a->consumer, on_revoke, a);
     while (!stop) {
         if (hup)
             reload(&a->conf);
-        int n = st_consumer_poll_batch(a->consumer, msgs, max, (int)a->conf.batch_max_ms);
+        struct slot *sl = &a->slots[a->fill];
+        struct st_store_batch *b = sl->b;
+        int n = st_consumer_poll_batch(a->consumer, b->msgs, max, (int)a->conf.batch_max_ms);
         if (n < 0) {
             rc = -1;
             break;
         }
+        b->nmsgs = n;
+        if (a->gave_up) {
+            failed = 1;
+            break;
+        }
         int64_t now = st_time_mono_ms();
-        a->nmsgs = n;
-        ingest(a, msgs, n, now);
+        ingest(a, b, now);
         int flush = drain && st_consumer_drained(a->consumer);
-        size_t nrel = st_reorder_release(a->reorder, flush, now, idle_ms, &a->rel,
-                                         &a->relcap);
+        sl->nrel = st_reorder_release(a->reorder, flush, now, idle_ms, &sl->rel, &sl->relcap);
         /* caught up: the evidence part signs what is pending (all of it at
          * the end of --drain, what is old enough otherwise) */
-        int seal = 0;
         if (flush || (!drain && st_consumer_drained(a->consumer)))
-            seal = st_sink_seal(a->sink, flush ? 0 : st_time_now_us() / 1000);
-        if (n > 0 || nrel > 0 || seal) {
-            for (size_t i = 0; i < nrel; i++) {
-                a->late += a->rel[i].late;
-                st_metric_add(a->m_late, a->rel[i].late);
+            st_sink_seal(a->sink, b->rows, flush ? 0 : st_time_now_us() / 1000);
+        if (n > 0 || sl->nrel > 0 || !st_sink_batch_empty(b->rows)) {
+            for (size_t i = 0; i < sl->nrel; i++) {
+                a->late += sl->rel[i].late;
+                st_metric_add(a->m_late, sl->rel[i].late);
             }
-            int failed = batch_write(a, &nrel) || dead_letters_flush(a);
-            if (failed) {
-                for (size_t i = 0; i < nrel; i++)
-                    st_reorder_item_fini(&a->rel[i]);
-                rc = -1;
+            if (st_store_busy(a->store) && a->untrimmed >= TRIM_DEFER_MAX &&
+                (failed = batch_done(a)))
+                break;
+            if (detect(a, sl)) {
+                failed = 1;
                 break;
             }
-            a->commits++;
-            if (a->conf.crash_after_commits && a->commits >= a->conf.crash_after_commits) {
-                st_warn("fault injection: exiting after PostgreSQL commit %ld, "
-                        "before the Kafka commit",
-                        a->commits);
-                _exit(3);
-            }
-            /* offsets Kafka did not take (a rebalance) may be redone by
-             * another analyzer: then nothing is trimmed */
-            if (commit_offsets(a, 1, nrel) == 0)
-                detectors_after_commit(a);
-            detectors_reset(a);
-            for (size_t i = 0; i < nrel; i++)
-                st_reorder_item_fini(&a->rel[i]);
+            /* depth 1: batch N is stored and committed before N+1 goes */
+            if ((failed = batch_done(a)))
+                break;
+            batch_offsets(a, b);
+            st_store_submit(a->store, b);
+            a->fill ^= 1;
         } else {
-            commit_offsets(a, 0, 0);
+            /* idle: finish the batch in flight if it is done (waiting
+             * would stop the polls that may bring the next one), refresh
+             * the lag */
+            if (st_store_done(a->store) && (failed = batch_done(a)))
+                break;
+            batch_offsets(a, b);
+            slot_clear(sl);
         }
-        for (int i = 0; i < n; i++)
-            rd_kafka_message_destroy(msgs[i]);
-        a->nmsgs = 0;
         if (drain) {
             if (flush && st_reorder_buffered(a->reorder) == 0)
                 break;
@@ -635,12 +648,11 @@ static int run(struct analyzer *a, int drain)
             }
         }
     }
-    for (int i = 0; i < a->nmsgs; i++)
-        rd_kafka_message_destroy(msgs[i]);
-    a->nmsgs = 0;
-    free(msgs);
-    a->msgs = NULL;
-    return rc;
+    /* a clean stop, or the end of --drain, waits for the batch in flight */
+    if (batch_done(a))
+        failed = 1;
+    slot_clear(&a->slots[a->fill]);
+    return rc || failed ? -1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -730,7 +742,25 @@ int main(int argc, char **argv)
         st_error("%s", errstr);
         goto out;
     }
-    st_findings_init(&a.findings);
+    {
+        struct st_store_conf sc = {
+            .sink = a.sink,
+            .dlq = a.dlq,
+            .consumer = a.consumer,
+            .metrics = a.metrics,
+            .retry_max_backoff_ms = a.conf.retry_max_backoff_ms,
+            .fail_pg_commits = a.conf.fail_pg_commits,
+            .crash_after_commits = a.conf.crash_after_commits,
+            .stop = &stop,
+            .after_pg_commit = NULL, /* the detectors' checkpoint goes here */
+        };
+        if (!(a.store = st_store_new(&sc, errstr, sizeof(errstr)))) {
+            st_error("%s", errstr);
+            goto out;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        a.slots[i].b = st_store_batch_new(a.sink, (int)a.conf.batch_max_events);
     a.reorder = st_reorder_new(a.conf.lateness_s * 1000000);
     for (int i = 0; st_detectors[i]; i++)
         a.det_state[i] = st_detectors[i]->create(&a.conf);
@@ -749,11 +779,14 @@ int main(int argc, char **argv)
     a.consumer = NULL;
     for (int i = 0; st_detectors[i]; i++)
         st_detectors[i]->destroy(a.det_state[i]);
-    st_findings_fini(&a.findings);
     st_reorder_destroy(a.reorder);
-    free(a.rel);
 out:
     st_consumer_destroy(a.consumer);
+    st_store_destroy(a.store);
+    for (int i = 0; i < 2; i++) {
+        st_store_batch_destroy(a.slots[i].b);
+        free(a.slots[i].rel);
+    }
     st_rpipe_destroy(a.redis);
     st_deadletter_destroy(a.dlq);
     st_sink_destroy(a.sink);

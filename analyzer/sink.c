@@ -25,11 +25,21 @@ static const struct st_sink_part_ops *const parts[] = {
 
 #define NPARTS (sizeof(parts) / sizeof(parts[0]) - 1)
 
+/* The connection and the parts' state: the connection is the writing
+ * thread's (one write or isolate at a time); see sink.h for which of a
+ * part's callbacks run where. */
 struct st_sink {
     PGconn *pg;
     char *dsn;
     void *state[NPARTS];
-    size_t staged; /* events staged since the last commit */
+};
+
+/* One batch's staging: each part's, and how many stage, skip or seal calls
+ * it holds. Owned by the caller of st_sink_batch_new. */
+struct st_sink_batch {
+    struct st_sink *sink;
+    void *part[NPARTS];
+    size_t staged;
 };
 
 int st_sink_error_class(const PGresult *res)
@@ -106,44 +116,71 @@ void st_sink_destroy(struct st_sink *s)
     free(s);
 }
 
-void st_sink_stage(struct st_sink *s, const struct st_sink_event *se)
+struct st_sink_batch *st_sink_batch_new(struct st_sink *s)
+{
+    struct st_sink_batch *b = st_calloc(1, sizeof(*b));
+    b->sink = s;
+    for (size_t i = 0; i < NPARTS; i++)
+        if (parts[i]->batch_new)
+            b->part[i] = parts[i]->batch_new(s->state[i]);
+    return b;
+}
+
+void st_sink_batch_destroy(struct st_sink_batch *b)
+{
+    if (!b)
+        return;
+    for (size_t i = 0; i < NPARTS; i++)
+        if (parts[i]->batch_destroy)
+            parts[i]->batch_destroy(b->part[i]);
+    free(b);
+}
+
+int st_sink_batch_empty(const struct st_sink_batch *b)
+{
+    return b->staged == 0;
+}
+
+void st_sink_stage(struct st_sink *s, struct st_sink_batch *b,
+                   const struct st_sink_event *se)
 {
     for (size_t i = 0; i < NPARTS; i++)
         if (parts[i]->stage)
-            parts[i]->stage(s->state[i], se);
-    s->staged++;
+            parts[i]->stage(s->state[i], b->part[i], se);
+    b->staged++;
 }
 
-void st_sink_skip(struct st_sink *s, const rd_kafka_message_t *msg, const char *reason)
+void st_sink_skip(struct st_sink *s, struct st_sink_batch *b, const rd_kafka_message_t *msg,
+                  const char *reason)
 {
     for (size_t i = 0; i < NPARTS; i++)
         if (parts[i]->skip)
-            parts[i]->skip(s->state[i], msg, reason);
-    s->staged++;
+            parts[i]->skip(s->state[i], b->part[i], msg, reason);
+    b->staged++;
 }
 
-int st_sink_seal(struct st_sink *s, int64_t now_ms)
+int st_sink_seal(struct st_sink *s, struct st_sink_batch *b, int64_t now_ms)
 {
     int want = 0;
     for (size_t i = 0; i < NPARTS; i++)
-        if (parts[i]->seal && parts[i]->seal(s->state[i], now_ms))
+        if (parts[i]->seal && parts[i]->seal(s->state[i], b->part[i], now_ms))
             want = 1;
     if (want)
-        s->staged++;
+        b->staged++;
     return want;
 }
 
-static void end_all(struct st_sink *s, int committed)
+static void end_all(struct st_sink *s, struct st_sink_batch *b, int committed)
 {
     for (size_t i = 0; i < NPARTS; i++)
         if (parts[i]->end)
-            parts[i]->end(s->state[i], committed);
+            parts[i]->end(s->state[i], b->part[i], committed);
     if (committed)
-        s->staged = 0;
+        b->staged = 0;
 }
 
-int st_sink_isolate(struct st_sink *s, st_sink_refused_cb cb, void *arg, char *errstr,
-                    size_t errsz)
+int st_sink_isolate(struct st_sink *s, struct st_sink_batch *b, st_sink_refused_cb cb,
+                    void *arg, char *errstr, size_t errsz)
 {
     char err[512];
     int rc = ST_SINK_OK;
@@ -156,7 +193,7 @@ int st_sink_isolate(struct st_sink *s, st_sink_refused_cb cb, void *arg, char *e
     }
     for (size_t i = 0; i < NPARTS && rc == ST_SINK_OK; i++)
         if (parts[i]->isolate)
-            rc = parts[i]->isolate(s->state[i], s->pg, cb, arg, errstr, errsz);
+            rc = parts[i]->isolate(s->state[i], b->part[i], s->pg, cb, arg, errstr, errsz);
     st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
     if (PQstatus(s->pg) != CONNECTION_OK) {
         PQfinish(s->pg);
@@ -166,14 +203,14 @@ int st_sink_isolate(struct st_sink *s, st_sink_refused_cb cb, void *arg, char *e
     return rc == ST_SINK_OK ? ST_SINK_OK : ST_SINK_RETRY;
 }
 
-int st_sink_write(struct st_sink *s, const struct st_findings *fs, char *errstr,
-                  size_t errsz)
+int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_findings *fs,
+                  char *errstr, size_t errsz)
 {
     char err[512];
     int rc;
 
     /* an empty batch opens no transaction (it would be left idle in one) */
-    if (s->staged == 0 && fs->n == 0)
+    if (b->staged == 0 && fs->n == 0)
         return ST_SINK_OK;
     if ((!s->pg || PQstatus(s->pg) != CONNECTION_OK) &&
         (rc = sink_connect(s, errstr, errsz)))
@@ -184,12 +221,12 @@ int st_sink_write(struct st_sink *s, const struct st_findings *fs, char *errstr,
         goto fail;
     }
     for (size_t i = 0; i < NPARTS; i++)
-        if ((rc = parts[i]->write(s->state[i], s->pg, fs, errstr, errsz)))
+        if ((rc = parts[i]->write(s->state[i], b->part[i], s->pg, fs, errstr, errsz)))
             goto fail;
     PGresult *res = PQexec(s->pg, "COMMIT");
     if ((rc = st_sink_result(res, "could not commit", errstr, errsz)))
         goto fail;
-    end_all(s, 1);
+    end_all(s, b, 1);
     return ST_SINK_OK;
 fail:
     st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
@@ -198,6 +235,6 @@ fail:
         s->pg = NULL;
         rc = ST_SINK_RETRY;
     }
-    end_all(s, 0);
+    end_all(s, b, 0);
     return rc;
 }

@@ -7,6 +7,13 @@
  * listed once in sink.c in the order the transaction writes them; main.c
  * knows only the st_sink_* functions.
  *
+ * What a batch stages lives in a `struct st_sink_batch` (one per batch in
+ * flight, owned by the caller), not in the sink: the main thread stages
+ * batch N+1 into one while the store thread (store.c) writes batch N from
+ * another. A part's state is split the same way: what stage, skip and seal
+ * touch is per batch (or main-thread only), what write, isolate and end
+ * touch is per batch or the writer's only.
+ *
  * Errors are classed: ST_SINK_RETRY (PostgreSQL unavailable, a lost
  * connection, a serialization failure: the same batch will succeed later)
  * or ST_SINK_DATA (PostgreSQL refused the batch's data: retrying the same
@@ -39,75 +46,104 @@ struct st_sink_event {
 typedef void (*st_sink_refused_cb)(void *arg, int32_t partition, int64_t offset,
                                    const char *error);
 
-/* One output of a batch. Every callback but write may be NULL.
- * @locality: the analyzer's main thread. */
+/* One output of a batch. Every callback but write may be NULL; batch_new
+ * and batch_destroy go together. `batch` is what batch_new returned (NULL
+ * for a part without it).
+ * @locality create, destroy, batch_new, batch_destroy: any thread, while
+ *   no other callback of the part runs on the same state or batch;
+ *   stage, skip, seal: the thread filling the batch (the main thread);
+ *   prepare, write, isolate, end: the thread writing (the store thread).
+ *   The two may run at once on different batches. */
 struct st_sink_part_ops {
     const char *name;
     /* Returns the part's state, or NULL with errstr set (start-up fails). */
     void *(*create)(const struct st_analyzer_conf *conf, char *errstr, size_t errsz);
     void (*destroy)(void *state);
+    /* The part's staging of one batch, empty; batch_destroy frees it. */
+    void *(*batch_new)(void *state);
+    void (*batch_destroy)(void *batch);
     /* Called once per connection, outside any transaction (temp tables,
      * prepared statements). */
     int (*prepare)(void *state, PGconn *pg, char *errstr, size_t errsz);
     /* Copies what the part needs of one event for the next write. */
-    void (*stage)(void *state, const struct st_sink_event *se);
+    void (*stage)(void *state, void *batch, const struct st_sink_event *se);
     /* A consumed message that will not be stored (not a valid event, or
      * refused by PostgreSQL for its data): it went to the dead-letter
      * topic for `reason`. Parts that account for every offset (evidence)
      * record it with the next write. A part that staged this message
      * before (a refused one) forgets what it staged of it. */
-    void (*skip)(void *state, const rd_kafka_message_t *msg, const char *reason);
+    void (*skip)(void *state, void *batch, const rd_kafka_message_t *msg,
+                 const char *reason);
     /* After a write failed with ST_SINK_DATA, inside a transaction that is
      * rolled back afterwards: tries each staged message alone (in a
      * savepoint) and calls cb for each PostgreSQL refuses for its data.
      * Returns ST_SINK_OK or ST_SINK_RETRY with errstr set. */
-    int (*isolate)(void *state, PGconn *pg, st_sink_refused_cb cb, void *arg,
-                   char *errstr, size_t errsz);
+    int (*isolate)(void *state, void *batch, PGconn *pg, st_sink_refused_cb cb,
+                   void *arg, char *errstr, size_t errsz);
     /* Writes the part's rows inside the open transaction. Returns ST_SINK_OK
      * or an error class with errstr set. */
-    int (*write)(void *state, PGconn *pg, const struct st_findings *fs, char *errstr,
-                 size_t errsz);
+    int (*write)(void *state, void *batch, PGconn *pg, const struct st_findings *fs,
+                 char *errstr, size_t errsz);
     /* The transaction committed (committed = 1: forget the staged data,
      * advance in-memory state) or was rolled back (0: keep the staged data
      * for the retry, undo in-memory changes made by write). */
-    void (*end)(void *state, int committed);
+    void (*end)(void *state, void *batch, int committed);
     /* The analyzer caught up with its partitions at wall-clock now_ms (0:
      * the end of --drain). Returns 1 when the part has something to write
      * (evidence: a checkpoint to cut), so that a transaction is opened. */
-    int (*seal)(void *state, int64_t now_ms);
+    int (*seal)(void *state, void *batch, int64_t now_ms);
 };
 
 struct st_sink;
+struct st_sink_batch;
 
 /* Creates every part and connects. Returns NULL with errstr set. */
 struct st_sink *st_sink_new(const struct st_analyzer_conf *conf, char *errstr,
                             size_t errsz);
+/* Accepts NULL. Every batch of the sink must be destroyed first. */
 void st_sink_destroy(struct st_sink *s);
 
-/* Hands one event to every part for the next write (copied). */
-void st_sink_stage(struct st_sink *s, const struct st_sink_event *se);
+/* An empty batch of s to stage into; the caller owns it (one per batch in
+ * flight) and frees it with st_sink_batch_destroy (accepts NULL). */
+struct st_sink_batch *st_sink_batch_new(struct st_sink *s);
+void st_sink_batch_destroy(struct st_sink_batch *b);
 
-/* Tells every part that this message will not be stored (see skip). */
-void st_sink_skip(struct st_sink *s, const rd_kafka_message_t *msg, const char *reason);
+/* 1 when st_sink_write of b would open no transaction: nothing staged,
+ * skipped or sealed. */
+int st_sink_batch_empty(const struct st_sink_batch *b);
+
+/* Hands one event to every part for b's write (copied).
+ * @locality the thread filling b */
+void st_sink_stage(struct st_sink *s, struct st_sink_batch *b,
+                   const struct st_sink_event *se);
+
+/* Tells every part that this message will not be stored (see skip). May be
+ * called by the writing thread on a batch it writes (a refused message).
+ * @locality the thread that owns b at the time */
+void st_sink_skip(struct st_sink *s, struct st_sink_batch *b, const rd_kafka_message_t *msg,
+                  const char *reason);
 
 /* Tells every part the analyzer caught up (see seal). Returns 1 when the
- * next st_sink_write must run even with nothing staged. */
-int st_sink_seal(struct st_sink *s, int64_t now_ms);
+ * write of b must run even with nothing staged.
+ * @locality the thread filling b */
+int st_sink_seal(struct st_sink *s, struct st_sink_batch *b, int64_t now_ms);
 
-/* Writes everything staged and the findings in one transaction. Returns
- * ST_SINK_OK (staged data forgotten), or an error class with errstr set
- * after rolling back (staged data kept for the retry; the connection is
- * reopened on the next call if it was lost). */
-int st_sink_write(struct st_sink *s, const struct st_findings *fs, char *errstr,
-                  size_t errsz);
+/* Writes everything staged in b and the findings in one transaction.
+ * Returns ST_SINK_OK (b emptied), or an error class with errstr set after
+ * rolling back (b kept for the retry; the connection is reopened on the
+ * next call if it was lost).
+ * @locality the writing thread (one at a time: the sink's connection) */
+int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_findings *fs,
+                  char *errstr, size_t errsz);
 
-/* After st_sink_write returned ST_SINK_DATA: finds the staged messages
- * that PostgreSQL refuses on their own (see isolate) and reports each to cb;
- * the caller dead-letters them and calls st_sink_skip for each, then writes
- * again. Writes nothing. Returns ST_SINK_OK (cb may not have been called: the
- * refusal then lies in no single event) or ST_SINK_RETRY with errstr. */
-int st_sink_isolate(struct st_sink *s, st_sink_refused_cb cb, void *arg, char *errstr,
-                    size_t errsz);
+/* After st_sink_write returned ST_SINK_DATA: finds the messages staged in
+ * b that PostgreSQL refuses on their own (see isolate) and reports each to
+ * cb; the caller dead-letters them and calls st_sink_skip for each, then
+ * writes again. Writes nothing. Returns ST_SINK_OK (cb may not have been
+ * called: the refusal then lies in no single event) or ST_SINK_RETRY with
+ * errstr. @locality the writing thread */
+int st_sink_isolate(struct st_sink *s, struct st_sink_batch *b, st_sink_refused_cb cb,
+                    void *arg, char *errstr, size_t errsz);
 
 /* The class of a failed result: ST_SINK_DATA for data exceptions (22),
  * integrity violations (23) and program limits (54), else ST_SINK_RETRY. */

@@ -17,18 +17,23 @@ struct row {
     size_t start, len;
 };
 
-/* The batch's rows in COPY text format and where each lies, and the UTC
+/* One batch's rows in COPY text format and where each lies, and the UTC
  * days (of event time) they fall on, so that their partitions exist before
- * the COPY (sql/005_partitions.sql). Owned here, reset on commit. */
-struct events_part {
+ * the COPY (sql/005_partitions.sql). Owned by the batch, reset on commit. */
+struct events_batch {
     struct st_buf copy;
     struct row *rows;
     size_t nrows, caprows;
-    int64_t *days;     /* days of the staged rows not known to exist */
+    int64_t *days;     /* distinct days of the staged rows */
     size_t ndays, capdays;
-    int64_t *known;    /* days whose partition a committed batch made sure of */
-    size_t nknown, capknown;
     int64_t last_day;  /* the last staged row's day (most rows share it) */
+};
+
+/* @locality the writing thread (write, end): days whose partition a
+ * committed batch made sure of, sorted. */
+struct events_part {
+    int64_t *known;
+    size_t nknown, capknown;
 };
 
 static const char *sql_partitions = "SELECT sandtrail_event_partitions($1::date[])";
@@ -118,11 +123,24 @@ static void events_destroy(void *state)
     struct events_part *p = state;
     if (!p)
         return;
-    st_buf_fini(&p->copy);
-    free(p->rows);
-    free(p->days);
     free(p->known);
     free(p);
+}
+
+static void *events_batch_new(void *state)
+{
+    return st_calloc(1, sizeof(struct events_batch));
+}
+
+static void events_batch_destroy(void *batch)
+{
+    struct events_batch *b = batch;
+    if (!b)
+        return;
+    st_buf_fini(&b->copy);
+    free(b->rows);
+    free(b->days);
+    free(b);
 }
 
 static int events_prepare(void *state, PGconn *pg, char *errstr, size_t errsz)
@@ -147,16 +165,14 @@ static int cmp_day(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Remembers the day of a staged row, unless a committed batch already made
- * its partition. */
-static void note_day(struct events_part *p, int64_t ts_us)
+/* Remembers the day of a staged row (the writer passes over those a
+ * committed batch already made). */
+static void note_day(struct events_batch *p, int64_t ts_us)
 {
     int64_t d = day_of(ts_us);
-    if ((p->ndays || p->nknown) && d == p->last_day)
+    if (p->ndays && d == p->last_day)
         return;
     p->last_day = d;
-    if (p->nknown && bsearch(&d, p->known, p->nknown, sizeof(d), cmp_day))
-        return;
     for (size_t i = 0; i < p->ndays; i++)
         if (p->days[i] == d)
             return;
@@ -167,9 +183,9 @@ static void note_day(struct events_part *p, int64_t ts_us)
     p->days[p->ndays++] = d;
 }
 
-static void events_stage(void *state, const struct st_sink_event *se)
+static void events_stage(void *state, void *batch, const struct st_sink_event *se)
 {
-    struct events_part *p = state;
+    struct events_batch *p = batch;
     if (p->nrows == p->caprows) {
         p->caprows = p->caprows ? p->caprows * 2 : 256;
         p->rows = st_realloc(p->rows, p->caprows * sizeof(*p->rows));
@@ -184,9 +200,10 @@ static void events_stage(void *state, const struct st_sink_event *se)
 }
 
 /* A refused message: its staged row, if any, leaves the batch. */
-static void events_skip(void *state, const rd_kafka_message_t *msg, const char *reason)
+static void events_skip(void *state, void *batch, const rd_kafka_message_t *msg,
+                        const char *reason)
 {
-    struct events_part *p = state;
+    struct events_batch *p = batch;
     for (size_t i = 0; i < p->nrows; i++) {
         struct row *r = &p->rows[i];
         if (r->partition != msg->partition || r->offset != msg->offset)
@@ -205,18 +222,25 @@ static void events_skip(void *state, const rd_kafka_message_t *msg, const char *
 
 /* Makes the partitions of the staged rows' new days, inside the batch's
  * transaction (rolled back with it). */
-static int ensure_partitions(struct events_part *p, PGconn *pg, char *errstr,
-                             size_t errsz)
+static int ensure_partitions(struct events_part *p, struct events_batch *b, PGconn *pg,
+                             char *errstr, size_t errsz)
 {
-    if (p->ndays == 0)
-        return ST_SINK_OK;
     struct st_buf arr;
+    size_t n = 0;
     st_buf_init(&arr);
-    for (size_t i = 0; i < p->ndays; i++) {
+    for (size_t i = 0; i < b->ndays; i++) {
         char day[40];
-        st_time_format(p->days[i] * 86400 * INT64_C(1000000), day, sizeof(day));
+        if (p->nknown && bsearch(&b->days[i], p->known, p->nknown, sizeof(b->days[i]),
+                                 cmp_day))
+            continue;
+        n++;
+        st_time_format(b->days[i] * 86400 * INT64_C(1000000), day, sizeof(day));
         day[10] = '\0'; /* YYYY-MM-DD */
         st_pg_array_add(&arr, day);
+    }
+    if (n == 0) {
+        st_buf_fini(&arr);
+        return ST_SINK_OK;
     }
     st_pg_array_end(&arr);
     const char *params[1] = {arr.data};
@@ -227,23 +251,26 @@ static int ensure_partitions(struct events_part *p, PGconn *pg, char *errstr,
     return rc ? ST_SINK_RETRY : ST_SINK_OK;
 }
 
-static void events_end(void *state, int committed)
+static void events_end(void *state, void *batch, int committed)
 {
     struct events_part *p = state;
+    struct events_batch *b = batch;
     if (!committed)
         return;
-    st_buf_reset(&p->copy);
-    p->nrows = 0;
-    if (p->ndays) {
-        if (p->nknown + p->ndays > p->capknown) {
-            p->capknown = (p->nknown + p->ndays) * 2;
+    st_buf_reset(&b->copy);
+    b->nrows = 0;
+    for (size_t i = 0; i < b->ndays; i++) {
+        if (p->nknown && bsearch(&b->days[i], p->known, p->nknown, sizeof(*p->known),
+                                 cmp_day))
+            continue;
+        if (p->nknown == p->capknown) {
+            p->capknown = p->capknown ? p->capknown * 2 : 16;
             p->known = st_realloc(p->known, p->capknown * sizeof(*p->known));
         }
-        memcpy(p->known + p->nknown, p->days, p->ndays * sizeof(*p->days));
-        p->nknown += p->ndays;
+        p->known[p->nknown++] = b->days[i];
         qsort(p->known, p->nknown, sizeof(*p->known), cmp_day);
-        p->ndays = 0;
     }
+    b->ndays = 0;
 }
 
 static int copy_rows(const char *data, size_t len, PGconn *pg, const char *sql,
@@ -272,14 +299,14 @@ static int copy_rows(const char *data, size_t len, PGconn *pg, const char *sql,
  * brings rows already there; then the COPY fails on the primary key, and the
  * batch goes through the staging table and INSERT ... ON CONFLICT DO
  * NOTHING instead. The savepoint keeps the transaction usable. */
-static int events_write(void *state, PGconn *pg, const struct st_findings *fs,
-                        char *errstr, size_t errsz)
+static int events_write(void *state, void *batch, PGconn *pg,
+                        const struct st_findings *fs, char *errstr, size_t errsz)
 {
-    struct events_part *p = state;
+    struct events_batch *p = batch;
     char err[512];
     if (p->copy.len == 0)
         return ST_SINK_OK;
-    int rc = ensure_partitions(p, pg, errstr, errsz);
+    int rc = ensure_partitions(state, p, pg, errstr, errsz);
     if (rc)
         return rc;
     if (st_pg_exec(pg, "SAVEPOINT copy_direct", err, sizeof(err))) {
@@ -301,12 +328,12 @@ static int events_write(void *state, PGconn *pg, const struct st_findings *fs,
 /* Each row alone, through the staging table as a replay would go, in a
  * savepoint rolled back whatever happened. A batch is refused rarely, so
  * four round trips per row are fine. */
-static int events_isolate(void *state, PGconn *pg, st_sink_refused_cb cb, void *arg,
-                          char *errstr, size_t errsz)
+static int events_isolate(void *state, void *batch, PGconn *pg, st_sink_refused_cb cb,
+                          void *arg, char *errstr, size_t errsz)
 {
-    struct events_part *p = state;
+    struct events_batch *p = batch;
     char err[512], why[1024];
-    int prc = ensure_partitions(p, pg, errstr, errsz);
+    int prc = ensure_partitions(state, p, pg, errstr, errsz);
     if (prc)
         return prc;
     for (size_t i = 0; i < p->nrows; i++) {
@@ -338,6 +365,8 @@ const struct st_sink_part_ops st_sink_events = {
     .name = "events",
     .create = events_create,
     .destroy = events_destroy,
+    .batch_new = events_batch_new,
+    .batch_destroy = events_batch_destroy,
     .prepare = events_prepare,
     .stage = events_stage,
     .skip = events_skip,

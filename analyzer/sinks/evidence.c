@@ -41,18 +41,27 @@ struct tree {
     int after_db; /* no cut yet: mem continues the stored pending */
 };
 
+/* One batch's offsets, and whether it carries a seal. Owned by the batch. */
+struct evidence_batch {
+    struct item *items;
+    size_t n, cap;
+    int seal;          /* a seal is pending for this batch's write */
+    int64_t seal_now;  /* its wall clock (0: everything) */
+};
+
+/* topic, key, on, every_*: set at creation, read-only after.
+ * staged_any, last_live_seal: the filling thread's (staged_any is atomic:
+ * a refused message is skipped by the writer).
+ * seen, scratch: the writing thread's. */
 struct evidence_part {
     char *topic;
     struct st_evkey key;
     int on;
     int64_t every_events, every_ms;
-    struct item *items; /* staged since the last commit */
-    size_t n, cap;
-    int32_t *seen; /* partitions ever staged here, sorted: sealed when caught up */
-    size_t nseen, capseen;
-    int seal;          /* a seal is pending for the next write */
-    int64_t seal_now;  /* its wall clock (0: everything) */
+    int staged_any; /* an offset was staged: there may be something to seal */
     int64_t last_live_seal;
+    int32_t *seen; /* partitions ever written here, sorted: sealed when caught up */
+    size_t nseen, capseen;
     struct st_buf scratch;
 };
 
@@ -84,10 +93,23 @@ static void evidence_destroy(void *state)
         return;
     st_evkey_fini(&p->key);
     st_buf_fini(&p->scratch);
-    free(p->items);
     free(p->seen);
     free(p->topic);
     free(p);
+}
+
+static void *evidence_batch_new(void *state)
+{
+    return st_calloc(1, sizeof(struct evidence_batch));
+}
+
+static void evidence_batch_destroy(void *batch)
+{
+    struct evidence_batch *b = batch;
+    if (!b)
+        return;
+    free(b->items);
+    free(b);
 }
 
 static void note_partition(struct evidence_part *p, int32_t part)
@@ -106,7 +128,8 @@ static void note_partition(struct evidence_part *p, int32_t part)
     p->nseen++;
 }
 
-static struct item *push(struct evidence_part *p, const rd_kafka_message_t *m)
+static struct item *push(struct evidence_part *e, struct evidence_batch *p,
+                         const rd_kafka_message_t *m)
 {
     if (p->n == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 1024;
@@ -118,33 +141,36 @@ static struct item *push(struct evidence_part *p, const rd_kafka_message_t *m)
     it->partition = m->partition;
     it->offset = m->offset;
     it->ts_ms = rd_kafka_message_timestamp(m, NULL);
-    note_partition(p, m->partition);
+    if (!__atomic_load_n(&e->staged_any, __ATOMIC_RELAXED))
+        __atomic_store_n(&e->staged_any, 1, __ATOMIC_RELAXED);
     return it;
 }
 
-static void evidence_stage(void *state, const struct st_sink_event *se)
+static void evidence_stage(void *state, void *batch, const struct st_sink_event *se)
 {
     struct evidence_part *p = state;
     if (!p->on)
         return;
-    struct item *it = push(p, se->msg);
+    struct item *it = push(p, batch, se->msg);
     st_merkle_leaf_hash(se->msg->payload, se->msg->len, it->leaf);
 }
 
-static void evidence_skip(void *state, const rd_kafka_message_t *msg, const char *reason)
+static void evidence_skip(void *state, void *batch, const rd_kafka_message_t *msg,
+                          const char *reason)
 {
     struct evidence_part *p = state;
     if (!p->on)
         return;
-    struct item *it = push(p, msg);
+    struct item *it = push(p, batch, msg);
     it->skip = 1;
     snprintf(it->reason, sizeof(it->reason), "%s", reason ? reason : "dead-lettered");
 }
 
-static int evidence_seal(void *state, int64_t now_ms)
+static int evidence_seal(void *state, void *batch, int64_t now_ms)
 {
     struct evidence_part *p = state;
-    if (!p->on || p->nseen == 0)
+    struct evidence_batch *b = batch;
+    if (!p->on || !__atomic_load_n(&p->staged_any, __ATOMIC_RELAXED))
         return 0;
     /* whether anything is pending is known only inside the transaction: a
      * live analyzer asks at most once per checkpoint_s */
@@ -152,17 +178,17 @@ static int evidence_seal(void *state, int64_t now_ms)
         return 0;
     if (now_ms)
         p->last_live_seal = now_ms;
-    p->seal = 1;
-    p->seal_now = now_ms;
+    b->seal = 1;
+    b->seal_now = now_ms;
     return 1;
 }
 
-static void evidence_end(void *state, int committed)
+static void evidence_end(void *state, void *batch, int committed)
 {
-    struct evidence_part *p = state;
+    struct evidence_batch *b = batch;
     if (committed) {
-        p->n = 0;
-        p->seal = 0;
+        b->n = 0;
+        b->seal = 0;
     }
 }
 
@@ -500,14 +526,18 @@ static int write_partition(struct evidence_part *p, PGconn *pg, struct tree *t,
     return ST_SINK_OK;
 }
 
-static int evidence_write(void *state, PGconn *pg, const struct st_findings *fs,
-                          char *errstr, size_t errsz)
+static int evidence_write(void *state, void *batch, PGconn *pg,
+                          const struct st_findings *fs, char *errstr, size_t errsz)
 {
     struct evidence_part *p = state;
+    struct evidence_batch *b = batch;
     int rc = ST_SINK_OK;
-    if (!p->on || (p->n == 0 && !p->seal))
+    if (!p->on || (b->n == 0 && !b->seal))
         return ST_SINK_OK;
-    qsort(p->items, p->n, sizeof(*p->items), item_cmp);
+    qsort(b->items, b->n, sizeof(*b->items), item_cmp);
+    for (size_t i = 0; i < b->n; i++)
+        if (i == 0 || b->items[i].partition != b->items[i - 1].partition)
+            note_partition(p, b->items[i].partition);
 
     /* every partition this analyzer has seen, locked in ascending order so
      * that two analyzers cannot deadlock */
@@ -517,15 +547,15 @@ static int evidence_write(void *state, PGconn *pg, const struct st_findings *fs,
         struct tree *t = &trees[j];
         t->partition = p->seen[j];
         size_t from = at;
-        while (at < p->n && p->items[at].partition == t->partition)
+        while (at < b->n && b->items[at].partition == t->partition)
             at++;
-        if (from == at && !p->seal)
+        if (from == at && !b->seal)
             continue;
         if ((rc = tree_load(p, pg, t, errstr, errsz)))
             break;
-        rc = write_partition(p, pg, t, p->items + from, at - from, errstr, errsz);
-        if (!rc && p->seal && t->pending_leaves > 0 &&
-            (p->seal_now == 0 || p->seal_now - t->pending_since_ms >= p->every_ms))
+        rc = write_partition(p, pg, t, b->items + from, at - from, errstr, errsz);
+        if (!rc && b->seal && t->pending_leaves > 0 &&
+            (b->seal_now == 0 || b->seal_now - t->pending_since_ms >= p->every_ms))
             rc = tree_cut(p, pg, t, errstr, errsz);
         if (!rc && t->touched)
             rc = tree_save(p, pg, t, errstr, errsz);
@@ -540,6 +570,8 @@ const struct st_sink_part_ops st_sink_evidence = {
     .name = "evidence",
     .create = evidence_create,
     .destroy = evidence_destroy,
+    .batch_new = evidence_batch_new,
+    .batch_destroy = evidence_batch_destroy,
     .stage = evidence_stage,
     .skip = evidence_skip,
     .write = evidence_write,

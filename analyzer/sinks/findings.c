@@ -113,7 +113,7 @@ static int write_finding(struct findings_part *s, PGconn *pg, const struct st_fi
                      "could not refresh finding", errstr, errsz);
 }
 
-static int findings_write(void *state, PGconn *pg, const struct st_findings *fs,
+static int findings_write(void *state, void *batch, PGconn *pg, const struct st_findings *fs,
                           char *errstr, size_t errsz)
 {
     int rc;

@@ -47,7 +47,7 @@ static void outbox_destroy(void *state)
     free(p);
 }
 
-static int outbox_write(void *state, PGconn *pg, const struct st_findings *fs,
+static int outbox_write(void *state, void *batch, PGconn *pg, const struct st_findings *fs,
                         char *errstr, size_t errsz)
 {
     struct outbox_part *p = state;

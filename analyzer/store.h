@@ -1,0 +1,120 @@
+/* store.h: the store stage, which makes one batch durable while the main
+ * thread works on the next.
+ *
+ * The main thread fills a `struct st_store_batch` (its messages, its staged
+ * rows, its findings, the offsets to commit once it is stored) and hands it
+ * over with st_store_submit. The store's thread then, for that batch:
+ *   1. writes it in one PostgreSQL transaction (st_sink_write), retrying
+ *      with exponential backoff while PostgreSQL is unavailable; when
+ *      PostgreSQL refuses rows for their data, dead-letters those events,
+ *      removes their rows and the finding evidence naming them, and writes
+ *      the rest;
+ *   2. runs the after_pg_commit hook (if any) until it succeeds;
+ *   3. waits until Kafka acknowledged the dead-letter records queued so far;
+ *   4. commits the batch's Kafka offsets;
+ * and marks the batch done. st_store_wait returns it to the main thread.
+ * Pipeline depth is 1: at most one batch is in flight, and the main thread
+ * waits for it before handing over the next, so offsets are committed in
+ * order and only once everything up to them is durable.
+ *
+ * The store owns the sink's connection for good (st_sink_write and
+ * st_sink_isolate run only here), and a submitted batch until st_store_wait
+ * returns it. It never touches the reorder buffer, the detectors or Redis:
+ * what the main thread must do after a batch (forget refused events, trim
+ * detector state) it reads from the batch's result fields.
+ *
+ * @locality st_store_new, st_store_submit, st_store_wait, st_store_busy,
+ * st_store_destroy: one thread (the analyzer's main thread). */
+#ifndef ST_STORE_H
+#define ST_STORE_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "consume.h"
+#include "deadletter.h"
+#include "findings.h"
+#include "metrics.h"
+#include "sink.h"
+
+/* One refused event, reported back to the main thread. */
+struct st_store_refused {
+    int32_t partition;
+    int64_t offset;
+};
+
+/* Everything the store needs for one batch, and what it reports back.
+ * Owned by the main thread while it fills it and after st_store_wait, by
+ * the store in between. */
+struct st_store_batch {
+    /* filled by the main thread */
+    struct st_sink_batch *rows; /* staged rows (st_sink_stage) */
+    struct st_findings findings;
+    rd_kafka_message_t **msgs; /* the batch's messages, destroyed by reset */
+    int nmsgs, capmsgs;
+    int32_t *parts; /* offsets to commit once stored: offsets[i] of parts[i] */
+    int64_t *offsets;
+    int nparts;
+    /* reported by the store */
+    int failed;    /* asked to stop while retrying: nothing committed */
+    int committed; /* Kafka took the offsets */
+    struct st_store_refused *refused; /* dead-lettered by the store */
+    size_t nrefused, caprefused;
+    int64_t store_us; /* time the store spent on it */
+};
+
+/* A new empty batch staging into sink's batches. */
+struct st_store_batch *st_store_batch_new(struct st_sink *sink, int max_msgs);
+/* Destroys the messages, empties the rows, findings and results (keeps the
+ * memory). */
+void st_store_batch_reset(struct st_store_batch *b);
+void st_store_batch_destroy(struct st_store_batch *b); /* accepts NULL */
+
+/* Runs in the store thread after a batch's PostgreSQL transaction
+ * committed, before its offsets are: returns 0, or -1 with errstr set to be
+ * called again after a backoff. */
+typedef int (*st_store_hook)(void *arg, const struct st_store_batch *b, char *errstr,
+                             size_t errsz);
+
+struct st_store_conf {
+    struct st_sink *sink;         /* not owned; its connection becomes the store's */
+    struct st_deadletter *dlq;    /* not owned; shared (deadletter.h is locked) */
+    struct st_consumer *consumer; /* not owned; only st_consumer_commit is called */
+    struct st_metrics *metrics;   /* not owned */
+    int64_t retry_max_backoff_ms;
+    int64_t fail_pg_commits;    /* fault.fail_pg_commits */
+    int64_t crash_after_commits; /* fault.crash_after_pg_commits */
+    volatile sig_atomic_t *stop; /* set by a signal: give up retrying */
+    st_store_hook after_pg_commit; /* NULL: none */
+    void *hook_arg;
+};
+
+/* Starts the store thread (conf is copied). Returns NULL with errstr set. */
+struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
+                              size_t errsz);
+
+/* Hands b over (no batch may be in flight: st_store_wait first). */
+void st_store_submit(struct st_store *s, struct st_store_batch *b);
+
+/* Waits until the batch in flight is done and returns it (NULL when none
+ * is in flight); the caller owns it again. Adds the time waited to the
+ * store-wait metric. */
+struct st_store_batch *st_store_wait(struct st_store *s);
+
+/* 1 while a batch is in flight (done or not). */
+int st_store_busy(const struct st_store *s);
+
+/* 1 while the store retries a batch (PostgreSQL unavailable): the
+ * analyzer is not ready. Any thread. */
+int st_store_retrying(const struct st_store *s);
+
+/* 1 when a batch is in flight and done: st_store_wait would not block. */
+int st_store_done(struct st_store *s);
+
+/* Waits for the batch in flight, stops the thread, frees. Accepts NULL. */
+void st_store_destroy(struct st_store *s);
+
+#endif
