@@ -1,17 +1,21 @@
 /* main.c: sandtrail-analyzer.
  *
  *   consume (consume.c) -> parse (common/event.c) -> detect (detectors/,
- *   state in Redis via rpipe.c) -> sink (sink.c: one transaction over the
- *   parts in sinks/) -> commit offsets
+ *   state in memory, missing state prefetched from Redis via rpipe.c) ->
+ *   sink (sink.c: one transaction over the parts in sinks/) -> checkpoint
+ *   of the detector state to Redis (checkpoint.c) -> commit offsets
  *
  * A batch's offsets are committed only after the PostgreSQL transaction that
- * holds its events and findings has committed, and after Kafka acknowledged
- * the dead-letter records of the batch (deadletter.c). When Redis or
- * PostgreSQL is unavailable, the batch is retried with backoff, never
- * skipped; when PostgreSQL refuses the batch for its data, the refused
- * events are dead-lettered and the rest written. Every write is idempotent,
- * and the detectors' trims run only after the Kafka commit, so a retry or
- * a replay after a crash leaves the same rows (docs/architecture.md).
+ * holds its events and findings has committed, after the batch's detector
+ * checkpoint is in Redis, and after Kafka acknowledged the dead-letter
+ * records of the batch (deadletter.c). Redis is written only after the
+ * PostgreSQL commit, so it never holds state PostgreSQL has not. When Redis
+ * or PostgreSQL is unavailable, the batch (or its checkpoint) is retried
+ * with backoff, never skipped; when PostgreSQL refuses the batch for its
+ * data, the refused events are dead-lettered and the rest written. Every
+ * write is idempotent, and the detectors' trims run only after the Kafka
+ * commit, so a retry or a replay after a crash leaves the same rows
+ * (docs/architecture.md).
  *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
  * 64 usage; 78 configuration (also when Kafka refuses our login or
@@ -35,6 +39,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "pg.h"
+#include "registry.h"
 #include "reorder.h"
 #include "rpipe.h"
 #include "sink.h"
@@ -108,6 +113,10 @@ static const struct st_conf_prop analyzer_props[] = {
      600000, "30000", "longest pause between retries of a failed batch"},
     {"state.ttl_s", NULL, ST_CONF_INT, A(state_ttl_s), 60, 30 * 86400, "86400",
      "Redis keys of a run idle this long (wall clock) expire"},
+    {"state.evict_s", NULL, ST_CONF_INT, A(state_evict_s), 0, 30 * 86400, "600",
+     "detector state of a run (or credential, destination) not used for this long "
+     "(wall clock) is dropped from memory once Redis holds it, and read back on "
+     "its next event; keep it below state.ttl_s (0: after every batch, tests)"},
     {"detect.lateness_s", NULL, ST_CONF_INT, A(lateness_s), 0, 86400, "30",
      "how late (event time) an event may arrive and still count in its window"},
     {"detect.max_future_s", NULL, ST_CONF_INT, A(max_future_s), 0, 30 * 86400, "300",
@@ -162,7 +171,8 @@ static const struct st_conf_prop analyzer_props[] = {
      "Kafka commit (0 = never)"},
     {"fault.fail_pg_commits", NULL, ST_CONF_INT, A(fail_pg_commits), 0, 1000000, "0",
      "tests only: the first this many PostgreSQL transactions fail, after the "
-     "batch's Redis write-back, as an unavailable database would (0 = never)"},
+     "batch's detection and before its Redis checkpoint, as an unavailable "
+     "database would (0 = never)"},
     {NULL},
 };
 
@@ -235,6 +245,11 @@ struct analyzer {
     struct st_analyzer_conf conf;
     struct st_consumer *consumer;
     struct st_rpipe *redis;
+    struct st_registry *registry;  /* cross-run detector state */
+    struct st_checkpoint *ckpt;    /* the batch's write-back, run after its commit */
+    struct st_detect_stats stats;
+    uint64_t ck_seq, ck_done;      /* checkpoints built, and run */
+    int64_t loads_seen, evictions_seen;
     struct st_sink *sink;
     struct st_reorder *reorder;
     struct st_reorder_item *rel; /* events released by the reorder buffer */
@@ -250,6 +265,7 @@ struct analyzer {
     struct st_sources *sources; /* per-source metrics */
     struct st_metric *m_events, *m_invalid, *m_late, *m_skewed, *m_batches, *m_buffered;
     struct st_metric *m_redis_s, *m_pg_s, *m_redis_err, *m_pg_err;
+    struct st_metric *m_runs, *m_entries, *m_loads, *m_evictions, *m_ckpt_s;
 };
 
 static void metrics_init(struct analyzer *a)
@@ -278,6 +294,42 @@ static void metrics_init(struct analyzer *a)
                                    "failed Redis round trips (the batch is retried)", "");
     a->m_pg_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_pg_errors_total",
                                 "failed PostgreSQL transactions (the batch is retried)", "");
+    a->m_runs = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_state_runs",
+                              "per-detector run states in memory", "");
+    a->m_entries = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_state_entries",
+                                 "credentials, fingerprints and destinations in memory", "");
+    a->m_loads = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_state_loads_total",
+                               "detector states read from Redis (not in memory)", "");
+    a->m_evictions = st_metric_get(m, ST_METRIC_COUNTER,
+                                   "sandtrail_analyzer_state_evictions_total",
+                                   "detector states dropped from memory, idle "
+                                   "(state.evict_s)", "");
+    a->m_ckpt_s = st_metric_get(m, ST_METRIC_HISTOGRAM,
+                                "sandtrail_analyzer_checkpoint_seconds",
+                                "time of one batch's Redis checkpoint", "");
+}
+
+static void metrics_state(struct analyzer *a)
+{
+    st_metric_set(a->m_runs, a->stats.runs);
+    st_metric_set(a->m_entries, a->stats.entries);
+    st_metric_add(a->m_loads, a->stats.loads - a->loads_seen);
+    st_metric_add(a->m_evictions, a->stats.evictions - a->evictions_seen);
+    a->loads_seen = a->stats.loads;
+    a->evictions_seen = a->stats.evictions;
+}
+
+static struct st_detect_ctx detect_ctx(struct analyzer *a)
+{
+    struct st_detect_ctx ctx = {
+        .redis = a->redis,
+        .ckpt = a->ckpt,
+        .findings = &a->findings,
+        .conf = &a->conf,
+        .registry = a->registry,
+        .stats = &a->stats,
+    };
+    return ctx;
 }
 
 static void metrics_findings(struct analyzer *a)
@@ -334,32 +386,49 @@ static void detectors_reset(struct analyzer *a)
 
 /* Runs the detectors over the released events and writes them, with the
  * staged event rows, in one transaction. Returns 0, or -1 with errstr. */
+/* Runs the detectors over the released events and writes them, with the
+ * staged event rows, in one transaction; the detectors' write-back goes to
+ * a->ckpt, run by the caller after the commit (a retry appends to it: a
+ * checkpoint holds absolute values, so the older commands are harmless).
+ * Redis is read only for state not in memory: one round trip, or none.
+ * Returns 0, or -1 with errstr. */
 static int batch_try(struct analyzer *a, size_t nrel, char *errstr, size_t errsz)
 {
-    struct st_detect_ctx ctx = {a->redis, &a->findings, &a->conf, 0, 0};
+    struct st_detect_ctx ctx = detect_ctx(a);
+    ctx.seq = a->ck_seq + 1;
 
     detectors_reset(a);
     for (int d = 0; st_detectors[d]; d++)
         st_detectors[d]->begin_batch(a->det_state[d], nrel);
+    st_registry_begin(a->registry, &ctx);
+    for (size_t i = 0; i < nrel; i++) {
+        ctx.late = a->rel[i].late;
+        ctx.skewed = a->rel[i].skewed;
+        for (int d = 0; st_detectors[d]; d++)
+            if (st_detectors[d]->prefetch)
+                st_detectors[d]->prefetch(a->det_state[d], &ctx, &a->rel[i].ev);
+    }
+    st_registry_prefetch_end(a->registry, &ctx);
+    int64_t t0 = st_time_mono_us();
+    int rc = st_rpipe_exec(a->redis, errstr, errsz);
+    int64_t t1 = st_time_mono_us();
+    if (t1 - t0 > 1)
+        st_metric_observe(a->m_redis_s, (double)(t1 - t0) / 1e6);
+    if (rc) {
+        st_metric_add(a->m_redis_err, 1);
+        return -1;
+    }
     for (size_t i = 0; i < nrel; i++) {
         ctx.late = a->rel[i].late;
         ctx.skewed = a->rel[i].skewed;
         for (int d = 0; st_detectors[d]; d++)
             st_detectors[d]->feed(a->det_state[d], &ctx, &a->rel[i].ev);
     }
-    int64_t t0 = st_time_mono_us();
-    int rc = st_rpipe_exec(a->redis, errstr, errsz);
-    if (rc == 0) {
-        for (int d = 0; st_detectors[d]; d++)
+    for (int d = 0; st_detectors[d]; d++)
+        if (st_detectors[d]->end_batch)
             st_detectors[d]->end_batch(a->det_state[d], &ctx);
-        rc = st_rpipe_exec(a->redis, errstr, errsz);
-    }
-    int64_t t1 = st_time_mono_us();
-    st_metric_observe(a->m_redis_s, (double)(t1 - t0) / 1e6);
-    if (rc) {
-        st_metric_add(a->m_redis_err, 1);
-        return -1;
-    }
+    st_registry_end_batch(a->registry, &ctx);
+    t1 = st_time_mono_us();
     if (a->pg_faults < a->conf.fail_pg_commits) {
         snprintf(errstr, errsz, "fault injection: PostgreSQL transaction %ld failed",
                  ++a->pg_faults);
@@ -455,6 +524,7 @@ static int batch_write(struct analyzer *a, size_t *nrel)
                       ? a->conf.retry_max_backoff_ms
                       : backoff * 2;
     }
+    a->ck_seq++; /* a->ckpt is that checkpoint */
     a->findings_written += (long)a->findings.n;
     a->batches++;
     st_metric_add(a->m_batches, 1);
@@ -462,22 +532,96 @@ static int batch_write(struct analyzer *a, size_t *nrel)
     return 0;
 }
 
-/* The destructive part of the detectors' write-back (trims), once nothing
- * can redo the batch: its transaction and its offsets are committed. A
- * failure only leaves more state in Redis, which a later batch trims. */
+/* Runs the checkpoint a->ckpt (the write-back of checkpoint a->ck_seq)
+ * until Redis took it, with backoff: it is idempotent, and the offsets of
+ * its batch wait for it. Returns 0, or -1 when asked to stop first. */
+static int checkpoint_run(struct analyzer *a)
+{
+    int64_t backoff = 100;
+    char errstr[512];
+
+    for (;;) {
+        int64_t t0 = st_time_mono_us();
+        int rc = st_checkpoint_exec(a->ckpt, a->redis, errstr, sizeof(errstr));
+        st_metric_observe(a->m_ckpt_s, (double)(st_time_mono_us() - t0) / 1e6);
+        if (rc == 0)
+            break;
+        st_metric_add(a->m_redis_err, 1);
+        st_metrics_set_ready(a->metrics, "the detector state cannot be written to Redis: "
+                                         "retrying");
+        if (stop) {
+            st_error("stopped while a checkpoint was being retried: its offsets are not "
+                     "committed (%s)", errstr);
+            return -1;
+        }
+        st_error("detector checkpoint not written, retrying in %" PRId64 " ms: %s",
+                 backoff, errstr);
+        usleep((useconds_t)backoff * 1000);
+        backoff = backoff * 2 > a->conf.retry_max_backoff_ms
+                      ? a->conf.retry_max_backoff_ms
+                      : backoff * 2;
+    }
+    st_checkpoint_clear(a->ckpt);
+    a->ck_done = a->ck_seq;
+    return 0;
+}
+
+/* Once nothing can redo the batch (its transaction, checkpoint and offsets
+ * are committed): the detectors trim their state in memory, the deletions
+ * going into the next checkpoint, and evict what is idle. */
 static void detectors_after_commit(struct analyzer *a)
 {
-    struct st_detect_ctx ctx = {a->redis, &a->findings, &a->conf, 0, 0};
-    char errstr[512];
+    struct st_detect_ctx ctx = detect_ctx(a);
+    ctx.seq = a->ck_done;
 
     for (int d = 0; st_detectors[d]; d++)
         if (st_detectors[d]->after_commit)
             st_detectors[d]->after_commit(a->det_state[d], &ctx);
-    if (st_rpipe_exec(a->redis, errstr, sizeof(errstr))) {
-        st_metric_add(a->m_redis_err, 1);
-        st_warn("detector state not trimmed after the commit (a later batch will): %s",
-                errstr);
+    st_registry_after_commit(a->registry, &ctx);
+    metrics_state(a);
+}
+
+/* Between batches: writes what the last trims deleted, so that Redis is
+ * trimmed while the stream is idle or stopped, and evicts idle state. A
+ * failure keeps the commands for the next checkpoint. */
+static void detectors_idle(struct analyzer *a)
+{
+    struct st_detect_ctx ctx = detect_ctx(a);
+    char errstr[512];
+
+    ctx.seq = a->ck_seq + 1;
+    for (int d = 0; st_detectors[d]; d++)
+        if (st_detectors[d]->end_batch)
+            st_detectors[d]->end_batch(a->det_state[d], &ctx);
+    st_registry_end_batch(a->registry, &ctx);
+    if (st_checkpoint_len(a->ckpt) > 0) {
+        a->ck_seq++;
+        if (st_checkpoint_exec(a->ckpt, a->redis, errstr, sizeof(errstr))) {
+            st_metric_add(a->m_redis_err, 1);
+            st_warn("detector state not trimmed in Redis (the next checkpoint will): %s",
+                    errstr);
+            return;
+        }
+        st_checkpoint_clear(a->ckpt);
+        a->ck_done = a->ck_seq;
     }
+    detectors_after_commit(a);
+}
+
+/* Partitions revoked: every detector state is forgotten, and read again
+ * from Redis when next needed. Called between batches, when everything
+ * stored is in Redis (all of it, not only the revoked partitions' runs:
+ * simpler, and it only costs reloads). */
+static void detectors_forget(struct analyzer *a)
+{
+    struct st_detect_ctx ctx = detect_ctx(a);
+    if (!a->registry)
+        return; /* not started yet, or shut down */
+    for (int d = 0; st_detectors[d]; d++)
+        if (st_detectors[d]->forget)
+            st_detectors[d]->forget(a->det_state[d], &ctx);
+    st_registry_forget(a->registry, &ctx);
+    metrics_state(a);
 }
 
 /* Parses each message, stages its row for PostgreSQL and hands the event
@@ -561,6 +705,7 @@ static void on_revoke(int32_t partition, void *arg)
 {
     struct analyzer *a = arg;
     st_reorder_drop(a->reorder, partition);
+    detectors_forget(a);
 }
 
 static int run(struct analyzer *a, int drain)
@@ -610,6 +755,15 @@ static int run(struct analyzer *a, int drain)
                         a->commits);
                 _exit(3);
             }
+            /* the state the batch changed, to Redis before its offsets
+             * move (a crash just before this replays the batch from the
+             * state Redis holds: the previous batch's) */
+            if (checkpoint_run(a)) {
+                for (size_t i = 0; i < nrel; i++)
+                    st_reorder_item_fini(&a->rel[i]);
+                rc = -1;
+                break;
+            }
             /* offsets Kafka did not take (a rebalance) may be redone by
              * another analyzer: then nothing is trimmed */
             if (commit_offsets(a, 1, nrel) == 0)
@@ -619,6 +773,7 @@ static int run(struct analyzer *a, int drain)
                 st_reorder_item_fini(&a->rel[i]);
         } else {
             commit_offsets(a, 0, 0);
+            detectors_idle(a);
         }
         for (int i = 0; i < n; i++)
             rd_kafka_message_destroy(msgs[i]);
@@ -635,6 +790,8 @@ static int run(struct analyzer *a, int drain)
             }
         }
     }
+    if (rc == 0)
+        detectors_idle(a);
     for (int i = 0; i < a->nmsgs; i++)
         rd_kafka_message_destroy(msgs[i]);
     a->nmsgs = 0;
@@ -734,14 +891,18 @@ int main(int argc, char **argv)
     a.reorder = st_reorder_new(a.conf.lateness_s * 1000000);
     for (int i = 0; st_detectors[i]; i++)
         a.det_state[i] = st_detectors[i]->create(&a.conf);
+    a.registry = st_registry_new(&a.conf);
+    a.ckpt = st_checkpoint_new();
 
     st_info("consuming \"%s\" as group \"%s\"%s", a.conf.topic_events, a.conf.group,
             drain ? " until caught up" : "");
     status = run(&a, drain) ? 1 : 0;
     st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
-            "findings_updated=%ld",
+            "findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
+            " state_evictions=%" PRId64,
             a.events, a.invalid, a.refused, a.late, a.skewed, a.batches,
-            a.findings_written);
+            a.findings_written, st_rpipe_sent(a.redis), a.stats.loads,
+            a.stats.evictions);
 
     /* closing the consumer revokes its partitions, and the rebalance
      * callback drops them from the reorder buffer: close it first */
@@ -749,6 +910,10 @@ int main(int argc, char **argv)
     a.consumer = NULL;
     for (int i = 0; st_detectors[i]; i++)
         st_detectors[i]->destroy(a.det_state[i]);
+    st_registry_destroy(a.registry);
+    a.registry = NULL;
+    st_checkpoint_destroy(a.ckpt);
+    a.ckpt = NULL;
     st_findings_fini(&a.findings);
     st_reorder_destroy(a.reorder);
     free(a.rel);
