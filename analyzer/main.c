@@ -899,10 +899,10 @@ int main(int argc, char **argv)
     status = run(&a, drain) ? 1 : 0;
     st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
             "findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
-            " state_evictions=%" PRId64,
+            " state_evictions=%" PRId64 " state_runs=%" PRId64,
             a.events, a.invalid, a.refused, a.late, a.skewed, a.batches,
             a.findings_written, st_rpipe_sent(a.redis), a.stats.loads,
-            a.stats.evictions);
+            a.stats.evictions, a.stats.runs);
 
     /* closing the consumer revokes its partitions, and the rebalance
      * callback drops them from the reorder buffer: close it first */

@@ -558,12 +558,12 @@ void st_registry_after_commit(struct st_registry *r, struct st_detect_ctx *ctx)
     }
     r->nloaded = 0;
     int64_t now = (int64_t)time(NULL);
-    while (r->head) {
-        struct entry *e = r->head;
+    for (struct entry *e = r->head, *next; e; e = next) {
+        next = e->next;
         if (now - e->touched_s < ctx->conf->state_evict_s)
             break; /* the rest were used later */
         if (e->dirty || e->ck_seq > ctx->seq)
-            break; /* not yet in a checkpoint that ran: next time */
+            continue; /* not yet in a checkpoint that ran: next time */
         if (ctx->stats)
             ctx->stats->evictions++;
         remove_entry(r, e);

@@ -782,21 +782,21 @@ void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
         if (r->max_ts == INT64_MIN)
             continue; /* only late or skewed events: they trim nothing */
         run_trim(w, r);
-        mark_dirty(w, r);
+        if (r->trim_below != INT64_MIN || r->ndel_eps || r->ndel_b)
+            mark_dirty(w, r);
     }
     st_runwin_reset(w);
     /* idle runs whose state Redis holds: dropped, reloaded when they come
      * back */
     int64_t now = wall_s(ctx);
-    while (w->lru_head) {
-        struct run *r = w->lru_head;
+    for (struct run *r = w->lru_head, *next; r; r = next) {
+        next = r->next;
         if (now - r->touched_s < ctx->conf->state_evict_s)
-            break;
+            break; /* the rest were fed later */
         /* a load that failed holds nothing; a change not yet in a
-         * checkpoint that ran waits (the oldest run was fed longest ago,
-         * so this only delays the next ones by a batch) */
+         * checkpoint that ran waits for the next pass */
         if (r->state == RUN_READY && (r->dirty || r->ck_seq > ctx->seq))
-            break;
+            continue;
         lru_unlink(w, r);
         table_remove(w, r);
         run_free(r);
