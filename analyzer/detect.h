@@ -69,7 +69,8 @@ struct st_detect_ctx {
     struct st_registry *registry; /* cross-run state (registry.h) */
     struct st_detect_stats *stats;
     /* end_batch: the number of the checkpoint being built; after_commit:
-     * the newest checkpoint that ran (state changed later is kept) */
+     * the newest checkpoint that ran and whose batch's offsets Kafka took
+     * (the trims of later batches wait, their state is not evicted) */
     uint64_t seq;
     int64_t now_s; /* wall clock, for eviction (0: read the clock) */
     int late; /* the event being fed arrived after its partition's watermark */

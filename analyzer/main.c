@@ -248,7 +248,9 @@ struct analyzer {
     struct st_registry *registry;  /* cross-run detector state */
     struct st_checkpoint *ckpt;    /* the batch's write-back, run after its commit */
     struct st_detect_stats stats;
-    uint64_t ck_seq, ck_done;      /* checkpoints built, and run */
+    /* checkpoints built; the newest that ran and whose batch's offsets
+     * Kafka took (what after_commit may trim and evict up to) */
+    uint64_t ck_seq, committed_seq;
     int64_t loads_seen, evictions_seen;
     struct st_sink *sink;
     struct st_reorder *reorder;
@@ -287,7 +289,7 @@ static void metrics_init(struct analyzer *a)
     a->m_buffered = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_reorder_buffered",
                                   "events waiting for their watermark", "");
     a->m_redis_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_redis_seconds",
-                                 "time of one pipelined Redis round trip", "");
+                                 "time of one batch's prefetch round trip (state not in memory)", "");
     a->m_pg_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_pg_seconds",
                               "time of one batch's PostgreSQL transaction", "");
     a->m_redis_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_redis_errors_total",
@@ -562,7 +564,6 @@ static int checkpoint_run(struct analyzer *a)
                       : backoff * 2;
     }
     st_checkpoint_clear(a->ckpt);
-    a->ck_done = a->ck_seq;
     return 0;
 }
 
@@ -572,7 +573,7 @@ static int checkpoint_run(struct analyzer *a)
 static void detectors_after_commit(struct analyzer *a)
 {
     struct st_detect_ctx ctx = detect_ctx(a);
-    ctx.seq = a->ck_done;
+    ctx.seq = a->committed_seq;
 
     for (int d = 0; st_detectors[d]; d++)
         if (st_detectors[d]->after_commit)
@@ -603,7 +604,9 @@ static void detectors_idle(struct analyzer *a)
             return;
         }
         st_checkpoint_clear(a->ckpt);
-        a->ck_done = a->ck_seq;
+        /* deletions only: nothing for Kafka to take */
+        if (a->committed_seq == a->ck_seq - 1)
+            a->committed_seq = a->ck_seq;
     }
     detectors_after_commit(a);
 }
@@ -766,8 +769,10 @@ static int run(struct analyzer *a, int drain)
             }
             /* offsets Kafka did not take (a rebalance) may be redone by
              * another analyzer: then nothing is trimmed */
-            if (commit_offsets(a, 1, nrel) == 0)
+            if (commit_offsets(a, 1, nrel) == 0) {
+                a->committed_seq = a->ck_seq;
                 detectors_after_commit(a);
+            }
             detectors_reset(a);
             for (size_t i = 0; i < nrel; i++)
                 st_reorder_item_fini(&a->rel[i]);

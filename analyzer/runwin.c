@@ -69,6 +69,9 @@ struct run {
     int64_t *del_b;           /* buckets trimmed */
     size_t ndel_b;
     int64_t max_ts;           /* newest on-time event of the run in this batch */
+    int64_t trim_ts;          /* newest on-time event of batches not yet trimmed */
+    uint64_t trim_seq;        /* the last of those batches' checkpoint */
+    int in_trimq;
     int64_t touched_s;        /* wall clock of the last feed */
     uint64_t ck_seq;          /* checkpoint holding its latest change */
     int in_batch, dirty;
@@ -86,6 +89,8 @@ struct st_runwin {
     size_t nbatch, capbatch;
     struct run **dirty; /* runs with changes not yet in a checkpoint */
     size_t ndirty, capdirty;
+    struct run **trimq; /* runs to trim once their batch is committed */
+    size_t ntrimq, captrimq;
     struct run *cur;
     uint64_t gen;
     struct st_buf member, val;
@@ -171,7 +176,7 @@ void st_runwin_forget(struct st_runwin *w, struct st_detect_ctx *ctx)
     memset(w->table, 0, w->tcap * sizeof(*w->table));
     w->nruns = 0;
     w->lru_head = w->lru_tail = NULL;
-    w->nbatch = w->ndirty = 0;
+    w->nbatch = w->ndirty = w->ntrimq = 0;
     w->cur = NULL;
 }
 
@@ -183,6 +188,7 @@ void st_runwin_destroy(struct st_runwin *w)
     free(w->table);
     free(w->batch);
     free(w->dirty);
+    free(w->trimq);
     st_buf_fini(&w->member);
     st_buf_fini(&w->val);
     free(w->name);
@@ -437,7 +443,7 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
         r->run_id = r->task_id + lt + 1;
         memcpy(r->run_id, ev->run_id, lr + 1);
         r->hash = h;
-        r->max_ts = INT64_MIN;
+        r->max_ts = r->trim_ts = INT64_MIN;
         r->trim_below = INT64_MIN;
         r->touched_s = wall_s(ctx);
         if (w->nruns >= w->tcap)
@@ -727,6 +733,24 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
     struct cmd c = {0};
 
     snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
+    /* the trims this batch will allow once committed (after_commit): kept
+     * here, so that the next batch may be fed before this one commits */
+    for (size_t i = 0; i < w->nbatch; i++) {
+        struct run *r = w->batch[i];
+        if (r->max_ts == INT64_MIN)
+            continue; /* only late or skewed events: they trim nothing */
+        if (r->max_ts > r->trim_ts)
+            r->trim_ts = r->max_ts;
+        r->trim_seq = ctx->seq;
+        if (!r->in_trimq) {
+            r->in_trimq = 1;
+            if (w->ntrimq == w->captrimq) {
+                w->captrimq = w->captrimq ? 2 * w->captrimq : 64;
+                w->trimq = st_realloc(w->trimq, w->captrimq * sizeof(*w->trimq));
+            }
+            w->trimq[w->ntrimq++] = r;
+        }
+    }
     for (size_t i = 0; i < w->ndirty; i++) {
         run_checkpoint(w, w->dirty[i], ctx, &c, ttl);
         w->dirty[i]->dirty = 0;
@@ -738,7 +762,7 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
 
 static void run_trim(struct st_runwin *w, struct run *r)
 {
-    int64_t oldest = r->max_ts - w->keep_us;
+    int64_t oldest = r->trim_ts - w->keep_us;
     size_t k = lower_bound(r, oldest, NULL);
     for (size_t i = 0; i < k; i++) {
         r->nunsaved -= !r->m[i].saved;
@@ -777,15 +801,20 @@ static void run_trim(struct st_runwin *w, struct run *r)
 
 void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
 {
-    for (size_t i = 0; i < w->nbatch; i++) {
-        struct run *r = w->batch[i];
-        if (r->max_ts == INT64_MIN)
-            continue; /* only late or skewed events: they trim nothing */
+    size_t keep = 0;
+    for (size_t i = 0; i < w->ntrimq; i++) {
+        struct run *r = w->trimq[i];
+        if (r->trim_seq > ctx->seq) {
+            w->trimq[keep++] = r; /* its batch is not committed yet */
+            continue;
+        }
         run_trim(w, r);
+        r->in_trimq = 0;
+        r->trim_ts = INT64_MIN;
         if (r->trim_below != INT64_MIN || r->ndel_eps || r->ndel_b)
             mark_dirty(w, r);
     }
-    st_runwin_reset(w);
+    w->ntrimq = keep;
     /* idle runs whose state Redis holds: dropped, reloaded when they come
      * back */
     int64_t now = wall_s(ctx);
@@ -795,7 +824,7 @@ void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
             break; /* the rest were fed later */
         /* a load that failed holds nothing; a change not yet in a
          * checkpoint that ran waits for the next pass */
-        if (r->state == RUN_READY && (r->dirty || r->ck_seq > ctx->seq))
+        if (r->state == RUN_READY && (r->dirty || r->in_trimq || r->ck_seq > ctx->seq))
             continue;
         lru_unlink(w, r);
         table_remove(w, r);
