@@ -120,4 +120,10 @@ extern const struct st_detector_ops *const st_detectors[];
 char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
                     const char *kind, const char *task_id, const char *run_id);
 
+/* Whether a key's EXPIRE (state.ttl_s) is due in this checkpoint: when it
+ * was never sent by this process (*last_s == 0), or a tenth of the TTL ago.
+ * A key then expires after 0.9 to 1 x state.ttl_s of idleness, and a busy
+ * run costs no EXPIRE per batch. Sets *last_s when due. */
+int st_detect_expire_due(int64_t *last_s, const struct st_analyzer_conf *conf);
+
 #endif

@@ -24,6 +24,7 @@ struct entry {
     int state;
     uint64_t queued_gen;
     int64_t touched_s;
+    int64_t exp_s; /* EXPIRE last sent (st_detect_expire_due) */
     uint64_t ck_seq;
     int dirty, in_loaded;
     /* K_CRED */
@@ -532,7 +533,7 @@ void st_registry_end_batch(struct st_registry *r, struct st_detect_ctx *ctx)
             const char *set[] = {"SET", key, e->value, "EX", ttl};
             st_checkpoint_cmd(ctx->ckpt, 5, set);
         }
-        if (e->kind == K_DEST) {
+        if (e->kind == K_DEST && st_detect_expire_due(&e->exp_s, r->conf)) {
             /* its fields were claimed in the prefetch (HSETNX) */
             const char *expire[] = {"EXPIRE", key, ttl};
             st_checkpoint_cmd(ctx->ckpt, 3, expire);

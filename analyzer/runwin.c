@@ -73,6 +73,7 @@ struct run {
     uint64_t trim_seq;        /* the last of those batches' checkpoint */
     int in_trimq;
     int64_t touched_s;        /* wall clock of the last feed */
+    int64_t w_exp_s, e_exp_s, b_exp_s; /* EXPIRE last sent (st_detect_expire_due) */
     uint64_t ck_seq;          /* checkpoint holding its latest change */
     int in_batch, dirty;
 };
@@ -679,7 +680,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         cmd_flush(c, ctx->ckpt, 2);
         r->nunsaved = 0;
     }
-    if (r->in_batch) {
+    if (r->in_batch && st_detect_expire_due(&r->w_exp_s, w->conf)) {
         const char *expire[] = {"EXPIRE", wkey, ttl};
         st_checkpoint_cmd(ctx->ckpt, 3, expire);
     }
@@ -698,8 +699,10 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         }
         if (c->argc > 2) {
             cmd_flush(c, ctx->ckpt, 2);
-            const char *expire[] = {"EXPIRE", ekey, ttl};
-            st_checkpoint_cmd(ctx->ckpt, 3, expire);
+            if (st_detect_expire_due(&r->e_exp_s, w->conf)) {
+                const char *expire[] = {"EXPIRE", ekey, ttl};
+                st_checkpoint_cmd(ctx->ckpt, 3, expire);
+            }
         }
         cmd_flush(c, ctx->ckpt, 1000000);
     }
@@ -716,8 +719,10 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         }
         if (c->argc > 2) {
             cmd_flush(c, ctx->ckpt, 2);
-            const char *expire[] = {"EXPIRE", bkey, ttl};
-            st_checkpoint_cmd(ctx->ckpt, 3, expire);
+            if (st_detect_expire_due(&r->b_exp_s, w->conf)) {
+                const char *expire[] = {"EXPIRE", bkey, ttl};
+                st_checkpoint_cmd(ctx->ckpt, 3, expire);
+            }
         }
         cmd_flush(c, ctx->ckpt, 1000000);
     }
