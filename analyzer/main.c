@@ -116,7 +116,7 @@ static const struct st_conf_prop analyzer_props[] = {
     {"state.evict_s", NULL, ST_CONF_INT, A(state_evict_s), 0, 30 * 86400, "600",
      "detector state of a run (or credential, destination) not used for this long "
      "(wall clock) is dropped from memory once Redis holds it, and read back on "
-     "its next event; keep it below state.ttl_s (0: after every batch, tests)"},
+     "its next event; must be below state.ttl_s (0: after every batch, tests)"},
     {"detect.lateness_s", NULL, ST_CONF_INT, A(lateness_s), 0, 86400, "30",
      "how late (event time) an event may arrive and still count in its window"},
     {"detect.max_future_s", NULL, ST_CONF_INT, A(max_future_s), 0, 30 * 86400, "300",
@@ -844,6 +844,14 @@ int main(int argc, char **argv)
     if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, analyzer_extra,
                      &a.conf, errstr, sizeof(errstr)))
         goto conf_error;
+    if (a.conf.state_evict_s >= a.conf.state_ttl_s) {
+        /* memory would hold state whose Redis keys expired, and write back
+         * only what changed: Redis would keep a part of it */
+        snprintf(errstr, sizeof(errstr),
+                 "state.evict_s (%" PRId64 ") must be below state.ttl_s (%" PRId64 ")",
+                 a.conf.state_evict_s, a.conf.state_ttl_s);
+        goto conf_error;
+    }
     origin.config_file = config_file;
     origin.sets = sets; /* freed at exit: a reload reads them again */
     origin.nsets = nsets;

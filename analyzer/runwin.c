@@ -320,7 +320,7 @@ static int member_insert(struct run *r, int64_t ts, const char *key, size_t len,
         return 0;
     }
     if (r->n == r->cap) {
-        r->cap = r->cap ? 2 * r->cap : 8;
+        r->cap = r->cap ? 2 * r->cap : 2; /* most runs are short */
         r->m = st_realloc(r->m, r->cap * sizeof(*r->m));
     }
     struct st_runwin_member m;
