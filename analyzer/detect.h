@@ -96,7 +96,8 @@ struct st_detector_ops {
      * (no feed) to flush pending deletions. NULL: no state. */
     void (*end_batch)(void *state, struct st_detect_ctx *ctx);
     /* Trims and evicts, after the commits; NULL when there is nothing.
-     * Runs before reset_batch. */
+     * Called between batches (never between a batch's prefetch and its
+     * end_batch), possibly after the next batch was detected. */
     void (*after_commit)(void *state, struct st_detect_ctx *ctx);
     /* Forgets the batch (after it is written, or before it is retried). */
     void (*reset_batch)(void *state);

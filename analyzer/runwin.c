@@ -820,6 +820,9 @@ void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
             mark_dirty(w, r);
     }
     w->ntrimq = keep;
+    /* the batch list is only needed up to end_batch: emptied here, so that
+     * no run evicted below is still pointed at */
+    st_runwin_reset(w);
     /* idle runs whose state Redis holds: dropped, reloaded when they come
      * back */
     int64_t now = wall_s(ctx);
@@ -829,7 +832,8 @@ void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
             break; /* the rest were fed later */
         /* a load that failed holds nothing; a change not yet in a
          * checkpoint that ran waits for the next pass */
-        if (r->state == RUN_READY && (r->dirty || r->in_trimq || r->ck_seq > ctx->seq))
+        if (r->state == RUN_READY &&
+            (r->dirty || r->in_trimq || r->in_batch || r->ck_seq > ctx->seq))
             continue;
         lru_unlink(w, r);
         table_remove(w, r);
