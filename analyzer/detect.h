@@ -1,39 +1,78 @@
 /* detect.h: the detector interface.
  *
  * A detector is one file in detectors/ behind a const struct
- * st_detector_ops. For each batch the analyzer calls feed() once per event,
- * in partition order; a detector queues the Redis commands it needs on
- * ctx->redis, with callbacks that run when the pipeline executes and record
- * findings in ctx->findings. end_batch() then queues state write-backs,
- * which run in a second round trip. Both round trips happen before the
- * PostgreSQL transaction, so what they write must be what a redo of the
- * batch computes again: members keyed by event (adding one twice changes
- * nothing), episodes that only grow. A batch is retried, or replayed after
- * a crash, until its offsets are committed.
+ * st_detector_ops. Its state lives in process memory, per run (runwin.c)
+ * or, for what spans runs, in the registry (registry.c); Redis is the
+ * durable copy of it, read only for what is not in memory and written
+ * behind each batch (docs/architecture.md, "One batch in the analyzer").
+ *
+ * For each batch the analyzer calls prefetch() once per event, in
+ * partition order: a detector queues on ctx->redis the loads of the state
+ * the event needs that is not in memory (nothing, in steady state). One
+ * pipelined round trip runs them all. Then feed() once per event, in the
+ * same order: synchronous, in memory, no Redis command; findings go to
+ * ctx->findings. end_batch() appends to ctx->ckpt the commands that copy
+ * what changed to Redis (checkpoint.h); the analyzer runs them after the
+ * batch's PostgreSQL commit and before its Kafka commit. A batch is retried,
+ * or replayed after a crash, until its offsets are committed, so what feed
+ * keeps must be what a redo computes again: members keyed by event (adding
+ * one twice changes nothing), episodes that only grow.
  *
  * What destroys information -- trimming windows, dropping old episodes --
- * is queued by after_commit(), which the analyzer runs only once the batch's
- * PostgreSQL transaction and its Kafka offsets are both committed, so no
- * redo can need what it removes (docs/architecture.md, "Why a redone batch
- * changes nothing"). It trims relative to the newest on-time event of the
- * batch, keeping 2 x window + detect.lateness_s behind it. If it fails, the
- * state is only larger: a later batch trims it.
+ * is done by after_commit(), which the analyzer runs only once the batch's
+ * PostgreSQL transaction, its checkpoint and its Kafka offsets are all
+ * committed, so no redo can need what it removes (docs/architecture.md,
+ * "Why a redone batch changes nothing"). It trims relative to the newest
+ * on-time event of the batch, keeping 2 x window + detect.lateness_s behind
+ * it, records the deletions for the next checkpoint, and evicts state idle
+ * for state.evict_s whose changes are in a checkpoint that ran.
  *
  * Events reach feed() per partition in event-time order (reorder.c), except
  * late ones, which come when they arrive with ctx->late set: a detector
- * re-evaluates what a late event changes and marks it late in the evidence. */
+ * re-evaluates what a late event changes and marks it late in the evidence.
+ *
+ * Redis keys (all built by st_detect_key; <run> is task and run id):
+ *   <prefix><detector>:w:<run>      sorted set, a run's window (runwin.c;
+ *                                   volume_anomaly's request set)
+ *   <prefix><detector>:eps:<run>    hash, a run's episodes (runwin.c)
+ *   <prefix>volume_anomaly:b:<run>  hash, bytes out per tenth of a window
+ *   <prefix>scope_drift:cred:<credential>  hash, the credential registry
+ *   <prefix>credfp:<fingerprint>    string, "credential\x1fissued"
+ *   <prefix>scope_drift:dest:<host> hash, "allow|deny:<platform>" -> first
+ *                                   request (registry.c) */
 #ifndef ST_DETECT_H
 #define ST_DETECT_H
 
+#include <stdint.h>
+
 #include "analyzer.h"
+#include "checkpoint.h"
 #include "event.h"
 #include "findings.h"
 #include "rpipe.h"
 
+struct st_registry;
+
+/* Counters the analyzer publishes as metrics. */
+struct st_detect_stats {
+    int64_t runs;      /* per-detector run states in memory */
+    int64_t entries;   /* registry entries in memory */
+    int64_t loads;     /* states read from Redis */
+    int64_t evictions; /* states dropped from memory, idle */
+};
+
 struct st_detect_ctx {
-    struct st_rpipe *redis;
+    struct st_rpipe *redis;       /* prefetch: loads queued here */
+    struct st_checkpoint *ckpt;   /* end_batch: write-back appended here */
     struct st_findings *findings;
     const struct st_analyzer_conf *conf;
+    struct st_registry *registry; /* cross-run state (registry.h) */
+    struct st_detect_stats *stats;
+    /* end_batch: the number of the checkpoint being built; after_commit:
+     * the newest checkpoint that ran and whose batch's offsets Kafka took
+     * (the trims of later batches wait, their state is not evicted) */
+    uint64_t seq;
+    int64_t now_s; /* wall clock, for eviction (0: read the clock) */
     int late; /* the event being fed arrived after its partition's watermark */
     /* its time is the receive time (reorder.h): fed out of order, like a
      * late event, and never moves a run's newest time (no trim) */
@@ -46,18 +85,24 @@ struct st_detector_ops {
     /* Returns the detector's state; NULL when it has none. */
     void *(*create)(const struct st_analyzer_conf *conf);
     void (*destroy)(void *state);
-    /* Called before the batch's first feed with the number of events it
-     * will feed, so that per-event state is sized once (callbacks hold
-     * pointers into it). */
+    /* Called before the batch's first prefetch with the number of events
+     * it will feed. */
     void (*begin_batch)(void *state, size_t nevents);
-    /* ev lives until reset_batch. */
+    /* Queues the loads ev needs; NULL when the detector keeps no state.
+     * ev lives until reset_batch. */
+    void (*prefetch)(void *state, struct st_detect_ctx *ctx, const struct st_event *ev);
     void (*feed)(void *state, struct st_detect_ctx *ctx, const struct st_event *ev);
+    /* Appends the write-back to ctx->ckpt; also called between batches
+     * (no feed) to flush pending deletions. NULL: no state. */
     void (*end_batch)(void *state, struct st_detect_ctx *ctx);
-    /* Queues the destructive part of the write-back, after the commits;
-     * NULL when there is none. Runs before reset_batch. */
+    /* Trims and evicts, after the commits; NULL when there is nothing.
+     * Called between batches (never between a batch's prefetch and its
+     * end_batch), possibly after the next batch was detected. */
     void (*after_commit)(void *state, struct st_detect_ctx *ctx);
     /* Forgets the batch (after it is written, or before it is retried). */
     void (*reset_batch)(void *state);
+    /* Forgets all state in memory (partitions revoked); NULL: none. */
+    void (*forget)(void *state, struct st_detect_ctx *ctx);
 };
 
 extern const struct st_detector_ops st_denial_burst_ops;
@@ -75,5 +120,11 @@ extern const struct st_detector_ops *const st_detectors[];
  * of ids can collide. Returns a new string. */
 char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
                     const char *kind, const char *task_id, const char *run_id);
+
+/* Whether a key's EXPIRE (state.ttl_s) is due in this checkpoint: when it
+ * was never sent by this process (*last_s == 0), or a tenth of the TTL ago.
+ * A key then expires after 0.9 to 1 x state.ttl_s of idleness, and a busy
+ * run costs no EXPIRE per batch. Sets *last_s when due. */
+int st_detect_expire_due(int64_t *last_s, const struct st_analyzer_conf *conf);
 
 #endif

@@ -1,8 +1,10 @@
 /* main.c: sandtrail-analyzer.
  *
  *   consume (consume.c) -> parse (common/event.c) -> detect (detectors/,
- *   state in Redis via rpipe.c) -> store (store.c, its own thread: one
- *   transaction over the sink parts in sinks/, then the offsets' commit)
+ *   state in memory, what is missing prefetched from Redis via rpipe.c) ->
+ *   store (store.c, its own thread: one transaction over the sink parts in
+ *   sinks/, then the detectors' checkpoint to Redis (checkpoint.c), then
+ *   the offsets' commit)
  *
  * This thread polls, parses and detects batch N+1 while the store thread
  * writes batch N; it hands N+1 over only once N is done (pipeline depth
@@ -11,9 +13,11 @@
  * Kafka acknowledged the dead-letter records of the batch (deadletter.c).
  * When Redis or PostgreSQL is unavailable, the batch is retried with
  * backoff, never skipped; when PostgreSQL refuses the batch for its data,
- * the refused events are dead-lettered and the rest written. Every write is
- * idempotent, and the detectors' trims run only after the Kafka commit, so
- * a retry or a replay after a crash leaves the same rows
+ * the refused events are dead-lettered and the rest written. Redis is
+ * written only after the PostgreSQL commit, so it never holds state
+ * PostgreSQL has not. Every write is idempotent, and the detectors' trims
+ * run only after the Kafka commit, so a retry or a replay after a crash
+ * leaves the same rows
  * (docs/architecture.md).
  *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
@@ -31,6 +35,7 @@
 
 #include "analyzer.h"
 #include "buf.h"
+#include "checkpoint.h"
 #include "conf.h"
 #include "consume.h"
 #include "deadletter.h"
@@ -38,6 +43,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "pg.h"
+#include "registry.h"
 #include "reorder.h"
 #include "rpipe.h"
 #include "sink.h"
@@ -112,6 +118,10 @@ static const struct st_conf_prop analyzer_props[] = {
      600000, "30000", "longest pause between retries of a failed batch"},
     {"state.ttl_s", NULL, ST_CONF_INT, A(state_ttl_s), 60, 30 * 86400, "86400",
      "Redis keys of a run idle this long (wall clock) expire"},
+    {"state.evict_s", NULL, ST_CONF_INT, A(state_evict_s), 0, 30 * 86400, "600",
+     "detector state of a run (or credential, destination) not used for this long "
+     "(wall clock) is dropped from memory once Redis holds it, and read back on "
+     "its next event; must be below state.ttl_s (0: after every batch, tests)"},
     {"detect.lateness_s", NULL, ST_CONF_INT, A(lateness_s), 0, 86400, "30",
      "how late (event time) an event may arrive and still count in its window"},
     {"detect.max_future_s", NULL, ST_CONF_INT, A(max_future_s), 0, 30 * 86400, "300",
@@ -166,7 +176,8 @@ static const struct st_conf_prop analyzer_props[] = {
      "Kafka commit (0 = never)"},
     {"fault.fail_pg_commits", NULL, ST_CONF_INT, A(fail_pg_commits), 0, 1000000, "0",
      "tests only: the first this many PostgreSQL transactions fail, after the "
-     "batch's Redis write-back, as an unavailable database would (0 = never)"},
+     "batch's detection and before its Redis checkpoint, as an unavailable "
+     "database would (0 = never)"},
     {NULL},
 };
 
@@ -242,12 +253,23 @@ struct slot {
     struct st_store_batch *b;
     struct st_reorder_item *rel;
     size_t nrel, relcap;
+    /* the detectors' write-back of this batch, run by the store thread
+     * after the PostgreSQL commit (store_checkpoint); seq is its number */
+    struct st_checkpoint *ckpt;
+    uint64_t seq;
 };
 
 struct analyzer {
     struct st_analyzer_conf conf;
     struct st_consumer *consumer;
-    struct st_rpipe *redis;
+    struct st_rpipe *redis;        /* prefetch (this thread) */
+    struct st_rpipe *store_redis;  /* checkpoints (the store thread only) */
+    struct st_registry *registry;  /* cross-run detector state */
+    struct st_detect_stats stats;
+    /* checkpoints built; the newest that ran and whose batch's offsets
+     * Kafka took (what after_commit may trim and evict up to) */
+    uint64_t ck_seq, committed_seq;
+    int64_t loads_seen, evictions_seen;
     struct st_sink *sink;
     struct st_store *store;
     struct st_reorder *reorder;
@@ -256,7 +278,6 @@ struct analyzer {
     struct slot slots[2];
     int fill;
     struct slot *detected; /* the slot whose batch the detectors hold */
-    int untrimmed; /* committed batches whose trims were left to a later one */
     int gave_up; /* the store gave up during a revocation (asked to stop) */
     void *det_state[16];
     struct st_deadletter *dlq;
@@ -264,7 +285,8 @@ struct analyzer {
     struct st_metrics *metrics;
     struct st_sources *sources; /* per-source metrics */
     struct st_metric *m_events, *m_invalid, *m_late, *m_skewed, *m_batches, *m_buffered;
-    struct st_metric *m_redis_s, *m_redis_err, *m_trim_skipped;
+    struct st_metric *m_redis_s, *m_redis_err;
+    struct st_metric *m_runs, *m_entries, *m_loads, *m_evictions, *m_ckpt_s;
 };
 
 static void metrics_init(struct analyzer *a)
@@ -286,14 +308,47 @@ static void metrics_init(struct analyzer *a)
     a->m_buffered = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_reorder_buffered",
                                   "events waiting for their watermark", "");
     a->m_redis_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_redis_seconds",
-                                 "time of one pipelined Redis round trip", "");
+                                 "time of one batch's prefetch round trip (state not in memory)", "");
     a->m_redis_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_redis_errors_total",
                                    "failed Redis round trips (the batch is retried)", "");
-    a->m_trim_skipped = st_metric_get(
-        m, ST_METRIC_COUNTER, "sandtrail_analyzer_trims_deferred_total",
-        "committed batches whose detector trims were left to a later batch (the "
-        "next batch was detected while this one was stored)",
-        "");
+    a->m_runs = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_state_runs",
+                              "per-detector run states in memory", "");
+    a->m_entries = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_state_entries",
+                                 "credentials, fingerprints and destinations in memory", "");
+    a->m_loads = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_state_loads_total",
+                               "detector states read from Redis (not in memory)", "");
+    a->m_evictions = st_metric_get(m, ST_METRIC_COUNTER,
+                                   "sandtrail_analyzer_state_evictions_total",
+                                   "detector states dropped from memory, idle "
+                                   "(state.evict_s)", "");
+    a->m_ckpt_s = st_metric_get(m, ST_METRIC_HISTOGRAM,
+                                "sandtrail_analyzer_checkpoint_seconds",
+                                "time of one batch's Redis checkpoint", "");
+}
+
+static void metrics_state(struct analyzer *a)
+{
+    st_metric_set(a->m_runs, a->stats.runs);
+    st_metric_set(a->m_entries, a->stats.entries);
+    st_metric_add(a->m_loads, a->stats.loads - a->loads_seen);
+    st_metric_add(a->m_evictions, a->stats.evictions - a->evictions_seen);
+    a->loads_seen = a->stats.loads;
+    a->evictions_seen = a->stats.evictions;
+}
+
+/* The detectors' context for the slot being detected (sl = NULL: between
+ * batches). */
+static struct st_detect_ctx detect_ctx(struct analyzer *a, struct slot *sl)
+{
+    struct st_detect_ctx ctx = {
+        .redis = a->redis,
+        .ckpt = sl ? sl->ckpt : NULL,
+        .findings = sl ? &sl->b->findings : NULL,
+        .conf = &a->conf,
+        .registry = a->registry,
+        .stats = &a->stats,
+    };
+    return ctx;
 }
 
 static void metrics_findings(struct analyzer *a, const struct st_findings *fs)
@@ -350,34 +405,50 @@ static void detectors_reset(struct analyzer *a)
 }
 
 /* Runs the detectors over the slot's released events, recording findings
- * in its batch (two pipelined Redis round trips). Returns 0, or -1 with
- * errstr. */
+ * in its batch and the write-back in its checkpoint. Redis is read only for
+ * state not in memory: one round trip, or none. Returns 0, or -1 with
+ * errstr (nothing was fed: the detection is simply tried again). */
 static int detect_try(struct analyzer *a, struct slot *sl, char *errstr, size_t errsz)
 {
-    struct st_detect_ctx ctx = {a->redis, &sl->b->findings, &a->conf, 0, 0};
+    struct st_detect_ctx ctx = detect_ctx(a, sl);
 
     detectors_reset(a);
     st_findings_reset(&sl->b->findings);
+    st_checkpoint_clear(sl->ckpt);
     a->detected = sl;
+    ctx.seq = a->ck_seq + 1;
     for (int d = 0; st_detectors[d]; d++)
         st_detectors[d]->begin_batch(a->det_state[d], sl->nrel);
+    st_registry_begin(a->registry, &ctx);
+    for (size_t i = 0; i < sl->nrel; i++) {
+        ctx.late = sl->rel[i].late;
+        ctx.skewed = sl->rel[i].skewed;
+        for (int d = 0; st_detectors[d]; d++)
+            if (st_detectors[d]->prefetch)
+                st_detectors[d]->prefetch(a->det_state[d], &ctx, &sl->rel[i].ev);
+    }
+    st_registry_prefetch_end(a->registry, &ctx);
+    int64_t t0 = st_time_mono_us();
+    int rc = st_rpipe_exec(a->redis, errstr, errsz);
+    int64_t t1 = st_time_mono_us();
+    if (t1 - t0 > 1)
+        st_metric_observe(a->m_redis_s, (double)(t1 - t0) / 1e6);
+    if (rc) {
+        st_metric_add(a->m_redis_err, 1);
+        return -1;
+    }
     for (size_t i = 0; i < sl->nrel; i++) {
         ctx.late = sl->rel[i].late;
         ctx.skewed = sl->rel[i].skewed;
         for (int d = 0; st_detectors[d]; d++)
             st_detectors[d]->feed(a->det_state[d], &ctx, &sl->rel[i].ev);
     }
-    int64_t t0 = st_time_mono_us();
-    int rc = st_rpipe_exec(a->redis, errstr, errsz);
-    if (rc == 0) {
-        for (int d = 0; st_detectors[d]; d++)
+    for (int d = 0; st_detectors[d]; d++)
+        if (st_detectors[d]->end_batch)
             st_detectors[d]->end_batch(a->det_state[d], &ctx);
-        rc = st_rpipe_exec(a->redis, errstr, errsz);
-    }
-    st_metric_observe(a->m_redis_s, (double)(st_time_mono_us() - t0) / 1e6);
-    if (rc)
-        st_metric_add(a->m_redis_err, 1);
-    return rc;
+    st_registry_end_batch(a->registry, &ctx);
+    sl->seq = ++a->ck_seq;
+    return 0;
 }
 
 /* Detects until Redis answers. Returns 0, or -1 when asked to stop first. */
@@ -423,22 +494,89 @@ static void dead_letter(struct analyzer *a, struct st_store_batch *b,
                   1);
 }
 
-/* The destructive part of the detectors' write-back (trims), once nothing
- * can redo the batch: its transaction and its offsets are committed. A
- * failure only leaves more state in Redis, which a later batch trims. */
-static void detectors_after_commit(struct analyzer *a, struct slot *sl)
+/* Runs in the store thread after a batch's PostgreSQL commit and before
+ * its Kafka commit: the detectors' checkpoint of that batch to Redis, on
+ * the store's own connection. Idempotent (absolute values), so the store
+ * runs it again after a failure; the offsets wait for it. Redis thus never
+ * holds state PostgreSQL has not committed, and the offsets never pass
+ * state Redis lacks. @locality the store thread */
+static int store_checkpoint(void *arg, const struct st_store_batch *b, char *errstr,
+                            size_t errsz)
 {
-    struct st_detect_ctx ctx = {a->redis, &sl->b->findings, &a->conf, 0, 0};
-    char errstr[512];
+    struct analyzer *a = arg;
+    const struct slot *sl = &a->slots[a->slots[0].b == b ? 0 : 1];
+    int64_t t0 = st_time_mono_us();
+    int rc = st_checkpoint_exec(sl->ckpt, a->store_redis, errstr, errsz);
+    st_metric_observe(a->m_ckpt_s, (double)(st_time_mono_us() - t0) / 1e6);
+    if (rc)
+        st_metric_add(a->m_redis_err, 1);
+    return rc;
+}
 
+/* Once nothing can redo a batch (its transaction, checkpoint and offsets
+ * are committed, up to checkpoint a->committed_seq): the detectors trim
+ * their state in memory, the deletions going into the next checkpoint, and
+ * evict what is idle. Trims of batches detected later wait in each run for
+ * their own commit. */
+static void detectors_after_commit(struct analyzer *a)
+{
+    struct st_detect_ctx ctx = detect_ctx(a, NULL);
+    ctx.seq = a->committed_seq;
     for (int d = 0; st_detectors[d]; d++)
         if (st_detectors[d]->after_commit)
             st_detectors[d]->after_commit(a->det_state[d], &ctx);
-    if (st_rpipe_exec(a->redis, errstr, sizeof(errstr))) {
-        st_metric_add(a->m_redis_err, 1);
-        st_warn("detector state not trimmed after the commit (a later batch will): %s",
-                errstr);
+    st_registry_after_commit(a->registry, &ctx);
+    metrics_state(a);
+}
+
+/* Between batches, with no batch in flight: writes what the last trims
+ * deleted, so that Redis is trimmed while the stream is idle or stopped,
+ * and evicts idle state. A failure keeps the deletions for the next
+ * checkpoint. sl is a free slot whose checkpoint is borrowed. */
+static void detectors_idle(struct analyzer *a, struct slot *sl)
+{
+    struct st_detect_ctx ctx = detect_ctx(a, sl);
+    char errstr[512];
+
+    if (st_store_busy(a->store))
+        return;
+    st_checkpoint_clear(sl->ckpt);
+    ctx.seq = a->ck_seq + 1;
+    for (int d = 0; st_detectors[d]; d++)
+        if (st_detectors[d]->end_batch)
+            st_detectors[d]->end_batch(a->det_state[d], &ctx);
+    st_registry_end_batch(a->registry, &ctx);
+    if (st_checkpoint_len(sl->ckpt) > 0) {
+        a->ck_seq++;
+        int rc = st_checkpoint_exec(sl->ckpt, a->redis, errstr, sizeof(errstr));
+        st_checkpoint_clear(sl->ckpt);
+        if (rc) {
+            st_metric_add(a->m_redis_err, 1);
+            st_warn("detector state not trimmed in Redis (the next checkpoint will): %s",
+                    errstr);
+            return;
+        }
+        /* deletions only: nothing for Kafka to take */
+        if (a->committed_seq == a->ck_seq - 1)
+            a->committed_seq = a->ck_seq;
     }
+    detectors_after_commit(a);
+}
+
+/* Partitions revoked: every detector state is forgotten, and read again
+ * from Redis when next needed. Called with no batch in flight, when
+ * everything stored is in Redis (all of it, not only the revoked
+ * partitions' runs: simpler, and it only costs reloads). */
+static void detectors_forget(struct analyzer *a)
+{
+    struct st_detect_ctx ctx = detect_ctx(a, NULL);
+    if (!a->registry)
+        return; /* not started yet, or shut down */
+    for (int d = 0; st_detectors[d]; d++)
+        if (st_detectors[d]->forget)
+            st_detectors[d]->forget(a->det_state[d], &ctx);
+    st_registry_forget(a->registry, &ctx);
+    metrics_state(a);
 }
 
 /* Parses each message, stages its row for PostgreSQL in b and hands the
@@ -522,8 +660,8 @@ static void slot_clear(struct slot *sl)
 /* Waits for the batch in flight, if any, and finishes it on this side:
  * events the store refused leave the reorder buffer, and the detectors trim
  * their state if the Kafka commit took, the batch's partitions are still
- * ours, and the detectors still hold this batch (not the next: then its
- * trims are left to a later batch). Returns 0, or -1 when the store gave up
+ * ours (trims of a batch detected since wait in each run for its own
+ * commit). Returns 0, or -1 when the store gave up
  * (asked to stop while retrying). @locality the main thread */
 static int batch_done(struct analyzer *a)
 {
@@ -540,14 +678,12 @@ static int batch_done(struct analyzer *a)
         a->batches++;
         st_metric_add(a->m_batches, 1);
         metrics_findings(a, &b->findings);
+        /* offsets Kafka did not take (a rebalance) may be redone by
+         * another analyzer: then nothing is trimmed */
         if (b->committed && slot_held(a, sl)) {
-            if (a->detected == sl) {
-                detectors_after_commit(a, sl);
-                a->untrimmed = 0;
-            } else {
-                a->untrimmed++;
-                st_metric_add(a->m_trim_skipped, 1);
-            }
+            if (sl->seq > a->committed_seq)
+                a->committed_seq = sl->seq;
+            detectors_after_commit(a);
         }
     }
     if (a->detected == sl) {
@@ -568,15 +704,8 @@ static void on_revoke(int32_t partition, void *arg)
     if (batch_done(a))
         a->gave_up = 1; /* run() ends with status 1 */
     st_reorder_drop(a->reorder, partition);
+    detectors_forget(a);
 }
-
-/* Trims need the detectors' batch state of the batch just committed, and
- * the detectors hold one batch: while batch N is stored, detecting N+1
- * first means N's trims are left to a later batch. After this many such
- * batches in a row the main thread waits for N before detecting N+1, so
- * that N's trims run (state in Redis stays bounded; one batch in this many
- * does not overlap). */
-#define TRIM_DEFER_MAX 8
 
 static int run(struct analyzer *a, int drain)
 {
@@ -614,9 +743,6 @@ static int run(struct analyzer *a, int drain)
                 a->late += sl->rel[i].late;
                 st_metric_add(a->m_late, sl->rel[i].late);
             }
-            if (st_store_busy(a->store) && a->untrimmed >= TRIM_DEFER_MAX &&
-                (failed = batch_done(a)))
-                break;
             if (detect(a, sl)) {
                 failed = 1;
                 break;
@@ -633,6 +759,7 @@ static int run(struct analyzer *a, int drain)
              * the lag */
             if (st_store_done(a->store) && (failed = batch_done(a)))
                 break;
+            detectors_idle(a, sl);
             batch_offsets(a, b);
             slot_clear(sl);
         }
@@ -648,9 +775,12 @@ static int run(struct analyzer *a, int drain)
             }
         }
     }
-    /* a clean stop, or the end of --drain, waits for the batch in flight */
+    /* a clean stop, or the end of --drain, waits for the batch in flight,
+     * then writes the last trims */
     if (batch_done(a))
         failed = 1;
+    if (!rc && !failed)
+        detectors_idle(a, &a->slots[a->fill]);
     slot_clear(&a->slots[a->fill]);
     return rc || failed ? -1 : 0;
 }
@@ -694,6 +824,14 @@ int main(int argc, char **argv)
     if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, analyzer_extra,
                      &a.conf, errstr, sizeof(errstr)))
         goto conf_error;
+    if (a.conf.state_evict_s >= a.conf.state_ttl_s) {
+        /* memory would hold state whose Redis keys expired, and write back
+         * only what changed: Redis would keep a part of it */
+        snprintf(errstr, sizeof(errstr),
+                 "state.evict_s (%" PRId64 ") must be below state.ttl_s (%" PRId64 ")",
+                 a.conf.state_evict_s, a.conf.state_ttl_s);
+        goto conf_error;
+    }
     origin.config_file = config_file;
     origin.sets = sets; /* freed at exit: a reload reads them again */
     origin.nsets = nsets;
@@ -733,7 +871,10 @@ int main(int argc, char **argv)
     a.sources = st_sources_new(a.metrics);
     if (!(a.sink = st_sink_new(&a.conf, errstr, sizeof(errstr))) ||
         !(a.dlq = st_deadletter_new(&a.conf, errstr, sizeof(errstr))) ||
-        !(a.redis = st_rpipe_new(a.conf.redis_url, a.conf.redis_password_file, errstr, sizeof(errstr))) ||
+        !(a.redis = st_rpipe_new(a.conf.redis_url, a.conf.redis_password_file, errstr,
+                                 sizeof(errstr))) ||
+        !(a.store_redis = st_rpipe_new(a.conf.redis_url, a.conf.redis_password_file,
+                                       errstr, sizeof(errstr))) ||
         !(a.consumer = st_consumer_new(&a.conf, errstr, sizeof(errstr)))) {
         st_error("%s", errstr);
         goto out;
@@ -752,15 +893,19 @@ int main(int argc, char **argv)
             .fail_pg_commits = a.conf.fail_pg_commits,
             .crash_after_commits = a.conf.crash_after_commits,
             .stop = &stop,
-            .after_pg_commit = NULL, /* the detectors' checkpoint goes here */
+            .after_pg_commit = store_checkpoint,
+            .hook_arg = &a,
         };
         if (!(a.store = st_store_new(&sc, errstr, sizeof(errstr)))) {
             st_error("%s", errstr);
             goto out;
         }
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         a.slots[i].b = st_store_batch_new(a.sink, (int)a.conf.batch_max_events);
+        a.slots[i].ckpt = st_checkpoint_new();
+    }
+    a.registry = st_registry_new(&a.conf);
     a.reorder = st_reorder_new(a.conf.lateness_s * 1000000);
     for (int i = 0; st_detectors[i]; i++)
         a.det_state[i] = st_detectors[i]->create(&a.conf);
@@ -768,10 +913,13 @@ int main(int argc, char **argv)
     st_info("consuming \"%s\" as group \"%s\"%s", a.conf.topic_events, a.conf.group,
             drain ? " until caught up" : "");
     status = run(&a, drain) ? 1 : 0;
+    /* the store is idle now: its connection's counter is read safely */
     st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
-            "findings_updated=%ld",
+            "findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
+            " state_evictions=%" PRId64 " state_runs=%" PRId64,
             a.events, a.invalid, a.refused, a.late, a.skewed, a.batches,
-            a.findings_written);
+            a.findings_written, st_rpipe_sent(a.redis) + st_rpipe_sent(a.store_redis),
+            a.stats.loads, a.stats.evictions, a.stats.runs);
 
     /* closing the consumer revokes its partitions, and the rebalance
      * callback drops them from the reorder buffer: close it first */
@@ -779,15 +927,19 @@ int main(int argc, char **argv)
     a.consumer = NULL;
     for (int i = 0; st_detectors[i]; i++)
         st_detectors[i]->destroy(a.det_state[i]);
+    st_registry_destroy(a.registry);
+    a.registry = NULL;
     st_reorder_destroy(a.reorder);
 out:
     st_consumer_destroy(a.consumer);
     st_store_destroy(a.store);
     for (int i = 0; i < 2; i++) {
         st_store_batch_destroy(a.slots[i].b);
+        st_checkpoint_destroy(a.slots[i].ckpt);
         free(a.slots[i].rel);
     }
     st_rpipe_destroy(a.redis);
+    st_rpipe_destroy(a.store_redis);
     st_deadletter_destroy(a.dlq);
     st_sink_destroy(a.sink);
     st_overrides_fini(&a.conf.overrides);

@@ -29,6 +29,7 @@ struct st_rpipe {
     size_t *cmdlens;
     struct pending *pend;
     size_t n, cap;
+    unsigned long sent; /* commands sent, ever (tests: no command per event) */
 };
 
 static int rpipe_connect(struct st_rpipe *p, char *errstr, size_t errsz)
@@ -80,19 +81,8 @@ void st_rpipe_destroy(struct st_rpipe *p)
     free(p);
 }
 
-void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
-                  const char **argv)
+static void queue(struct st_rpipe *p, st_rpipe_cb cb, void *arg, char *cmd, size_t n)
 {
-    size_t lens[32];
-    char *cmd;
-
-    if (argc > 32)
-        st_fatal("redis command with %d arguments", argc);
-    for (int i = 0; i < argc; i++)
-        lens[i] = strlen(argv[i]);
-    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
-    if (n < 0)
-        st_fatal("out of memory formatting a Redis command");
     if (p->n == p->cap) {
         p->cap = p->cap ? p->cap * 2 : 256;
         p->cmds = st_realloc(p->cmds, p->cap * sizeof(*p->cmds));
@@ -100,10 +90,41 @@ void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
         p->pend = st_realloc(p->pend, p->cap * sizeof(*p->pend));
     }
     p->cmds[p->n] = cmd;
-    p->cmdlens[p->n] = (size_t)n;
+    p->cmdlens[p->n] = n;
     p->pend[p->n].cb = cb;
     p->pend[p->n].arg = arg;
     p->n++;
+}
+
+void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
+                  const char **argv)
+{
+    size_t small[32] = {0};
+    int heap = argc > 32;
+    size_t *lens = heap ? st_malloc((size_t)argc * sizeof(*lens)) : small;
+    char *cmd;
+
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (heap)
+        free(lens);
+    if (n < 0)
+        st_fatal("out of memory formatting a Redis command");
+    queue(p, cb, arg, cmd, (size_t)n);
+}
+
+void st_rpipe_formatted(struct st_rpipe *p, const char *cmd, size_t len)
+{
+    char *copy = st_malloc(len + 1);
+    memcpy(copy, cmd, len);
+    copy[len] = '\0';
+    queue(p, NULL, NULL, copy, len);
+}
+
+unsigned long st_rpipe_sent(const struct st_rpipe *p)
+{
+    return p->sent;
 }
 
 void st_rpipe_script(struct st_rpipe *p, st_rpipe_cb cb, void *arg, const char *body,
@@ -158,6 +179,7 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
         return 0;
     if (!p->rc && rpipe_connect(p, errstr, errsz))
         goto out;
+    p->sent += p->n;
     for (i = 0; i < p->n; i++)
         if (redisAppendFormattedCommand(p->rc, p->cmds[i], p->cmdlens[i]) != REDIS_OK)
             goto conn_error;

@@ -26,10 +26,17 @@ struct st_rpipe *st_rpipe_new(const char *url, const char *password_file, char *
                               size_t errsz);
 void st_rpipe_destroy(struct st_rpipe *p);
 
-/* Queues one command; argv strings are copied. cb may be NULL (the reply is
+/* Queues one command (any number of arguments); argv strings are copied. cb may be NULL (the reply is
  * only checked for errors). */
 void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
                   const char **argv);
+
+/* Queues a command already in the protocol's form (checkpoint.h), copied,
+ * with no callback. */
+void st_rpipe_formatted(struct st_rpipe *p, const char *cmd, size_t len);
+
+/* Commands sent so far on p (every exec), for tests and logs. */
+unsigned long st_rpipe_sent(const struct st_rpipe *p);
 
 /* Queues EVALSHA of a server-side script with numkeys keys followed by the
  * arguments: Redis hashes and compiles a script once, instead of on every

@@ -1,25 +1,34 @@
-/* runwin.c: per-run event-time windows in Redis (see runwin.h).
+/* runwin.c: per-run event-time windows in memory, Redis as their
+ * checkpoint (see runwin.h; key layout in detect.h).
  *
- * Keys, per run:
+ * Keys, per run (st_detect_key):
  *   <prefix><name>:w:<run>    sorted set: score event time, member
  *                             "source\x1fevent_id\x1fpayload"
  *   <prefix><name>:eps:<run>  hash: episode id -> "first last" (event time,
  *                             µs) of every episode not yet trimmed
+ *   <prefix><name>:b:<run>    hash: bucket -> sum (volume_anomaly's bytes)
  *
- * Before the PostgreSQL commit only what a redo computes again is written:
- * members keyed by event, and episodes, which only grow (first only
- * earlier, last only later). Episodes are kept, not replaced by the next
- * one: a redo of a batch that closed one episode and opened another must
- * still find the first for the triggers that extended it. Members and
- * episodes older than 2 x window + lateness behind the batch's newest
- * on-time event are removed by st_runwin_after_commit, once nothing can
- * redo the batch. */
+ * What a redo of a batch computes again is what memory keeps between
+ * attempts: members keyed by event (adding one twice changes nothing), and
+ * episodes, which only grow (first only earlier, last only later). Episodes
+ * are kept, not replaced by the next one: a redo of a batch that closed one
+ * episode and opened another must still find the first for the triggers
+ * that extended it. Members and episodes older than 2 x window + lateness
+ * behind the batch's newest on-time event are removed by
+ * st_runwin_after_commit, once nothing can redo the batch; the next
+ * checkpoint deletes them from Redis.
+ *
+ * Runs live in a chained hash table and on a list ordered by the wall-clock
+ * time they were last fed (least recent first), from which idle ones are
+ * evicted. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "buf.h"
+#include "checkpoint.h"
 #include "log.h"
 #include "runwin.h"
 #include "window.h"
@@ -29,100 +38,178 @@
 struct episode {
     char id[33];
     struct st_episode ep;
-    int dirty; /* extended or opened in this batch */
+    int dirty; /* extended or opened since the last checkpoint */
 };
 
-struct run_state {
-    char *task_id, *run_id;
-    char *ep_key;
-    char *w_key;
+struct bucket {
+    int64_t key, sum;
+    int dirty;
+};
+
+enum { RUN_LOADING, RUN_READY };
+
+struct run {
+    struct run *hnext;        /* hash chain */
+    struct run *prev, *next;  /* least recently fed first */
+    char *task_id, *run_id;   /* one allocation */
     uint64_t hash;
-    int64_t max_ts; /* newest on-time event of the run in this batch */
-    int loaded;
-    struct episode *eps; /* the stored ones, then those opened here */
+    int state;
+    int pending;              /* loads queued whose replies have not come */
+    uint64_t queued_gen;      /* prefetch pass that queued its load */
+    struct st_runwin_member *m; /* sorted by (time, member) like Redis */
+    size_t n, cap, nunsaved;
+    struct episode *eps;
     size_t neps, capeps;
-};
-
-struct pending {
-    struct st_runwin *w;
-    const struct st_event *ev;
-    struct run_state *run;
-    int late;
-    int ooo;
-    st_runwin_cb cb;
-    void *arg;
+    struct bucket *b;
+    size_t nb, capb;
+    /* pending deletions (the trims), for the next checkpoint */
+    int64_t trim_below;       /* INT64_MIN: none */
+    char (*del_eps)[33];
+    size_t ndel_eps;
+    int64_t *del_b;           /* buckets trimmed */
+    size_t ndel_b;
+    int64_t max_ts;           /* newest on-time event of the run in this batch */
+    int64_t trim_ts;          /* newest on-time event of batches not yet trimmed */
+    uint64_t trim_seq;        /* the last of those batches' checkpoint */
+    int in_trimq;
+    int64_t touched_s;        /* wall clock of the last feed */
+    int64_t w_exp_s, e_exp_s, b_exp_s; /* EXPIRE last sent (st_detect_expire_due) */
+    uint64_t ck_seq;          /* checkpoint holding its latest change */
+    int in_batch, dirty;
 };
 
 struct st_runwin {
     const struct st_analyzer_conf *conf;
     char *name;
-    int64_t window_us, keep_us;
-    struct run_state *runs;
-    size_t nruns, capruns;
-    int32_t *index; /* open addressing over runs, -1 = empty */
-    size_t index_cap;
-    struct pending *pend;
-    size_t npend, cappend;
-    struct st_buf member; /* reused for every event: no allocation per feed */
+    int64_t window_us, keep_us, bucket_us;
+    int flags;
+    struct run **table;
+    size_t tcap, nruns;
+    struct run *lru_head, *lru_tail;
+    struct run **batch; /* runs fed in this batch */
+    size_t nbatch, capbatch;
+    struct run **dirty; /* runs with changes not yet in a checkpoint */
+    size_t ndirty, capdirty;
+    struct run **trimq; /* runs to trim once their batch is committed */
+    size_t ntrimq, captrimq;
+    struct run *cur;
+    uint64_t gen;
+    struct st_buf member, val;
 };
 
-struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf,
-                                const char *name, int64_t window_us, int64_t keep_us)
+static int64_t wall_s(const struct st_detect_ctx *ctx)
+{
+    return ctx->now_s ? ctx->now_s : (int64_t)time(NULL);
+}
+
+struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char *name,
+                                int64_t window_us, int64_t keep_us, int flags,
+                                int64_t bucket_us)
 {
     struct st_runwin *w = st_calloc(1, sizeof(*w));
     w->conf = conf;
     w->name = st_strdup(name);
     w->window_us = window_us;
     w->keep_us = keep_us;
+    w->flags = flags;
+    w->bucket_us = bucket_us > 0 ? bucket_us : 1;
+    w->tcap = 1024;
+    w->table = st_calloc(w->tcap, sizeof(*w->table));
+    st_buf_init(&w->member);
+    st_buf_init(&w->val);
     return w;
 }
 
-void st_runwin_reset(struct st_runwin *w)
+static void run_free(struct run *r)
 {
-    for (size_t i = 0; i < w->nruns; i++) {
-        free(w->runs[i].task_id);
-        free(w->runs[i].run_id);
-        free(w->runs[i].ep_key);
-        free(w->runs[i].w_key);
-        free(w->runs[i].eps);
+    for (size_t i = 0; i < r->n; i++)
+        free((char *)r->m[i].key);
+    free(r->m);
+    free(r->eps);
+    free(r->b);
+    free(r->del_eps);
+    free(r->del_b);
+    free(r->task_id);
+    free(r);
+}
+
+static void lru_unlink(struct st_runwin *w, struct run *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        w->lru_head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        w->lru_tail = r->prev;
+    r->prev = r->next = NULL;
+}
+
+static void lru_append(struct st_runwin *w, struct run *r)
+{
+    r->prev = w->lru_tail;
+    r->next = NULL;
+    if (w->lru_tail)
+        w->lru_tail->next = r;
+    else
+        w->lru_head = r;
+    w->lru_tail = r;
+}
+
+static void table_remove(struct st_runwin *w, struct run *r)
+{
+    struct run **p = &w->table[r->hash & (w->tcap - 1)];
+    while (*p != r)
+        p = &(*p)->hnext;
+    *p = r->hnext;
+    w->nruns--;
+}
+
+void st_runwin_forget(struct st_runwin *w, struct st_detect_ctx *ctx)
+{
+    for (struct run *r = w->lru_head, *next; r; r = next) {
+        next = r->next;
+        run_free(r);
     }
+    if (ctx && ctx->stats)
+        ctx->stats->runs -= (int64_t)w->nruns;
+    memset(w->table, 0, w->tcap * sizeof(*w->table));
     w->nruns = 0;
-    for (size_t i = 0; i < w->index_cap; i++)
-        w->index[i] = -1;
-    w->npend = 0;
+    w->lru_head = w->lru_tail = NULL;
+    w->nbatch = w->ndirty = w->ntrimq = 0;
+    w->cur = NULL;
 }
 
 void st_runwin_destroy(struct st_runwin *w)
 {
     if (!w)
         return;
-    st_runwin_reset(w);
-    free(w->runs);
-    free(w->index);
-    free(w->pend);
+    st_runwin_forget(w, NULL);
+    free(w->table);
+    free(w->batch);
+    free(w->dirty);
+    free(w->trimq);
     st_buf_fini(&w->member);
+    st_buf_fini(&w->val);
     free(w->name);
     free(w);
 }
 
 void st_runwin_begin(struct st_runwin *w, size_t nevents)
 {
-    /* sized once per batch: callbacks hold pointers into both arrays */
-    if (w->capruns < nevents) {
-        w->runs = st_realloc(w->runs, nevents * sizeof(*w->runs));
-        w->capruns = nevents;
-        w->pend = st_realloc(w->pend, nevents * sizeof(*w->pend));
-        w->cappend = nevents;
+    (void)nevents;
+    w->gen++;
+}
+
+void st_runwin_reset(struct st_runwin *w)
+{
+    for (size_t i = 0; i < w->nbatch; i++) {
+        w->batch[i]->in_batch = 0;
+        w->batch[i]->max_ts = INT64_MIN;
     }
-    if (w->index_cap < 2 * nevents) {
-        size_t cap = 64;
-        while (cap < 2 * nevents)
-            cap *= 2;
-        w->index = st_realloc(w->index, cap * sizeof(*w->index));
-        w->index_cap = cap;
-        for (size_t i = 0; i < cap; i++)
-            w->index[i] = -1;
-    }
+    w->nbatch = 0;
+    w->cur = NULL;
 }
 
 static uint64_t run_hash(const char *task, const char *run)
@@ -136,23 +223,118 @@ static uint64_t run_hash(const char *task, const char *run)
     return h;
 }
 
-/* The run of ev in this batch, or NULL; *slot gets where it would go. */
-static struct run_state *run_find(struct st_runwin *w, const struct st_event *ev,
-                                  uint64_t h, size_t *slot)
+static struct run *run_find(struct st_runwin *w, const char *task, const char *run_id,
+                            uint64_t h)
 {
-    size_t mask = w->index_cap - 1, i = (size_t)h & mask;
-    for (; w->index[i] >= 0; i = (i + 1) & mask) {
-        struct run_state *r = &w->runs[w->index[i]];
-        if (r->hash == h && !strcmp(r->run_id, ev->run_id) &&
-            !strcmp(r->task_id, ev->task_id))
+    for (struct run *r = w->table[h & (w->tcap - 1)]; r; r = r->hnext)
+        if (r->hash == h && !strcmp(r->run_id, run_id) && !strcmp(r->task_id, task))
             return r;
-    }
-    *slot = i;
     return NULL;
 }
 
-static struct episode *episode_add(struct run_state *run, const char *id,
-                                   int64_t first_us, int64_t last_us)
+static void table_grow(struct st_runwin *w)
+{
+    size_t cap = 2 * w->tcap;
+    struct run **t = st_calloc(cap, sizeof(*t));
+    for (size_t i = 0; i < w->tcap; i++) {
+        for (struct run *r = w->table[i], *next; r; r = next) {
+            next = r->hnext;
+            r->hnext = t[r->hash & (cap - 1)];
+            t[r->hash & (cap - 1)] = r;
+        }
+    }
+    free(w->table);
+    w->table = t;
+    w->tcap = cap;
+}
+
+static void mark_dirty(struct st_runwin *w, struct run *r)
+{
+    if (r->dirty)
+        return;
+    r->dirty = 1;
+    if (w->ndirty == w->capdirty) {
+        w->capdirty = w->capdirty ? 2 * w->capdirty : 64;
+        w->dirty = st_realloc(w->dirty, w->capdirty * sizeof(*w->dirty));
+    }
+    w->dirty[w->ndirty++] = r;
+}
+
+/* Copies a member into one allocation: the key, then source and event id
+ * NUL-terminated. Returns -1 when it is not "a\x1fb\x1fc". */
+static int member_init(struct st_runwin_member *m, int64_t ts, const char *key,
+                       size_t len, int saved)
+{
+    const char *a = memchr(key, SEP, len);
+    const char *b = a ? memchr(a + 1, SEP, len - (size_t)(a + 1 - key)) : NULL;
+    if (!b)
+        return -1;
+    char *block = st_malloc(2 * len + 2);
+    memcpy(block, key, len);
+    block[len] = '\0';
+    char *copy = block + len + 1;
+    memcpy(copy, key, len);
+    copy[len] = '\0';
+    copy[a - key] = '\0';
+    copy[b - key] = '\0';
+    m->ts_us = ts;
+    m->key = block;
+    m->source = copy;
+    m->event_id = copy + (a - key) + 1;
+    m->payload = block + (b - key) + 1;
+    m->saved = saved;
+    return 0;
+}
+
+static int member_cmp(int64_t ts, const char *key, const struct st_runwin_member *m)
+{
+    if (ts != m->ts_us)
+        return ts < m->ts_us ? -1 : 1;
+    return strcmp(key, m->key);
+}
+
+/* First index whose member is not below (ts, key); key NULL: first at ts. */
+static size_t lower_bound(const struct run *r, int64_t ts, const char *key)
+{
+    size_t lo = 0, hi = r->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int below = key ? member_cmp(ts, key, &r->m[mid]) > 0 : r->m[mid].ts_us < ts;
+        if (below)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Inserts a member in order; returns 1 when new. */
+static int member_insert(struct run *r, int64_t ts, const char *key, size_t len, int saved)
+{
+    size_t i = lower_bound(r, ts, key);
+    if (i < r->n && member_cmp(ts, key, &r->m[i]) == 0) {
+        if (saved && !r->m[i].saved) {
+            r->m[i].saved = 1;
+            r->nunsaved--;
+        }
+        return 0;
+    }
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 2; /* most runs are short */
+        r->m = st_realloc(r->m, r->cap * sizeof(*r->m));
+    }
+    struct st_runwin_member m;
+    if (member_init(&m, ts, key, len, saved))
+        return -1;
+    memmove(&r->m[i + 1], &r->m[i], (r->n - i) * sizeof(*r->m));
+    r->m[i] = m;
+    r->n++;
+    r->nunsaved += !saved;
+    return 1;
+}
+
+static struct episode *episode_add(struct run *run, const char *id, int64_t first_us,
+                                   int64_t last_us)
 {
     if (run->neps == run->capeps) {
         run->capeps = run->capeps ? 2 * run->capeps : 4;
@@ -166,137 +348,231 @@ static struct episode *episode_add(struct run_state *run, const char *id,
     return e;
 }
 
-static int on_episodes(const redisReply *r, void *arg)
+static struct bucket *bucket_find(struct run *r, int64_t key, int create)
 {
-    struct run_state *run = arg;
+    for (size_t i = 0; i < r->nb; i++)
+        if (r->b[i].key == key)
+            return &r->b[i];
+    if (!create)
+        return NULL;
+    if (r->nb == r->capb) {
+        r->capb = r->capb ? 2 * r->capb : 8;
+        r->b = st_realloc(r->b, r->capb * sizeof(*r->b));
+    }
+    struct bucket *b = &r->b[r->nb++];
+    b->key = key;
+    b->sum = 0;
+    b->dirty = 0;
+    return b;
+}
 
-    if (r->type != REDIS_REPLY_ARRAY)
+/* Replies of a load, in the order queued: members, then episodes and
+ * buckets as the flags ask. A load that fails leaves the run loading: the
+ * next prefetch queues it again from scratch. */
+static int load_done(struct run *r)
+{
+    if (--r->pending == 0)
+        r->state = RUN_READY;
+    return 0;
+}
+
+static int on_members(const redisReply *rep, void *arg)
+{
+    struct run *r = arg;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2)
         return -1;
-    run->loaded = 1;
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        const char *k = r->element[i]->str, *v = r->element[i + 1]->str;
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const redisReply *k = rep->element[i], *s = rep->element[i + 1];
+        if (!k->str || !s->str)
+            return -1;
+        /* not ours when not "a\x1fb\x1fc": ignored, like a missing member */
+        member_insert(r, strtoll(s->str, NULL, 10), k->str, k->len, 1);
+    }
+    return load_done(r);
+}
+
+static int on_episodes(const redisReply *rep, void *arg)
+{
+    struct run *r = arg;
+    if (rep->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const char *k = rep->element[i]->str, *v = rep->element[i + 1]->str;
         long long first, last;
         if (!k || !v)
             return -1;
         if (strlen(k) != 32 || sscanf(v, "%lld %lld", &first, &last) != 2)
             continue; /* not ours: ignored, like a missing episode */
-        episode_add(run, k, first, last);
+        episode_add(r, k, first, last);
     }
-    return 0;
+    return load_done(r);
 }
 
-static int on_window(const redisReply *r, void *arg)
+static int on_buckets(const redisReply *rep, void *arg)
 {
-    struct pending *p = arg;
-    struct st_runwin_view v = {p->ev, p->late, NULL, 0, p->w->window_us, p->ooo};
-    int rc;
-
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 || !p->run->loaded)
+    struct run *r = arg;
+    if (rep->type != REDIS_REPLY_ARRAY)
         return -1;
-    v.n = r->elements / 2;
-    struct st_runwin_member *m = st_calloc(v.n ? v.n : 1, sizeof(*m));
-    for (size_t i = 0; i < v.n; i++) {
-        const char *key = r->element[2 * i]->str, *score = r->element[2 * i + 1]->str;
-        const char *a = key ? strchr(key, SEP) : NULL;
-        const char *b = a ? strchr(a + 1, SEP) : NULL;
-        if (!score || !b) {
-            v.n = i;
-            rc = -1;
-            goto out;
-        }
-        m[i].ts_us = strtoll(score, NULL, 10);
-        m[i].key = key;
-        m[i].source = st_strndup(key, (size_t)(a - key));
-        m[i].event_id = st_strndup(a + 1, (size_t)(b - a - 1));
-        m[i].payload = b + 1;
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const char *k = rep->element[i]->str, *v = rep->element[i + 1]->str;
+        if (!k || !v)
+            return -1;
+        bucket_find(r, strtoll(k, NULL, 10), 1)->sum = strtoll(v, NULL, 10);
     }
-    v.m = m;
-    rc = p->cb(p->arg, &v);
-out:
-    for (size_t i = 0; i < v.n; i++) {
-        free(m[i].source);
-        free(m[i].event_id);
-    }
-    free(m);
-    return rc;
+    return load_done(r);
 }
 
-static struct run_state *run_get(struct st_runwin *w, struct st_detect_ctx *ctx,
-                                 const struct st_event *ev)
+static void run_clear(struct run *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        free((char *)r->m[i].key);
+    r->n = r->nunsaved = r->neps = r->nb = 0;
+}
+
+void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
+                        const struct st_event *ev)
 {
     uint64_t h = run_hash(ev->task_id, ev->run_id);
-    size_t slot;
-    struct run_state *run = run_find(w, ev, h, &slot);
-    if (run)
-        return run;
-    if (w->nruns == w->capruns)
-        st_fatal("%s: fed more events than begin_batch announced", w->name);
-    w->index[slot] = (int32_t)w->nruns;
-    run = &w->runs[w->nruns++];
-    memset(run, 0, sizeof(*run));
-    run->hash = h;
-    run->max_ts = INT64_MIN;
-    run->task_id = st_strdup(ev->task_id);
-    run->run_id = st_strdup(ev->run_id);
-    run->ep_key = st_detect_key(ctx->conf, w->name, "eps", ev->task_id, ev->run_id);
-    run->w_key = st_detect_key(ctx->conf, w->name, "w", ev->task_id, ev->run_id);
-    const char *argv[] = {"HGETALL", run->ep_key};
-    st_rpipe_cmd(ctx->redis, on_episodes, run, 2, argv);
-    return run;
+    struct run *r = run_find(w, ev->task_id, ev->run_id, h);
+    if (r && (r->state == RUN_READY || r->queued_gen == w->gen))
+        return;
+    if (!r) {
+        size_t lt = strlen(ev->task_id), lr = strlen(ev->run_id);
+        r = st_calloc(1, sizeof(*r));
+        r->task_id = st_malloc(lt + lr + 2);
+        memcpy(r->task_id, ev->task_id, lt + 1);
+        r->run_id = r->task_id + lt + 1;
+        memcpy(r->run_id, ev->run_id, lr + 1);
+        r->hash = h;
+        r->max_ts = r->trim_ts = INT64_MIN;
+        r->trim_below = INT64_MIN;
+        r->touched_s = wall_s(ctx);
+        if (w->nruns >= w->tcap)
+            table_grow(w);
+        r->hnext = w->table[h & (w->tcap - 1)];
+        w->table[h & (w->tcap - 1)] = r;
+        w->nruns++;
+        lru_append(w, r);
+        if (ctx->stats)
+            ctx->stats->runs++;
+    } else {
+        run_clear(r); /* a load that failed: start again */
+    }
+    r->state = RUN_LOADING;
+    r->queued_gen = w->gen;
+    r->pending = 1;
+    char *key = st_detect_key(w->conf, w->name, "w", ev->task_id, ev->run_id);
+    const char *zr[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
+    st_rpipe_cmd(ctx->redis, on_members, r, 5, zr);
+    free(key);
+    if (w->flags & ST_RUNWIN_EPISODES) {
+        r->pending++;
+        key = st_detect_key(w->conf, w->name, "eps", ev->task_id, ev->run_id);
+        const char *hg[] = {"HGETALL", key};
+        st_rpipe_cmd(ctx->redis, on_episodes, r, 2, hg);
+        free(key);
+    }
+    if (w->flags & ST_RUNWIN_BUCKETS) {
+        r->pending++;
+        key = st_detect_key(w->conf, w->name, "b", ev->task_id, ev->run_id);
+        const char *hg[] = {"HGETALL", key};
+        st_rpipe_cmd(ctx->redis, on_buckets, r, 2, hg);
+        free(key);
+    }
+    if (ctx->stats)
+        ctx->stats->loads++;
 }
 
-void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
-                    const struct st_event *ev, const char *payload, int add_only,
-                    st_runwin_cb cb, void *arg)
+/* The run of ev, made current and marked fed. */
+static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
+                           const struct st_event *ev)
 {
-    char ts[24], from[24], to[24];
-    struct st_buf *member = &w->member;
-    struct run_state *run = run_get(w, ctx, ev);
+    struct run *r = w->cur;
+    if (!r || strcmp(r->run_id, ev->run_id) || strcmp(r->task_id, ev->task_id))
+        r = run_find(w, ev->task_id, ev->run_id, run_hash(ev->task_id, ev->run_id));
+    if (!r || r->state != RUN_READY)
+        st_fatal("%s: fed a run that was not prefetched", w->name);
+    w->cur = r;
+    if (!r->in_batch) {
+        r->in_batch = 1;
+        if (w->nbatch == w->capbatch) {
+            w->capbatch = w->capbatch ? 2 * w->capbatch : 64;
+            w->batch = st_realloc(w->batch, w->capbatch * sizeof(*w->batch));
+        }
+        w->batch[w->nbatch++] = r;
+        int64_t now = wall_s(ctx);
+        if (now != r->touched_s || r != w->lru_tail) {
+            r->touched_s = now;
+            lru_unlink(w, r);
+            lru_append(w, r);
+        }
+    }
+    mark_dirty(w, r);
+    /* trimming happens once per run, after the commits; an old late event
+     * must not trim what newer windows still need */
+    if (!(ctx->late || ctx->skewed) && ev->ts_us > r->max_ts)
+        r->max_ts = ev->ts_us;
+    return r;
+}
 
-    snprintf(ts, sizeof(ts), "%" PRId64, ev->ts_us);
+int st_runwin_add(struct st_runwin *w, struct st_detect_ctx *ctx,
+                  const struct st_event *ev, const char *payload)
+{
+    struct st_buf *member = &w->member;
+    struct run *r = run_fed(w, ctx, ev);
     st_buf_reset(member);
     st_buf_adds(member, ev->source_name);
     st_buf_addc(member, SEP);
     st_buf_adds(member, ev->event_id);
     st_buf_addc(member, SEP);
     st_buf_adds(member, payload);
-    /* trimming happens once per run, after the commits; an old late event
-     * must not trim what newer windows still need */
-    int ooo = ctx->late || ctx->skewed; /* out of order: see every window */
-    if (!ooo && ev->ts_us > run->max_ts)
-        run->max_ts = ev->ts_us;
+    return member_insert(r, ev->ts_us, member->data, member->len, 0) == 1;
+}
 
-    const char *zadd[] = {"ZADD", run->w_key, ts, member->data};
-    st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zadd);
-    if (!add_only) {
-        if (w->npend == w->cappend)
-            st_fatal("%s: fed more events than begin_batch announced", w->name);
-        struct pending *p = &w->pend[w->npend++];
-        p->w = w;
-        p->ev = ev;
-        p->run = run;
-        p->late = ctx->late;
-        p->ooo = ooo;
-        p->cb = cb;
-        p->arg = arg;
-        snprintf(from, sizeof(from), "%" PRId64, ev->ts_us - w->window_us);
-        snprintf(to, sizeof(to), "%" PRId64,
-                 ooo ? ev->ts_us + w->window_us : ev->ts_us);
-        const char *zrange[] = {"ZRANGEBYSCORE", run->w_key, from, to, "WITHSCORES"};
-        st_rpipe_cmd(ctx->redis, on_window, p, 5, zrange);
-    }
+size_t st_runwin_range(struct st_runwin *w, int64_t from_us, int64_t to_us,
+                       const struct st_runwin_member **m)
+{
+    struct run *r = w->cur;
+    size_t lo = lower_bound(r, from_us, NULL);
+    size_t hi = to_us == INT64_MAX ? r->n : lower_bound(r, to_us + 1, NULL);
+    *m = r->m + lo;
+    return hi > lo ? hi - lo : 0;
+}
+
+void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
+                    const struct st_event *ev, const char *payload, int add_only,
+                    st_runwin_cb cb, void *arg)
+{
+    st_runwin_add(w, ctx, ev, payload);
+    if (add_only)
+        return;
+    int ooo = ctx->late || ctx->skewed; /* out of order: see every window */
+    struct st_runwin_view v = {ev, ctx->late, NULL, 0, w->window_us, ooo};
+    v.n = st_runwin_range(w, ev->ts_us - w->window_us,
+                          ooo ? ev->ts_us + w->window_us : ev->ts_us, &v.m);
+    if (cb(arg, &v))
+        st_warn("%s: a window of run \"%s\" not evaluated", w->name, ev->run_id);
+}
+
+void st_runwin_bucket_add(struct st_runwin *w, int64_t bucket, int64_t v)
+{
+    struct bucket *b = bucket_find(w->cur, bucket, 1);
+    b->sum += v;
+    b->dirty = 1;
+}
+
+int64_t st_runwin_bucket_get(struct st_runwin *w, int64_t bucket)
+{
+    struct bucket *b = bucket_find(w->cur, bucket, 0);
+    return b ? b->sum : 0;
 }
 
 void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
                        int64_t end_us, const struct st_runwin_member *opener,
                        char out[33])
 {
-    size_t slot;
-    struct run_state *run = run_find(w, v->ev, run_hash(v->ev->task_id, v->ev->run_id),
-                                     &slot);
+    struct run *run = w->cur;
     struct episode *e = NULL;
-    if (!run)
-        st_fatal("%s: episode of a run that was not fed", w->name);
     /* In event-time order episodes lie more than a window apart, so a
      * trigger continues at most one of them: the one a run that never
      * failed had open, even when a failed attempt already stored the later
@@ -322,55 +598,249 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
     memcpy(out, e->id, 33);
 }
 
+/* One command with a growing argument list, built in place. */
+struct cmd {
+    const char **argv;
+    char **owned; /* numbers formatted for it */
+    int argc, cap, nowned;
+};
+
+static void cmd_arg(struct cmd *c, const char *s, int own)
+{
+    if (c->argc == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 16;
+        c->argv = st_realloc(c->argv, (size_t)c->cap * sizeof(*c->argv));
+        c->owned = st_realloc(c->owned, (size_t)c->cap * sizeof(*c->owned));
+    }
+    c->argv[c->argc++] = s;
+    if (own)
+        c->owned[c->nowned++] = (char *)s;
+}
+
+static void cmd_num(struct cmd *c, int64_t v)
+{
+    char buf[24];
+    snprintf(buf, sizeof(buf), "%" PRId64, v);
+    cmd_arg(c, st_strdup(buf), 1);
+}
+
+static void cmd_flush(struct cmd *c, struct st_checkpoint *ck, int min_argc)
+{
+    if (c->argc > min_argc)
+        st_checkpoint_cmd(ck, c->argc, c->argv);
+    for (int i = 0; i < c->nowned; i++)
+        free(c->owned[i]);
+    c->argc = c->nowned = 0;
+}
+
+static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
+                           struct cmd *c, const char *ttl)
+{
+    char *wkey = st_detect_key(w->conf, w->name, "w", r->task_id, r->run_id);
+    char *ekey = (w->flags & ST_RUNWIN_EPISODES)
+                     ? st_detect_key(w->conf, w->name, "eps", r->task_id, r->run_id)
+                     : NULL;
+    char *bkey = (w->flags & ST_RUNWIN_BUCKETS)
+                     ? st_detect_key(w->conf, w->name, "b", r->task_id, r->run_id)
+                     : NULL;
+    /* deletions first: a member re-added after the trim is then kept */
+    if (r->trim_below != INT64_MIN) {
+        char below[24];
+        snprintf(below, sizeof(below), "(%" PRId64, r->trim_below);
+        const char *zrem[] = {"ZREMRANGEBYSCORE", wkey, "-inf", below};
+        st_checkpoint_cmd(ctx->ckpt, 4, zrem);
+        r->trim_below = INT64_MIN;
+    }
+    if (r->ndel_eps && ekey) {
+        cmd_arg(c, "HDEL", 0);
+        cmd_arg(c, ekey, 0);
+        for (size_t i = 0; i < r->ndel_eps; i++)
+            cmd_arg(c, r->del_eps[i], 0);
+        cmd_flush(c, ctx->ckpt, 2);
+    }
+    r->ndel_eps = 0;
+    if (r->ndel_b && bkey) {
+        cmd_arg(c, "HDEL", 0);
+        cmd_arg(c, bkey, 0);
+        for (size_t i = 0; i < r->ndel_b; i++)
+            cmd_num(c, r->del_b[i]);
+        cmd_flush(c, ctx->ckpt, 2);
+    }
+    r->ndel_b = 0;
+    if (r->nunsaved) {
+        cmd_arg(c, "ZADD", 0);
+        cmd_arg(c, wkey, 0);
+        for (size_t i = 0; i < r->n; i++) {
+            if (r->m[i].saved)
+                continue;
+            cmd_num(c, r->m[i].ts_us);
+            cmd_arg(c, r->m[i].key, 0);
+            r->m[i].saved = 1;
+        }
+        cmd_flush(c, ctx->ckpt, 2);
+        r->nunsaved = 0;
+    }
+    if (r->in_batch && st_detect_expire_due(&r->w_exp_s, w->conf)) {
+        const char *expire[] = {"EXPIRE", wkey, ttl};
+        st_checkpoint_cmd(ctx->ckpt, 3, expire);
+    }
+    if (ekey) {
+        cmd_arg(c, "HSET", 0);
+        cmd_arg(c, ekey, 0);
+        for (size_t i = 0; i < r->neps; i++) {
+            struct episode *e = &r->eps[i];
+            if (!e->dirty)
+                continue;
+            st_buf_reset(&w->val);
+            st_buf_printf(&w->val, "%" PRId64 " %" PRId64, e->ep.first_us, e->ep.last_us);
+            cmd_arg(c, e->id, 0);
+            cmd_arg(c, st_strdup(w->val.data), 1);
+            e->dirty = 0;
+        }
+        if (c->argc > 2) {
+            cmd_flush(c, ctx->ckpt, 2);
+            if (st_detect_expire_due(&r->e_exp_s, w->conf)) {
+                const char *expire[] = {"EXPIRE", ekey, ttl};
+                st_checkpoint_cmd(ctx->ckpt, 3, expire);
+            }
+        }
+        cmd_flush(c, ctx->ckpt, 1000000);
+    }
+    if (bkey) {
+        /* absolute sums: running this twice changes nothing */
+        cmd_arg(c, "HSET", 0);
+        cmd_arg(c, bkey, 0);
+        for (size_t i = 0; i < r->nb; i++) {
+            if (!r->b[i].dirty)
+                continue;
+            cmd_num(c, r->b[i].key);
+            cmd_num(c, r->b[i].sum);
+            r->b[i].dirty = 0;
+        }
+        if (c->argc > 2) {
+            cmd_flush(c, ctx->ckpt, 2);
+            if (st_detect_expire_due(&r->b_exp_s, w->conf)) {
+                const char *expire[] = {"EXPIRE", bkey, ttl};
+                st_checkpoint_cmd(ctx->ckpt, 3, expire);
+            }
+        }
+        cmd_flush(c, ctx->ckpt, 1000000);
+    }
+    r->ck_seq = ctx->seq;
+    free(wkey);
+    free(ekey);
+    free(bkey);
+}
+
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
 {
     char ttl[24];
-    struct st_buf val;
+    struct cmd c = {0};
 
-    st_buf_init(&val);
     snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
-    for (size_t i = 0; i < w->nruns; i++) {
-        struct run_state *run = &w->runs[i];
-        const char *wexpire[] = {"EXPIRE", run->w_key, ttl};
-        st_rpipe_cmd(ctx->redis, NULL, NULL, 3, wexpire);
-        int dirty = 0;
-        for (size_t j = 0; j < run->neps; j++) {
-            struct episode *e = &run->eps[j];
-            if (!e->dirty)
-                continue;
-            st_buf_reset(&val);
-            st_buf_printf(&val, "%" PRId64 " %" PRId64, e->ep.first_us, e->ep.last_us);
-            const char *hset[] = {"HSET", run->ep_key, e->id, val.data};
-            st_rpipe_cmd(ctx->redis, NULL, NULL, 4, hset);
-            dirty = 1;
-        }
-        if (dirty) {
-            const char *expire[] = {"EXPIRE", run->ep_key, ttl};
-            st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
+    /* the trims this batch will allow once committed (after_commit): kept
+     * here, so that the next batch may be fed before this one commits */
+    for (size_t i = 0; i < w->nbatch; i++) {
+        struct run *r = w->batch[i];
+        if (r->max_ts == INT64_MIN)
+            continue; /* only late or skewed events: they trim nothing */
+        if (r->max_ts > r->trim_ts)
+            r->trim_ts = r->max_ts;
+        r->trim_seq = ctx->seq;
+        if (!r->in_trimq) {
+            r->in_trimq = 1;
+            if (w->ntrimq == w->captrimq) {
+                w->captrimq = w->captrimq ? 2 * w->captrimq : 64;
+                w->trimq = st_realloc(w->trimq, w->captrimq * sizeof(*w->trimq));
+            }
+            w->trimq[w->ntrimq++] = r;
         }
     }
-    st_buf_fini(&val);
+    for (size_t i = 0; i < w->ndirty; i++) {
+        run_checkpoint(w, w->dirty[i], ctx, &c, ttl);
+        w->dirty[i]->dirty = 0;
+    }
+    w->ndirty = 0;
+    free(c.argv);
+    free(c.owned);
+}
+
+static void run_trim(struct st_runwin *w, struct run *r)
+{
+    int64_t oldest = r->trim_ts - w->keep_us;
+    size_t k = lower_bound(r, oldest, NULL);
+    for (size_t i = 0; i < k; i++) {
+        r->nunsaved -= !r->m[i].saved;
+        free((char *)r->m[i].key);
+    }
+    memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));
+    r->n -= k;
+    if (k && r->trim_below < oldest)
+        r->trim_below = oldest;
+    /* no on-time trigger to come can continue an episode that ended
+     * before the oldest member kept */
+    size_t keep = 0;
+    for (size_t j = 0; j < r->neps; j++) {
+        if (r->eps[j].ep.last_us >= oldest) {
+            r->eps[keep++] = r->eps[j];
+            continue;
+        }
+        r->del_eps = st_realloc(r->del_eps, (r->ndel_eps + 1) * sizeof(*r->del_eps));
+        memcpy(r->del_eps[r->ndel_eps++], r->eps[j].id, 33);
+    }
+    r->neps = keep;
+    /* a bucket goes only when every member it counted is gone (it ends
+     * before the oldest time kept) */
+    int64_t oldest_b = oldest / w->bucket_us - 1;
+    keep = 0;
+    for (size_t j = 0; j < r->nb; j++) {
+        if (r->b[j].key >= oldest_b) {
+            r->b[keep++] = r->b[j];
+            continue;
+        }
+        r->del_b = st_realloc(r->del_b, (r->ndel_b + 1) * sizeof(*r->del_b));
+        r->del_b[r->ndel_b++] = r->b[j].key;
+    }
+    r->nb = keep;
 }
 
 void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
 {
-    char trim[24];
-
-    for (size_t i = 0; i < w->nruns; i++) {
-        struct run_state *run = &w->runs[i];
-        if (run->max_ts == INT64_MIN)
-            continue; /* only late or skewed events: they trim nothing */
-        int64_t oldest = run->max_ts - w->keep_us;
-        snprintf(trim, sizeof(trim), "(%" PRId64, oldest);
-        const char *zrem[] = {"ZREMRANGEBYSCORE", run->w_key, "-inf", trim};
-        st_rpipe_cmd(ctx->redis, NULL, NULL, 4, zrem);
-        /* no on-time trigger to come can continue an episode that ended
-         * before the oldest member kept */
-        for (size_t j = 0; j < run->neps; j++) {
-            if (run->eps[j].ep.last_us >= oldest)
-                continue;
-            const char *hdel[] = {"HDEL", run->ep_key, run->eps[j].id};
-            st_rpipe_cmd(ctx->redis, NULL, NULL, 3, hdel);
+    size_t keep = 0;
+    for (size_t i = 0; i < w->ntrimq; i++) {
+        struct run *r = w->trimq[i];
+        if (r->trim_seq > ctx->seq) {
+            w->trimq[keep++] = r; /* its batch is not committed yet */
+            continue;
+        }
+        run_trim(w, r);
+        r->in_trimq = 0;
+        r->trim_ts = INT64_MIN;
+        if (r->trim_below != INT64_MIN || r->ndel_eps || r->ndel_b)
+            mark_dirty(w, r);
+    }
+    w->ntrimq = keep;
+    /* the batch list is only needed up to end_batch: emptied here, so that
+     * no run evicted below is still pointed at */
+    st_runwin_reset(w);
+    /* idle runs whose state Redis holds: dropped, reloaded when they come
+     * back */
+    int64_t now = wall_s(ctx);
+    for (struct run *r = w->lru_head, *next; r; r = next) {
+        next = r->next;
+        if (now - r->touched_s < ctx->conf->state_evict_s)
+            break; /* the rest were fed later */
+        /* a load that failed holds nothing; a change not yet in a
+         * checkpoint that ran waits for the next pass */
+        if (r->state == RUN_READY &&
+            (r->dirty || r->in_trimq || r->in_batch || r->ck_seq > ctx->seq))
+            continue;
+        lru_unlink(w, r);
+        table_remove(w, r);
+        run_free(r);
+        if (ctx->stats) {
+            ctx->stats->runs--;
+            ctx->stats->evictions++;
         }
     }
 }
@@ -382,7 +852,7 @@ int st_runwin_each_window(const struct st_runwin_view *v, st_runwin_window_fn fn
     if (v->n == 0)
         return 0;
     if (!v->ooo)
-        return fn(arg, v, 0, v->n, ts); /* the reply is exactly that window */
+        return fn(arg, v, 0, v->n, ts); /* the view is exactly that window */
     size_t lo = 0;
     for (size_t e = 0; e < v->n; e++) {
         if (v->m[e].ts_us < ts)

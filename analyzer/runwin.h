@@ -1,20 +1,28 @@
-/* runwin.h: a per-run event-time window in Redis, and the run's open
- * episode, shared by the windowed detectors (denial_burst,
+/* runwin.h: per-run event-time windows in process memory, checkpointed to
+ * Redis, shared by the windowed detectors (denial_burst,
  * retry_across_paths, volume_anomaly, the token_deny loop of scope_drift).
  *
- * For each event a detector feeds, one pipeline step adds the event to a
- * sorted set of the run (score: event time; member: source, event id and a
- * detector-chosen payload, so that adding it twice is a no-op) and reads
- * back the window ending at the event -- or, for a late event, every window
- * that holds it. What no window can reach any more is trimmed after the
- * batch is committed. When the reply
- * arrives the detector's callback sees the members sorted by time.
+ * A run's window is an array of members sorted by event time (member:
+ * source, event id and a detector-chosen payload, so that adding it twice
+ * is a no-op). Feeding an event adds it and hands the detector's callback,
+ * at once, the window ending at the event -- or, for a late event, every
+ * window that holds it. What no window can reach any more is trimmed after
+ * the batch is committed.
  *
  * An episode is a run of overlapping windows that met the detector's
  * condition: one finding. Its id is derived from the member that opened it,
- * so the same events give the same finding in any process; the run's
- * episodes live in Redis next to the window so that a restarted or another
- * analyzer continues them. */
+ * so the same events give the same finding in any process.
+ *
+ * A run's state is owned by the partition its task is keyed to, so one
+ * analyzer holds it at a time. Redis is its durable copy (keys: detect.h):
+ * loaded by st_runwin_prefetch when the run is not in memory (first sight,
+ * after a restart, a rebalance or an eviction), written back by
+ * st_runwin_end_batch into the batch's checkpoint (checkpoint.h). A run
+ * not fed for state.evict_s seconds, whose changes are in a checkpoint that
+ * ran, is dropped from memory by st_runwin_after_commit.
+ *
+ * Threading: one thread (the detecting one) calls everything here; a
+ * checkpoint, once built, owns its copies. */
 #ifndef ST_RUNWIN_H
 #define ST_RUNWIN_H
 
@@ -26,42 +34,71 @@
 struct st_runwin_member {
     int64_t ts_us;
     const char *key;    /* "source\x1fevent_id\x1fpayload": the whole member */
-    char *source;       /* split copies, valid during the callback */
-    char *event_id;
+    const char *source; /* split copies, owned with key */
+    const char *event_id;
     const char *payload;
+    int saved; /* in a checkpoint already (runwin.c's own) */
 };
 
 struct st_runwin_view {
     const struct st_event *ev; /* the event fed */
     int late;
-    const struct st_runwin_member *m; /* sorted by time */
+    const struct st_runwin_member *m; /* sorted by time; valid during the callback */
     size_t n;
     int64_t window_us;
     int ooo; /* late or skewed: every window that holds it is evaluated */
 };
 
-/* Called when the window of a fed event arrives. Returns 0, or -1 to fail
- * the batch. */
+/* Called with the window of a fed event. Returns 0 (a nonzero return is
+ * logged: detection has no failure of its own). */
 typedef int (*st_runwin_cb)(void *arg, const struct st_runwin_view *v);
 
 struct st_runwin;
 
+/* What a runwin keeps per run besides its members. */
+enum {
+    ST_RUNWIN_EPISODES = 1, /* episodes: st_runwin_episode */
+    ST_RUNWIN_BUCKETS = 2,  /* integer sums per bucket: st_runwin_bucket_* */
+};
+
 /* name names the detector in Redis keys; window_us is the window length;
- * keep_us how much event time behind the newest event stays in Redis. */
-struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf,
-                                const char *name, int64_t window_us,
-                                int64_t keep_us);
+ * keep_us how much event time behind the newest event is kept; bucket_us
+ * the width of a bucket (with ST_RUNWIN_BUCKETS). */
+struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char *name,
+                                int64_t window_us, int64_t keep_us, int flags,
+                                int64_t bucket_us);
 void st_runwin_destroy(struct st_runwin *w);
 
 void st_runwin_begin(struct st_runwin *w, size_t nevents);
 void st_runwin_reset(struct st_runwin *w);
 
+/* Before the batch's first feed: queues on ctx->redis the load of ev's run
+ * when it is not in memory (once per run and batch). The detector calls it
+ * for exactly the events it will feed. */
+void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
+                        const struct st_event *ev);
+
 /* Adds ev (with payload, which must not contain '\x1f') to its run's window
- * and queues the read; cb(arg, view) runs when the pipeline executes. With
- * add_only set, the event joins the window but nothing is read back. */
+ * and, unless add_only, calls cb(arg, view) with it before returning. No
+ * Redis command. The run must have been prefetched. */
 void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
                     const struct st_event *ev, const char *payload, int add_only,
                     st_runwin_cb cb, void *arg);
+
+/* Like an add_only feed; returns 1 when the member was new, 0 when it was
+ * there already (a redo). The run becomes the current one for the calls
+ * below. */
+int st_runwin_add(struct st_runwin *w, struct st_detect_ctx *ctx,
+                  const struct st_event *ev, const char *payload);
+
+/* The current run's members with from_us <= ts <= to_us; *m points into
+ * the run (valid until the next feed). */
+size_t st_runwin_range(struct st_runwin *w, int64_t from_us, int64_t to_us,
+                       const struct st_runwin_member **m);
+
+/* The current run's bucket sums (ST_RUNWIN_BUCKETS). */
+void st_runwin_bucket_add(struct st_runwin *w, int64_t bucket, int64_t v);
+int64_t st_runwin_bucket_get(struct st_runwin *w, int64_t bucket);
 
 /* Inside a callback: the finding id for a window ending at end_us whose
  * oldest member is opener, extending the run's open episode when the window
@@ -70,14 +107,20 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
                        int64_t end_us, const struct st_runwin_member *opener,
                        char out[33]);
 
-/* Queues the write-back of the episodes changed in this batch (before the
- * PostgreSQL commit: episodes only grow, so a redo computes them again). */
+/* Appends to ctx->ckpt what changed since the last call: the trims of the
+ * last committed batch, the new members (one ZADD per run), the episodes
+ * and buckets changed (HSET of absolute values), EXPIRE. */
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx);
 
-/* Queues the trims: members and episodes older than keep_us behind the
- * newest on-time event of each run of the batch. Only once the batch's
- * offsets are committed (detect.h). */
+/* Once the batch's offsets are committed (detect.h): trims in memory the
+ * members, episodes and buckets older than keep_us behind the newest
+ * on-time event of each run of the batch, to be deleted from Redis by the
+ * next checkpoint; then evicts the runs idle for state.evict_s whose last
+ * change is in checkpoint ctx->seq or older. */
 void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx);
+
+/* Forgets every run (partitions revoked): the next sight reloads it. */
+void st_runwin_forget(struct st_runwin *w, struct st_detect_ctx *ctx);
 
 /* The windows a view holds: for an on-time event one, ending at it; for a
  * late event one ending at each later distinct time. Calls fn with the

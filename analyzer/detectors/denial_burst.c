@@ -6,7 +6,7 @@
  * more events whose decision is deny. Severity is high when those events
  * name detect.denial_burst.high_targets or more distinct targets, medium
  * otherwise. Overlapping windows that fire form one episode and one finding
- * (runwin.c keeps the window and the episode in Redis). */
+ * (runwin.c keeps the window and the episode, Redis their checkpoint). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +31,8 @@ static void *db_create(const struct st_analyzer_conf *conf)
     int64_t window_us = conf->db_window_s * 1000000;
     st->conf = conf;
     st->win = st_runwin_new(conf, NAME, window_us,
-                            2 * window_us + conf->lateness_s * 1000000);
+                            2 * window_us + conf->lateness_s * 1000000,
+                            ST_RUNWIN_EPISODES, 0);
     return st;
 }
 
@@ -98,6 +99,12 @@ static int db_on_window(void *arg, const struct st_runwin_view *v)
     return st_runwin_each_window(v, db_window, arg);
 }
 
+static void db_prefetch(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
+{
+    if (ev->decision == ST_DECISION_DENY)
+        st_runwin_prefetch(((struct db_state *)state)->win, ctx, ev);
+}
+
 static void db_feed(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
 {
     struct db_state *st = state;
@@ -117,14 +124,21 @@ static void db_after_commit(void *state, struct st_detect_ctx *ctx)
     st_runwin_after_commit(((struct db_state *)state)->win, ctx);
 }
 
+static void db_forget(void *state, struct st_detect_ctx *ctx)
+{
+    st_runwin_forget(((struct db_state *)state)->win, ctx);
+}
+
 const struct st_detector_ops st_denial_burst_ops = {
     .name = NAME,
     .version = VERSION,
     .create = db_create,
     .destroy = db_destroy,
     .begin_batch = db_begin,
+    .prefetch = db_prefetch,
     .feed = db_feed,
     .end_batch = db_end_batch,
     .after_commit = db_after_commit,
     .reset_batch = db_reset,
+    .forget = db_forget,
 };

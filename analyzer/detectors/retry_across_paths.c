@@ -37,7 +37,8 @@ static void *rp_create(const struct st_analyzer_conf *conf)
     int64_t window_us = conf->retry_window_s * 1000000;
     st->conf = conf;
     st->win = st_runwin_new(conf, NAME, window_us,
-                            2 * window_us + conf->lateness_s * 1000000);
+                            2 * window_us + conf->lateness_s * 1000000,
+                            ST_RUNWIN_EPISODES, 0);
     st_buf_init(&st->payload);
     return st;
 }
@@ -125,6 +126,18 @@ static int rp_on_window(void *arg, const struct st_runwin_view *v)
     return st_runwin_each_window(v, rp_window, arg);
 }
 
+static int rp_wants(const struct st_event *ev)
+{
+    return ev->type == ST_TYPE_REQUEST || ev->type == ST_TYPE_TOKEN_USE ||
+           ev->type == ST_TYPE_TOKEN_DENY;
+}
+
+static void rp_prefetch(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
+{
+    if (rp_wants(ev))
+        st_runwin_prefetch(((struct rp_state *)state)->win, ctx, ev);
+}
+
 static void rp_feed(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
 {
     struct rp_state *st = state;
@@ -167,14 +180,21 @@ static void rp_after_commit(void *state, struct st_detect_ctx *ctx)
     st_runwin_after_commit(((struct rp_state *)state)->win, ctx);
 }
 
+static void rp_forget(void *state, struct st_detect_ctx *ctx)
+{
+    st_runwin_forget(((struct rp_state *)state)->win, ctx);
+}
+
 const struct st_detector_ops st_retry_across_paths_ops = {
     .name = NAME,
     .version = VERSION,
     .create = rp_create,
     .destroy = rp_destroy,
     .begin_batch = rp_begin,
+    .prefetch = rp_prefetch,
     .feed = rp_feed,
     .end_batch = rp_end_batch,
     .after_commit = rp_after_commit,
     .reset_batch = rp_reset,
+    .forget = rp_forget,
 };

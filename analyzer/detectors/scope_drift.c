@@ -1,7 +1,8 @@
 /* scope_drift.c: credentials used beyond what was issued, and policies that
  * disagree.
  *
- * A credential registry in Redis, written from broker events:
+ * A credential registry (registry.c: in memory, Redis its checkpoint and
+ * what analyzers share), written from broker events:
  *   <prefix>scope_drift:cred:<credential_id>  hash: scopes, audience,
  *        expires (µs), revoked (µs), task, run, issued (µs)
  * token_issue fills it, token_revoke marks it. Each token_use is checked
@@ -19,7 +20,8 @@
  * values while another platform denies it (medium; task_id and run_id are
  * "*": the finding belongs to no single run). Per destination a hash in
  * Redis maps "allow:<platform>" / "deny:<platform>" to the first request
- * that reported it (HSETNX, so a retry finds its own request there again).
+ * that reported it (claimed with HSETNX in the batch's prefetch, so a retry
+ * finds its own request there again, and analyzers agree which was first).
  * The finding's evidence is those first requests: at most two per
  * platform, however many requests follow, and only a request that is one
  * of them updates the finding, so later traffic to the host neither grows
@@ -41,6 +43,7 @@
 #include "buf.h"
 #include "detect.h"
 #include "log.h"
+#include "registry.h"
 #include "runwin.h"
 #include "timeutil.h"
 
@@ -66,7 +69,8 @@ static void *sd_create(const struct st_analyzer_conf *conf)
     struct sd_state *st = st_calloc(1, sizeof(*st));
     int64_t w = conf->scope_deny_window_s * 1000000;
     st->conf = conf;
-    st->denies = st_runwin_new(conf, "scope_drift_deny", w, 2 * w + conf->lateness_s * 1000000);
+    st->denies = st_runwin_new(conf, "scope_drift_deny", w, 2 * w + conf->lateness_s * 1000000,
+                               ST_RUNWIN_EPISODES, 0);
     return st;
 }
 
@@ -145,40 +149,18 @@ static int scopes_cover(const char *scopes, const char *op)
     return 0;
 }
 
-static int on_credential(const redisReply *r, void *arg)
+static void check_use(struct sd_state *st, const struct pending *p,
+                      const struct st_registry_cred *c)
 {
-    struct pending *p = arg;
-    struct sd_state *st = p->st;
     const struct st_event *ev = p->ev;
-    const char *scopes = NULL, *aud = NULL, *task = NULL, *run = NULL;
-    int64_t expires = 0, revoked = 0, issued = INT64_MIN;
     char key[400], summary[256];
 
-    if (r->type != REDIS_REPLY_ARRAY)
-        return -1;
-    if (r->elements == 0)
-        return 0; /* issued before our records: nothing to compare with */
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        const char *k = r->element[i]->str, *v = r->element[i + 1]->str;
-        if (!k || !v)
-            return -1;
-        if (!strcmp(k, "scopes"))
-            scopes = v;
-        else if (!strcmp(k, "audience"))
-            aud = v;
-        else if (!strcmp(k, "expires"))
-            expires = strtoll(v, NULL, 10);
-        else if (!strcmp(k, "revoked"))
-            revoked = strtoll(v, NULL, 10);
-        else if (!strcmp(k, "task"))
-            task = v;
-        else if (!strcmp(k, "run"))
-            run = v;
-        else if (!strcmp(k, "issued"))
-            issued = strtoll(v, NULL, 10);
-    }
-    if (issued > ev->ts_us)
-        return 0; /* issued after this use: not there when it was made */
+    if (c->nfields == 0)
+        return; /* issued before our records: nothing to compare with */
+    if (c->issued > ev->ts_us)
+        return; /* issued after this use: not there when it was made */
+    const char *scopes = c->scopes, *aud = c->audience, *task = c->task, *run = c->run;
+    int64_t expires = c->expires, revoked = c->revoked;
     const char *cred = st_json_str(ev->identity, "credential_id");
     const char *op = st_json_str(ev->attrs, "operation");
     const char *use_aud = st_json_str(ev->attrs, "audience");
@@ -217,25 +199,21 @@ static int on_credential(const redisReply *r, void *arg)
                  "credential \"%.64s\" issued to run \"%.64s\" used by this run", cred, run);
         finding(st, p, ev->task_id, ev->run_id, key, ST_SEV_CRITICAL, summary);
     }
-    return 0;
 }
 
-static int on_destination(const redisReply *r, void *arg)
+static void check_destination(struct sd_state *st, const struct pending *p,
+                              const struct st_registry_field *fl, size_t nf,
+                              const char *self)
 {
-    struct pending *p = arg;
-    struct sd_state *st = p->st;
     size_t allow = 0, deny_other = 0;
-    char key[300], summary[256], self[600];
+    char key[300], summary[256];
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2)
-        return -1;
-    snprintf(self, sizeof(self), "%s\x1f%s", p->ev->source_name, p->ev->event_id);
     int first = 0; /* this request is the first of its decision and platform */
-    for (size_t i = 0; i < r->elements; i += 2) {
-        const char *f = r->element[i]->str, *v = r->element[i + 1]->str;
-        if (!f)
-            continue;
-        if (v && !strcmp(v, self))
+    for (size_t i = 0; i < nf; i++) {
+        const char *f = fl[i].field, *v = fl[i].member;
+        if (!fl[i].visible)
+            continue; /* claimed by a request of this batch not yet fed */
+        if (!strcmp(v, self))
             first = 1;
         if (!strncmp(f, "allow:", 6)) {
             allow++;
@@ -244,14 +222,14 @@ static int on_destination(const redisReply *r, void *arg)
         if (strncmp(f, "deny:", 5) != 0)
             continue;
         int also_allows = 0;
-        for (size_t j = 0; j < r->elements; j += 2)
-            if (r->element[j]->str && !strncmp(r->element[j]->str, "allow:", 6) &&
-                !strcmp(r->element[j]->str + 6, f + 5))
+        for (size_t j = 0; j < nf; j++)
+            if (fl[j].visible && !strncmp(fl[j].field, "allow:", 6) &&
+                !strcmp(fl[j].field + 6, f + 5))
                 also_allows = 1;
         deny_other += !also_allows;
     }
     if (!first || (int64_t)allow < st->conf->scope_platforms || deny_other == 0)
-        return 0;
+        return;
     const char *host = st_event_target(p->ev);
     snprintf(key, sizeof(key), "allowlist:%.256s", host);
     snprintf(summary, sizeof(summary),
@@ -263,15 +241,14 @@ static int on_destination(const redisReply *r, void *arg)
                                               ST_SEV_MEDIUM, "*", "*", p->ev->ts_us,
                                               p->ev->ts_us, summary);
     st_finding_add_event(f, p->ev->source_name, p->ev->event_id, p->late);
-    for (size_t i = 1; i < r->elements; i += 2) {
-        const char *v = r->element[i]->str, *sep = v ? strchr(v, '\x1f') : NULL;
-        if (!sep || !strcmp(v, self))
+    for (size_t i = 0; i < nf; i++) {
+        const char *v = fl[i].member, *sep = strchr(v, '\x1f');
+        if (!fl[i].visible || !sep || !strcmp(v, self))
             continue;
         char *source = st_strndup(v, (size_t)(sep - v));
         st_finding_add_event(f, source, sep + 1, 0);
         free(source);
     }
-    return 0;
 }
 
 static int deny_window(void *arg, const struct st_runwin_view *v, size_t lo, size_t hi,
@@ -300,16 +277,17 @@ static int on_denies(void *arg, const struct st_runwin_view *v)
 }
 
 static void issue(struct sd_state *st, struct st_detect_ctx *ctx, const struct st_event *ev,
-                  const char *ckey, const char *cred)
+                  const char *cred)
 {
     struct st_buf scopes;
-    char expires[24] = "0", ttl[24];
+    int64_t expires = 0;
     const char *exp = st_json_str(ev->attrs, "expires_at");
     const char *aud = st_json_str(ev->identity, "audience");
     const char *fp = st_json_str(ev->identity, "credential_fp");
     int64_t exp_us;
     const cJSON *sc;
 
+    (void)st;
     st_buf_init(&scopes);
     st_buf_adds(&scopes, "");
     cJSON_ArrayForEach(sc, cJSON_GetObjectItemCaseSensitive(ev->identity, "scopes"))
@@ -321,71 +299,82 @@ static void issue(struct sd_state *st, struct st_detect_ctx *ctx, const struct s
         }
     }
     if (exp && st_time_parse_rfc3339(exp, strlen(exp), &exp_us) == 0)
-        snprintf(expires, sizeof(expires), "%" PRId64, exp_us);
-    snprintf(ttl, sizeof(ttl), "%" PRId64, st->conf->state_ttl_s);
-    char issued[24];
-    snprintf(issued, sizeof(issued), "%" PRId64, ev->ts_us);
-    const char *hset[] = {"HSET",    ckey,    "scopes", scopes.data, "audience",
-                          aud ? aud : "",     "expires", expires,    "task",
-                          ev->task_id,        "run",     ev->run_id, "issued",
-                          issued};
-    const char *expire[] = {"EXPIRE", ckey, ttl};
-    st_rpipe_cmd(ctx->redis, NULL, NULL, 14, hset);
-    st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
+        expires = exp_us;
+    st_registry_issue(ctx->registry, cred, scopes.data, aud ? aud : "", expires,
+                      ev->task_id, ev->run_id, ev->ts_us);
     if (fp) {
-        char *fkey = st_detect_key(st->conf, "credfp", fp, "", "");
         struct st_buf val;
         st_buf_init(&val);
-        st_buf_printf(&val, "%s\x1f%s", cred, issued);
-        const char *set[] = {"SET", fkey, val.data, "EX", ttl};
-        st_rpipe_cmd(ctx->redis, NULL, NULL, 5, set);
+        st_buf_printf(&val, "%s\x1f%" PRId64, cred, ev->ts_us);
+        st_registry_fp_set(ctx->registry, fp, val.data);
         st_buf_fini(&val);
-        free(fkey);
     }
     st_buf_fini(&scopes);
+}
+
+/* The event's credential, when a broker event that the registry tracks. */
+static const char *broker_cred(const struct st_event *ev)
+{
+    const char *cred = st_json_str(ev->identity, "credential_id");
+    if (!cred || ev->source_kind != ST_SOURCE_BROKER)
+        return NULL;
+    if (ev->type != ST_TYPE_TOKEN_ISSUE && ev->type != ST_TYPE_TOKEN_REVOKE &&
+        ev->type != ST_TYPE_TOKEN_USE)
+        return NULL;
+    return cred;
+}
+
+/* A request that counts for allowlist drift: its field and member. */
+static int dest_of(const struct st_event *ev, char field[300], char member[600])
+{
+    if (ev->type != ST_TYPE_REQUEST || !ev->source_platform ||
+        ev->decision == ST_DECISION_ERROR || !st_event_target(ev)[0])
+        return 0;
+    snprintf(field, 300, "%s:%.256s", ev->decision == ST_DECISION_DENY ? "deny" : "allow",
+             ev->source_platform);
+    snprintf(member, 600, "%s\x1f%s", ev->source_name, ev->event_id);
+    return 1;
+}
+
+static void sd_prefetch(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
+{
+    struct sd_state *st = state;
+    const char *cred = broker_cred(ev);
+    char field[300], member[600];
+
+    if (cred)
+        st_registry_want_cred(ctx->registry, ctx, cred);
+    if (ev->type == ST_TYPE_TOKEN_DENY)
+        st_runwin_prefetch(st->denies, ctx, ev);
+    if (dest_of(ev, field, member))
+        st_registry_want_dest(ctx->registry, ctx, st_event_target(ev), field, member);
 }
 
 static void sd_feed(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
 {
     struct sd_state *st = state;
-    const char *cred = st_json_str(ev->identity, "credential_id");
-    char ts[24];
+    const char *cred = broker_cred(ev);
+    char field[300], member[600];
 
     st->findings = ctx->findings;
-    snprintf(ts, sizeof(ts), "%" PRId64, ev->ts_us);
-    if (cred && ev->source_kind == ST_SOURCE_BROKER) {
-        char *ckey = st_detect_key(st->conf, NAME, "cred", cred, "");
+    if (cred) {
         if (ev->type == ST_TYPE_TOKEN_ISSUE) {
-            issue(st, ctx, ev, ckey, cred);
+            issue(st, ctx, ev, cred);
         } else if (ev->type == ST_TYPE_TOKEN_REVOKE) {
             /* the first revoke stands: a redo of an earlier use must not
              * find a later one there */
-            const char *hset[] = {"HSETNX", ckey, "revoked", ts};
-            st_rpipe_cmd(ctx->redis, NULL, NULL, 4, hset);
-        } else if (ev->type == ST_TYPE_TOKEN_USE) {
-            const char *get[] = {"HGETALL", ckey};
-            st_rpipe_cmd(ctx->redis, on_credential, pend_new(st, ctx, ev), 2, get);
+            st_registry_revoke(ctx->registry, cred, ev->ts_us);
+        } else {
+            check_use(st, pend_new(st, ctx, ev), st_registry_cred(ctx->registry, cred));
         }
-        free(ckey);
     }
     if (ev->type == ST_TYPE_TOKEN_DENY)
         st_runwin_feed(st->denies, ctx, ev, st_event_target(ev), 0, on_denies, st);
-    if (ev->type == ST_TYPE_REQUEST && ev->source_platform &&
-        ev->decision != ST_DECISION_ERROR && st_event_target(ev)[0]) {
-        char *dkey = st_detect_key(st->conf, NAME, "dest", st_event_target(ev), "");
-        char field[300], ttl[24], member[600];
-        snprintf(field, sizeof(field), "%s:%.256s",
-                 ev->decision == ST_DECISION_DENY ? "deny" : "allow", ev->source_platform);
-        snprintf(member, sizeof(member), "%s\x1f%s", ev->source_name, ev->event_id);
-        snprintf(ttl, sizeof(ttl), "%" PRId64, st->conf->state_ttl_s);
-        /* plain commands: pipelined, cheaper than a script per request */
-        const char *hset[] = {"HSETNX", dkey, field, member};
-        const char *hgetall[] = {"HGETALL", dkey};
-        const char *expire[] = {"EXPIRE", dkey, ttl};
-        st_rpipe_cmd(ctx->redis, NULL, NULL, 4, hset);
-        st_rpipe_cmd(ctx->redis, on_destination, pend_new(st, ctx, ev), 2, hgetall);
-        st_rpipe_cmd(ctx->redis, NULL, NULL, 3, expire);
-        free(dkey);
+    if (dest_of(ev, field, member)) {
+        const struct st_registry_field *fl;
+        size_t nf = st_registry_dest_feed(ctx->registry, st_event_target(ev), field,
+                                          member, &fl);
+        check_destination(st, pend_new(st, ctx, ev), fl, nf, member);
     }
 }
 
@@ -399,14 +388,21 @@ static void sd_after_commit(void *state, struct st_detect_ctx *ctx)
     st_runwin_after_commit(((struct sd_state *)state)->denies, ctx);
 }
 
+static void sd_forget(void *state, struct st_detect_ctx *ctx)
+{
+    st_runwin_forget(((struct sd_state *)state)->denies, ctx);
+}
+
 const struct st_detector_ops st_scope_drift_ops = {
     .name = NAME,
     .version = VERSION,
     .create = sd_create,
     .destroy = sd_destroy,
     .begin_batch = sd_begin,
+    .prefetch = sd_prefetch,
     .feed = sd_feed,
     .end_batch = sd_end_batch,
     .after_commit = sd_after_commit,
     .reset_batch = sd_reset,
+    .forget = sd_forget,
 };

@@ -7,7 +7,9 @@
  * any depth of the event. A finding per (run, fingerprint): critical when
  * the fingerprint is that of a credential a broker issued (token_issue with
  * identity.credential_fp, recorded by scope_drift.c) or of a configured
- * canary (detect.token_write.canary_fingerprints), high otherwise. */
+ * canary (detect.token_write.canary_fingerprints), high otherwise. The
+ * fingerprints are looked up in the registry (registry.c): read from Redis
+ * in the batch's prefetch when not in memory. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include "detect.h"
 #include "log.h"
 #include "redact.h"
+#include "registry.h"
 
 #define NAME "token_write"
 #define VERSION 1
@@ -38,8 +41,8 @@ struct pending {
 struct tw_state {
     const struct st_analyzer_conf *conf;
     struct st_findings *findings;
-    struct pending *pend;
-    size_t npend, cap;
+    struct pending *pend; /* the marks of the batch, in feed order */
+    size_t npend, cap, next;
 };
 
 static void *tw_create(const struct st_analyzer_conf *conf)
@@ -70,6 +73,7 @@ static void tw_begin(void *state, size_t n)
 static void tw_reset(void *state)
 {
     ((struct tw_state *)state)->npend = 0;
+    ((struct tw_state *)state)->next = 0;
 }
 
 /* Only the collector's marker form is a marker: a rule name of [a-z0-9_-]
@@ -155,26 +159,23 @@ static int is_canary(const struct st_analyzer_conf *conf, const char *fp)
     return 0;
 }
 
-static int on_credential(const redisReply *r, void *arg)
+static void check_mark(struct tw_state *st, const struct pending *p, const char *value)
 {
-    struct pending *p = arg;
     const struct st_event *ev = p->ev;
     char key[128], id[33], summary[512];
 
-    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)
-        return -1;
     /* "credential_id\x1fissued": a credential issued after the write is
      * not the one written (and a redone batch finds the issues of its own
      * later events) */
     char cred[128] = "";
     int issued = 0;
-    if (r->type == REDIS_REPLY_STRING) {
-        const char *sep = strchr(r->str, '\x1f');
+    if (value) {
+        const char *sep = strchr(value, '\x1f');
         int64_t at = sep ? strtoll(sep + 1, NULL, 10) : INT64_MIN;
-        snprintf(cred, sizeof(cred), "%.*s", sep ? (int)(sep - r->str) : 127, r->str);
+        snprintf(cred, sizeof(cred), "%.*s", sep ? (int)(sep - value) : 127, value);
         issued = at <= ev->ts_us;
     }
-    int canary = is_canary(p->st->conf, p->mark.fp);
+    int canary = is_canary(st->conf, p->mark.fp);
     snprintf(key, sizeof(key), "fp:%s", p->mark.fp);
     st_finding_id(id, NAME, ev->task_id, ev->run_id, key);
     snprintf(summary, sizeof(summary), "%s value (%.48s, fingerprint %.72s) in %s %.128s%s%.64s%s",
@@ -183,14 +184,14 @@ static int on_credential(const redisReply *r, void *arg)
              issued ? ": the credential \"" : "", issued ? cred : "",
              issued ? "\" a broker issued" : "");
     struct st_finding *f = st_findings_update(
-        p->st->findings, id, NAME, VERSION,
+        st->findings, id, NAME, VERSION,
         issued || canary ? ST_SEV_CRITICAL : ST_SEV_HIGH, ev->task_id, ev->run_id,
         ev->ts_us, ev->ts_us, summary);
     st_finding_add_event(f, ev->source_name, ev->event_id, p->late);
-    return 0;
 }
 
-static void tw_feed(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
+/* Scans ev once, keeps its marks for feed and wants their fingerprints. */
+static void tw_prefetch(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
 {
     struct tw_state *st = state;
     struct mark marks[MAX_MARKS];
@@ -203,24 +204,29 @@ static void tw_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     st_buf_init(&path);
     scan(ev->doc, &path, marks, &n);
     st_buf_fini(&path);
-    st->findings = ctx->findings;
     for (size_t i = 0; i < n; i++) {
         if (st->npend == st->cap)
             st_fatal("token_write: fed more events than begin_batch announced");
         struct pending *p = &st->pend[st->npend++];
         p->st = st;
         p->ev = ev;
-        p->late = ctx->late;
+        p->late = 0;
         p->mark = marks[i];
-        char *fkey = st_detect_key(st->conf, "credfp", marks[i].fp, "", "");
-        const char *get[] = {"GET", fkey};
-        st_rpipe_cmd(ctx->redis, on_credential, p, 2, get);
-        free(fkey);
+        st_registry_want_fp(ctx->registry, ctx, marks[i].fp);
     }
 }
 
-static void tw_end_batch(void *state, struct st_detect_ctx *ctx)
+static void tw_feed(void *state, struct st_detect_ctx *ctx, const struct st_event *ev)
 {
+    struct tw_state *st = state;
+
+    st->findings = ctx->findings;
+    for (; st->next < st->npend && st->pend[st->next].ev == ev; st->next++) {
+        struct pending *p = &st->pend[st->next];
+        p->late = ctx->late;
+        /* in feed order: an issue earlier in the batch is seen */
+        check_mark(st, p, st_registry_fp(ctx->registry, p->mark.fp));
+    }
 }
 
 const struct st_detector_ops st_token_write_ops = {
@@ -229,7 +235,7 @@ const struct st_detector_ops st_token_write_ops = {
     .create = tw_create,
     .destroy = tw_destroy,
     .begin_batch = tw_begin,
+    .prefetch = tw_prefetch,
     .feed = tw_feed,
-    .end_batch = tw_end_batch,
     .reset_batch = tw_reset,
 };

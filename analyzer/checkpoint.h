@@ -1,0 +1,45 @@
+/* checkpoint.h: the Redis commands that make Redis hold a batch's detector
+ * state, detached from the detectors.
+ *
+ * The detectors keep their state in process memory (runwin.c, registry.c)
+ * and, at the end of each batch, append to a checkpoint the commands that
+ * copy what the batch changed to Redis: absolute values only (ZADD of
+ * members, HSET of totals, HSETNX where the first value wins, EXPIRE, and
+ * the deletions of the previous batch's trims), so that running a
+ * checkpoint twice, or an older one again, changes nothing. The analyzer
+ * runs it after the batch's PostgreSQL commit and before its Kafka commit
+ * (docs/architecture.md, "One batch in the analyzer"): Redis never holds
+ * state PostgreSQL has not committed, and Kafka offsets never pass state
+ * Redis lacks.
+ *
+ * A checkpoint owns copies of everything it holds: once built it can be run
+ * from another thread while the detectors go on with the next batch. It is
+ * not thread-safe itself (one owner at a time). */
+#ifndef ST_CHECKPOINT_H
+#define ST_CHECKPOINT_H
+
+#include <stddef.h>
+
+#include "rpipe.h"
+
+struct st_checkpoint;
+
+struct st_checkpoint *st_checkpoint_new(void);
+void st_checkpoint_destroy(struct st_checkpoint *c); /* accepts NULL */
+
+/* Appends one command; argv strings are copied (formatted at once). Any
+ * number of arguments. */
+void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv);
+
+/* Commands held. */
+size_t st_checkpoint_len(const struct st_checkpoint *c);
+
+/* Drops every command (the object is reused for the next batch). */
+void st_checkpoint_clear(struct st_checkpoint *c);
+
+/* Sends every command in one pipelined round trip on p. The checkpoint is
+ * kept: on failure (-1, errstr set) it is simply run again later. */
+int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *errstr,
+                       size_t errsz);
+
+#endif
