@@ -5,6 +5,7 @@
 
 #include "buf.h"
 #include "detect.h"
+#include "log.h"
 
 const struct st_detector_ops *const st_detectors[] = {
     &st_denial_burst_ops,
@@ -16,14 +17,47 @@ const struct st_detector_ops *const st_detectors[] = {
     NULL,
 };
 
+/* Appends n in decimal. */
+static char *put_size(char *o, size_t n)
+{
+    char tmp[24];
+    int k = 0;
+    do {
+        tmp[k++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    while (k)
+        *o++ = tmp[--k];
+    return o;
+}
+
+static char *put(char *o, const char *s, size_t n)
+{
+    memcpy(o, s, n);
+    return o + n;
+}
+
+/* Built by hand, not with printf: every checkpoint and load names keys. */
 char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
                     const char *kind, const char *task_id, const char *run_id)
 {
-    struct st_buf b;
-    st_buf_init(&b);
-    st_buf_printf(&b, "%s%s:%s:%zu:%s:%zu:%s", conf->redis_prefix, detector, kind,
-                  strlen(task_id), task_id, strlen(run_id), run_id);
-    return b.data;
+    size_t lp = strlen(conf->redis_prefix), ld = strlen(detector), lk = strlen(kind);
+    size_t lt = strlen(task_id), lr = strlen(run_id);
+    char *key = st_malloc(lp + ld + lk + lt + lr + 2 * 24 + 6), *o = key;
+    o = put(o, conf->redis_prefix, lp);
+    o = put(o, detector, ld);
+    *o++ = ':';
+    o = put(o, kind, lk);
+    *o++ = ':';
+    o = put_size(o, lt);
+    *o++ = ':';
+    o = put(o, task_id, lt);
+    *o++ = ':';
+    o = put_size(o, lr);
+    *o++ = ':';
+    o = put(o, run_id, lr);
+    *o = '\0';
+    return key;
 }
 
 int st_detect_expire_due(int64_t *last_s, const struct st_analyzer_conf *conf)

@@ -117,6 +117,18 @@ static void scan_string(const char *s, const char *path, struct mark *marks, siz
     }
 }
 
+/* 1 when some string of item (values only, as scan reads them) holds a
+ * marker's opening: most events hold none, and this walk builds no path. */
+static int has_marker(const cJSON *item)
+{
+    if (cJSON_IsString(item))
+        return strstr(item->valuestring, ST_REDACT_MARKER_OPEN) != NULL;
+    for (const cJSON *c = item->child; c; c = c->next)
+        if (has_marker(c))
+            return 1;
+    return 0;
+}
+
 static void scan(const cJSON *item, struct st_buf *path, struct mark *marks, size_t *n)
 {
     size_t keep = path->len;
@@ -200,6 +212,8 @@ static void tw_prefetch(void *state, struct st_detect_ctx *ctx, const struct st_
 
     if (ev->type != ST_TYPE_FILE_WRITE && ev->type != ST_TYPE_COMMIT &&
         ev->type != ST_TYPE_UPLOAD && ev->type != ST_TYPE_REQUEST)
+        return;
+    if (!has_marker(ev->doc))
         return;
     st_buf_init(&path);
     scan(ev->doc, &path, marks, &n);

@@ -60,15 +60,22 @@ static void copy_field(struct st_buf *b, const char *v, size_t len, int last)
     if (!v) {
         st_buf_adds(b, "\\N");
     } else {
+        /* runs of plain bytes in one copy: this is every event's raw text */
+        size_t from = 0;
         for (size_t i = 0; i < len; i++) {
+            const char *esc;
             switch (v[i]) {
-            case '\\': st_buf_adds(b, "\\\\"); break;
-            case '\t': st_buf_adds(b, "\\t"); break;
-            case '\n': st_buf_adds(b, "\\n"); break;
-            case '\r': st_buf_adds(b, "\\r"); break;
-            default: st_buf_addc(b, v[i]); break;
+            case '\\': esc = "\\\\"; break;
+            case '\t': esc = "\\t"; break;
+            case '\n': esc = "\\n"; break;
+            case '\r': esc = "\\r"; break;
+            default: continue;
             }
+            st_buf_add(b, v + from, i - from);
+            st_buf_add(b, esc, 2);
+            from = i + 1;
         }
+        st_buf_add(b, v + from, len - from);
     }
     st_buf_addc(b, last ? '\n' : '\t');
 }
