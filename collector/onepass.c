@@ -63,23 +63,54 @@ enum ctx { C_NONE, C_TOP, C_SOURCE, C_IDENTITY, C_ATTRS };
 
 struct name {
     const char *s;
+    size_t len;
     int field;
 };
 
+#define N(s, f) {s, sizeof(s) - 1, f}
 static const struct name top_names[] = {
-    {"schema", F_SCHEMA},     {"event_id", F_EVENT_ID}, {"ts", F_TS},
-    {"source", F_SOURCE},     {"task_id", F_TASK_ID},   {"run_id", F_RUN_ID},
-    {"trace_id", F_TRACE_ID}, {"type", F_TYPE},         {"decision", F_DECISION},
-    {"reason", F_REASON},     {"content", F_CONTENT},   {"identity", F_IDENTITY},
-    {"attrs", F_ATTRS},       {NULL, 0}};
+    N("schema", F_SCHEMA),     N("event_id", F_EVENT_ID), N("ts", F_TS),
+    N("source", F_SOURCE),     N("task_id", F_TASK_ID),   N("run_id", F_RUN_ID),
+    N("trace_id", F_TRACE_ID), N("type", F_TYPE),         N("decision", F_DECISION),
+    N("reason", F_REASON),     N("content", F_CONTENT),   N("identity", F_IDENTITY),
+    N("attrs", F_ATTRS),       {NULL, 0, 0}};
 static const struct name source_names[] = {
-    {"kind", F_KIND}, {"name", F_NAME}, {"platform", F_PLATFORM}, {NULL, 0}};
-static const struct name identity_names[] = {{"subject", F_SUBJECT},
-                                             {"credential_id", F_CREDENTIAL_ID},
-                                             {"audience", F_AUDIENCE},
-                                             {"credential_fp", F_CREDENTIAL_FP},
-                                             {"scopes", F_SCOPES},
-                                             {NULL, 0}};
+    N("kind", F_KIND), N("name", F_NAME), N("platform", F_PLATFORM), {NULL, 0, 0}};
+static const struct name identity_names[] = {
+    N("subject", F_SUBJECT),         N("credential_id", F_CREDENTIAL_ID),
+    N("audience", F_AUDIENCE),       N("credential_fp", F_CREDENTIAL_FP),
+    N("scopes", F_SCOPES),           {NULL, 0, 0}};
+#undef N
+
+/* A context's names by hash (open addressing): one probe for most keys. */
+#define DISPATCH_SLOTS 128
+_Static_assert(NATTR < DISPATCH_SLOTS, "every attrs name has a slot");
+
+struct dispatch {
+    const struct name *tab;
+    short slot[DISPATCH_SLOTS]; /* index in tab, -1: empty */
+};
+
+/* Keys shorter than this whose st_redact_key found nothing are
+ * remembered with their kmask: the answer depends only on the key and on
+ * the redactor's rules, canaries and key, fixed for its life -- not on the
+ * issued credentials, which are ST_CREDSET_MIN_LEN (16) bytes at least,
+ * nor on the decoded forms of a key this short, shorter still. Most events
+ * repeat the same few dozen names. */
+#define KEYCACHE_LEN 16
+#define KEYCACHE_SLOTS 256
+
+struct keycache {
+    size_t len; /* 0: empty */
+    char s[KEYCACHE_LEN];
+    uint64_t kmask;
+};
+
+/* A replacement found in the first pass: the ord-th string read (not
+ * counting the sender's "redactions") becomes repl[off..off+len). */
+struct repl {
+    size_t ord, off, len;
+};
 
 /* The member or element being read at one depth (redact.c's struct frame):
  * its key, for the path of a redaction, lives in p->keys at key_off. */
@@ -92,13 +123,16 @@ struct frame {
 struct st_onepass {
     struct st_redactor *r; /* kept, not owned */
     const unsigned char *p, *end;
-    int bail; /* set when the line is left to the tree path */
+    int bail;  /* set when the line is left to the tree path */
+    int write; /* the second pass: only an event that changed is printed */
 
     struct st_buf out;     /* the event as printed */
     struct st_buf entries; /* the "redactions" elements, comma-separated */
     struct st_buf path;    /* a redaction's path */
     struct st_buf keys;    /* the keys of the open objects, NUL-terminated */
-    size_t *koff;          /* their offsets in keys */
+    struct keyref {
+        size_t off, len;
+    } *kref; /* where each is in keys */
     size_t nk, capk;
     struct st_buf str;  /* a string with escapes, decoded */
     struct st_buf vals; /* the slots' strings, NUL-terminated */
@@ -114,8 +148,46 @@ struct st_onepass {
     double vnum[F__COUNT];
     int scopes_strings; /* identity.scopes holds only strings */
 
+    size_t nstr;          /* strings read so far in this pass */
+    struct st_buf rtext;  /* the redacted strings */
+    struct repl *repl;    /* where they go */
+    size_t nrepl, caprepl, nextrepl;
+    struct keycache kc[KEYCACHE_SLOTS];
+
     struct name attr_names[NATTR + 1]; /* every attrs member a type names */
+    struct dispatch top, source, identity, attrs;
 };
+
+static unsigned dispatch_hash(const char *k, size_t n)
+{
+    return ((unsigned)n * 7u + (unsigned char)k[0] * 3u + (unsigned char)k[n - 1]) %
+           DISPATCH_SLOTS;
+}
+
+static void dispatch_init(struct dispatch *d, const struct name *tab)
+{
+    d->tab = tab;
+    memset(d->slot, -1, sizeof(d->slot));
+    for (int i = 0; tab[i].s; i++) {
+        unsigned h = dispatch_hash(tab[i].s, tab[i].len);
+        while (d->slot[h] >= 0)
+            h = (h + 1) % DISPATCH_SLOTS;
+        d->slot[h] = (short)i;
+    }
+}
+
+/* The field of member k[0..n) of an object read in d's context, or -1. */
+static int field_of(const struct dispatch *d, const char *k, size_t n)
+{
+    if (n == 0)
+        return -1;
+    for (unsigned h = dispatch_hash(k, n); d->slot[h] >= 0; h = (h + 1) % DISPATCH_SLOTS) {
+        const struct name *e = &d->tab[d->slot[h]];
+        if (e->len == n && memcmp(e->s, k, n) == 0)
+            return e->field;
+    }
+    return -1;
+}
 
 struct st_onepass *st_onepass_new(struct st_redactor *r)
 {
@@ -129,6 +201,7 @@ struct st_onepass *st_onepass_new(struct st_redactor *r)
     st_buf_init(&p->keys);
     st_buf_init(&p->str);
     st_buf_init(&p->vals);
+    st_buf_init(&p->rtext);
     for (int t = 0; t < ST_TYPE__COUNT; t++) {
         const struct st_type_info *ti = st_event_type_info((enum st_event_type)t);
         for (size_t a = 0; a < ST_EVENT_ATTRS_MAX && ti->attrs[a].name; a++) {
@@ -138,12 +211,17 @@ struct st_onepass *st_onepass_new(struct st_redactor *r)
                     break;
             if (i == n) {
                 p->attr_names[n].s = ti->attrs[a].name;
+                p->attr_names[n].len = strlen(ti->attrs[a].name);
                 p->attr_names[n].field = F_ATTR0 + (int)n;
                 n++;
             }
         }
     }
     p->attr_names[n].s = NULL;
+    dispatch_init(&p->top, top_names);
+    dispatch_init(&p->source, source_names);
+    dispatch_init(&p->identity, identity_names);
+    dispatch_init(&p->attrs, p->attr_names);
     return p;
 }
 
@@ -157,17 +235,11 @@ void st_onepass_destroy(struct st_onepass *p)
     st_buf_fini(&p->keys);
     st_buf_fini(&p->str);
     st_buf_fini(&p->vals);
-    free(p->koff);
+    st_buf_fini(&p->rtext);
+    free(p->repl);
+    free(p->kref);
     free(p->hits);
     free(p);
-}
-
-static int field_of(const struct name *tab, const char *k, size_t n)
-{
-    for (; tab->s; tab++)
-        if (tab->s[0] == k[0] && strlen(tab->s) == n && memcmp(tab->s, k, n) == 0)
-            return tab->field;
-    return -1;
 }
 
 static int bail(struct st_onepass *p)
@@ -178,10 +250,27 @@ static int bail(struct st_onepass *p)
 
 /* ---- output, as cJSON_PrintUnformatted writes it ------------------------- */
 
-static void put(struct st_onepass *p, const void *s, size_t n)
+/* st_buf_add without the NUL it writes each time (callers add their own
+ * where they need one). */
+static inline void add(struct st_buf *b, const void *s, size_t n)
 {
-    if (!p->mute)
-        st_buf_add(&p->out, s, n);
+    if (b->cap - b->len > n) {
+        memcpy(b->data + b->len, s, n);
+        b->len += n;
+    } else {
+        st_buf_add(b, s, n);
+    }
+}
+
+static inline int writing(const struct st_onepass *p)
+{
+    return p->write && !p->mute;
+}
+
+static inline void put(struct st_onepass *p, const void *s, size_t n)
+{
+    if (writing(p))
+        add(&p->out, s, n);
 }
 
 /* s[0..n) as a JSON string: print_string_ptr escapes '"', '\\', and the
@@ -236,8 +325,10 @@ static void put_number(struct st_onepass *p, double d)
 
 /* ---- tokens, as json.c reads them ---------------------------------------- */
 
-static void ws(struct st_onepass *p)
+static inline void ws(struct st_onepass *p)
 {
+    if (p->p < p->end && *p->p > ' ')
+        return;
     while (p->p < p->end &&
            (*p->p == ' ' || *p->p == '\t' || *p->p == '\n' || *p->p == '\r'))
         p->p++;
@@ -318,19 +409,46 @@ static int hex4(const unsigned char *s, const unsigned char *end, unsigned *out)
  * else in p->str). -1 (bail) where jp_string fails. */
 static int read_string(struct st_onepass *p, const char **s, size_t *n, int *plain)
 {
-    const unsigned char *b = ++p->p;
-    const unsigned char *q = memchr(b, '"', (size_t)(p->end - b));
-    const unsigned char *bs = q ? memchr(b, '\\', (size_t)(q - b)) : NULL;
-    if (q && !bs) {
-        if (!bytes_ok(b, (size_t)(q - b)))
+    const unsigned char *b = ++p->p, *q = b, *end = p->end;
+    /* one scan for the closing quote, a backslash, a control byte and
+     * UTF-8 (what jp_string does in three), eight bytes at a time while
+     * they are printable ASCII other than '"' and '\\' */
+    for (;;) {
+        if (end - q >= 8) {
+            uint64_t w;
+            memcpy(&w, q, 8);
+            const uint64_t ones = 0x0101010101010101u, high = 0x8080808080808080u;
+            uint64_t quote = w ^ (ones * '"'), bslash = w ^ (ones * '\\');
+            if (!((((w - ones * 0x20) | w) | ((quote - ones) & ~quote) |
+                   ((bslash - ones) & ~bslash)) &
+                  high)) {
+                q += 8;
+                continue;
+            }
+        }
+        if (q >= end)
             return bail(p);
+        if (*q == '"' || *q == '\\')
+            break;
+        if (*q < 0x20)
+            return bail(p);
+        if (*q < 0x80) {
+            q++;
+            continue;
+        }
+        int len = utf8_len(q, (size_t)(end - q));
+        if (len < 0)
+            return bail(p);
+        q += len;
+    }
+    if (*q == '"') {
         *s = (const char *)b;
         *n = (size_t)(q - b);
         *plain = 1;
         p->p = q + 1;
         return 0;
     }
-    const unsigned char *e = bs ? bs : p->end;
+    const unsigned char *e = q; /* the first backslash */
     while (e < p->end && *e != '"')
         e += *e == '\\' ? 2 : 1;
     if (e >= p->end || !bytes_ok(b, (size_t)(e - b)))
@@ -456,6 +574,8 @@ static int read_number(struct st_onepass *p, double *out)
         return bail(p);
     p->p = q;
     *out = v;
+    if (!writing(p))
+        return 0;
     if (simple && n - (*s == '-') <= 15)
         put(p, s, n);
     else
@@ -504,6 +624,34 @@ static void note_matches(struct st_onepass *p, size_t k, int depth)
     p->nred += k;
 }
 
+/* st_redact_key, through the cache: 0 with *kmask, or -1 when the key is
+ * redacted (its hits noted, to be undone: the tree path's case). */
+static int key_mask(struct st_onepass *p, const char *key, size_t klen, uint64_t *kmask,
+                    int depth)
+{
+    struct keycache *c = NULL;
+    if (klen > 0 && klen < KEYCACHE_LEN) {
+        unsigned h = (unsigned)klen * 31u + (unsigned char)key[0] * 7u +
+                     (unsigned char)key[klen - 1] * 13u + (unsigned char)key[klen / 2];
+        c = &p->kc[h % KEYCACHE_SLOTS];
+        if (c->len == klen && memcmp(c->s, key, klen) == 0) {
+            *kmask = c->kmask;
+            return 0;
+        }
+    }
+    size_t k = st_redact_key(p->r, key, klen, kmask);
+    if (k) {
+        note_matches(p, k, depth);
+        return -1;
+    }
+    if (c) {
+        c->len = klen;
+        memcpy(c->s, key, klen);
+        c->kmask = *kmask;
+    }
+    return 0;
+}
+
 /* ---- values -------------------------------------------------------------- */
 
 /* The value at p->p, at depth (the frame of the member or element that
@@ -538,18 +686,18 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
         if (p->nk - k0 >= ONEPASS_KEYS)
             return bail(p);
         for (size_t i = k0; i < p->nk; i++) {
-            const char *o = p->keys.data + p->koff[i];
-            if (o[0] == key[0] && strlen(o) == klen && memcmp(o, key, klen) == 0)
+            const char *o = p->keys.data + p->kref[i].off;
+            if (p->kref[i].len == klen && o[0] == key[0] && memcmp(o, key, klen) == 0)
                 return bail(p);
         }
         if (p->nk == p->capk) {
             p->capk = p->capk ? p->capk * 2 : 64;
-            p->koff = st_realloc(p->koff, p->capk * sizeof(*p->koff));
+            p->kref = st_realloc(p->kref, p->capk * sizeof(*p->kref));
         }
         size_t koff = p->keys.len;
-        p->koff[p->nk++] = koff;
-        st_buf_add(&p->keys, key, klen);
-        st_buf_addc(&p->keys, '\0');
+        p->kref[p->nk++] = (struct keyref){koff, klen};
+        add(&p->keys, key, klen);
+        add(&p->keys, "", 1);
         key = p->keys.data + koff;
         ws(p);
         if (p->p >= p->end || *p->p != ':')
@@ -570,25 +718,23 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
         if (muted) {
             p->forged = 1;
             p->mute++;
-        } else if (!p->mute) {
-            size_t k = st_redact_key(p->r, key, klen, &km);
-            if (k) { /* its hits are counted: noted to be undone */
-                note_matches(p, k, depth);
+        } else if (!p->mute && !p->write) {
+            if (key_mask(p, key, klen, &km, depth))
                 return bail(p);
-            }
             switch (ctx) {
             case C_TOP:
-                field = field_of(top_names, key, klen);
+                field = field_of(&p->top, key, klen);
                 sub = field == F_SOURCE     ? C_SOURCE
                       : field == F_IDENTITY ? C_IDENTITY
                       : field == F_ATTRS    ? C_ATTRS
                                             : C_NONE;
                 break;
-            case C_SOURCE: field = field_of(source_names, key, klen); break;
-            case C_IDENTITY: field = field_of(identity_names, key, klen); break;
-            case C_ATTRS: field = field_of(p->attr_names, key, klen); break;
+            case C_SOURCE: field = field_of(&p->source, key, klen); break;
+            case C_IDENTITY: field = field_of(&p->identity, key, klen); break;
+            case C_ATTRS: field = field_of(&p->attrs, key, klen); break;
             case C_NONE: break;
             }
+        } else if (writing(p)) {
             if (wrote)
                 put(p, ",", 1);
             if (plain) {
@@ -599,8 +745,9 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
                 put_string(&p->out, key, klen);
             }
             put(p, ":", 1);
-            wrote = 1;
         }
+        if (!muted)
+            wrote = 1;
         p->frames[depth].in_array = 0;
         p->frames[depth].key_off = koff;
         int t = value(p, depth, field, sub, key, klen, km);
@@ -622,7 +769,7 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
     }
     p->nk = k0;
     p->keys.len = keys0;
-    if (depth == 0 && p->entries.len) {
+    if (depth == 0 && p->entries.len && p->write) {
         /* add_entry's array, appended to the top-level object */
         if (wrote)
             put(p, ",", 1);
@@ -693,14 +840,34 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
         int plain;
         if (read_string(p, &s, &n, &plain))
             return -1;
-        if (!p->mute) {
+        if (p->mute)
+            ; /* the sender's "redactions": dropped */
+        else if (!p->write) {
             const char *red;
             size_t rlen;
             size_t k = st_redact_value(p->r, s, n, name, namelen, kmask, &red, &rlen);
             if (k) {
                 note_matches(p, k, depth);
+                if (p->nrepl == p->caprepl) {
+                    p->caprepl = p->caprepl ? p->caprepl * 2 : 16;
+                    p->repl = st_realloc(p->repl, p->caprepl * sizeof(*p->repl));
+                }
+                p->repl[p->nrepl++] = (struct repl){p->nstr, p->rtext.len, rlen};
+                add(&p->rtext, red, rlen);
                 s = red;
                 n = rlen;
+            }
+            if (field >= 0) {
+                p->voff[field] = p->vals.len;
+                p->vlen[field] = n;
+                add(&p->vals, s, n);
+                add(&p->vals, "", 1);
+            }
+        } else {
+            if (p->nextrepl < p->nrepl && p->repl[p->nextrepl].ord == p->nstr) {
+                const struct repl *x = &p->repl[p->nextrepl++];
+                s = p->rtext.data + x->off;
+                n = x->len;
                 plain = 0;
             }
             if (plain) {
@@ -710,13 +877,9 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
             } else {
                 put_string(&p->out, s, n);
             }
-            if (field >= 0) {
-                p->voff[field] = p->vals.len;
-                p->vlen[field] = n;
-                st_buf_add(&p->vals, s, n);
-                st_buf_addc(&p->vals, '\0');
-            }
         }
+        if (!p->mute)
+            p->nstr++;
         t = V_STRING;
         break;
     }
@@ -750,7 +913,7 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
     }
     if (t < 0)
         return -1;
-    if (field >= 0 && !p->mute) {
+    if (field >= 0 && !p->mute && !p->write) {
         p->vt[field] = (unsigned char)t;
         p->vnum[field] = d;
     }
@@ -802,7 +965,7 @@ static int check_attrs(const struct st_onepass *p, const struct st_type_info *ti
 {
     for (const struct st_attr_spec *a = ti->attrs;
          a < ti->attrs + ST_EVENT_ATTRS_MAX && a->name; a++) {
-        int f = field_of(p->attr_names, a->name, strlen(a->name));
+        int f = field_of(&p->attrs, a->name, strlen(a->name));
         int t = p->vt[F_ATTRS] == V_OBJECT ? p->vt[f] : V_ABSENT;
         if (t == V_ABSENT || t == V_NULL) {
             if (a->required)
@@ -891,7 +1054,7 @@ static int validate(struct st_onepass *p, struct st_event *ev)
             return -1;
     }
     if (ti->identity_required) {
-        int f = field_of(identity_names, ti->identity_required,
+        int f = field_of(&p->identity, ti->identity_required,
                          strlen(ti->identity_required));
         if (!has_identity || f < 0 || p->vt[f] != V_STRING)
             return -1;
@@ -904,31 +1067,49 @@ static int validate(struct st_onepass *p, struct st_event *ev)
 
 /* ---- the line ------------------------------------------------------------ */
 
+/* One pass over the line from its start. */
+static int pass(struct st_onepass *p, const char *line, size_t len, int write)
+{
+    p->p = (const unsigned char *)line;
+    p->end = p->p + len;
+    p->write = write;
+    p->mute = 0;
+    p->nk = 0;
+    p->nstr = 0;
+    p->nextrepl = 0;
+    st_buf_reset(&p->keys);
+    ws(p);
+    if (p->p >= p->end || *p->p != '{' || value(p, -1, -1, C_TOP, NULL, 0, 0) < 0)
+        return -1;
+    ws(p);
+    return p->p < p->end ? -1 : 0;
+}
+
 int st_onepass_event(struct st_onepass *p, const char *line, size_t len,
                      struct st_event *ev, const char **out, size_t *outlen)
 {
     memset(ev, 0, sizeof(*ev));
-    p->p = (const unsigned char *)line;
-    p->end = p->p + len;
     p->bail = 0;
-    p->mute = 0;
     p->forged = 0;
     p->nred = 0;
     p->nhits = 0;
-    p->nk = 0;
-    st_buf_reset(&p->out);
+    p->nrepl = 0;
     st_buf_reset(&p->entries);
-    st_buf_reset(&p->keys);
     st_buf_reset(&p->vals);
+    st_buf_reset(&p->rtext);
     memset(p->vt, V_ABSENT, sizeof(p->vt));
 
-    ws(p);
-    if (p->p >= p->end || *p->p != '{' || value(p, -1, -1, C_TOP, NULL, 0, 0) < 0)
-        goto undecided;
-    ws(p);
-    if (p->p < p->end || validate(p, ev))
+    /* the first pass reads, redacts and validates; an event that changed
+     * (most do not: the line itself is produced) is printed by a second,
+     * which puts the first's redacted strings in place */
+    if (pass(p, line, len, 0) || validate(p, ev))
         goto undecided;
     if (p->nred || p->forged) {
+        st_buf_reset(&p->out);
+        if (pass(p, line, len, 1))
+            goto undecided; /* cannot happen: the same line passed once */
+        add(&p->out, "", 1); /* NUL-terminated, as printed text is */
+        p->out.len--;
         *out = p->out.data;
         *outlen = p->out.len;
     } else {
