@@ -107,6 +107,7 @@ struct keycache {
     size_t len; /* 0: empty */
     char s[KEYCACHE_LEN];
     uint64_t kmask;
+    short field[5]; /* its field in each enum ctx */
 };
 
 /* A replacement found in the first pass: the ord-th string read (not
@@ -149,6 +150,7 @@ struct st_onepass {
     unsigned char vt[F__COUNT]; /* enum vt of each slot */
     size_t voff[F__COUNT], vlen[F__COUNT];
     double vnum[F__COUNT];
+    unsigned char vctl[F__COUNT]; /* the string holds a control character */
     int scopes_strings; /* identity.scopes holds only strings */
 
     size_t nstr;          /* strings read so far in this pass */
@@ -590,6 +592,15 @@ static int read_number(struct st_onepass *p, double *out)
     return 0;
 }
 
+/* 1 when s[0..n) holds a byte below 0x20 or 0x7f (event.c's get_id). */
+static int has_control(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return 1;
+    return 0;
+}
+
 /* ---- redaction, as redact.c's walk does it ------------------------------- */
 
 /* The path of frames[0..depth] (path_build). */
@@ -631,10 +642,24 @@ static void note_matches(struct st_onepass *p, size_t k, int depth)
     p->nred += k;
 }
 
-/* st_redact_key, through the cache: 0 with *kmask, or -1 when the key is
- * redacted (its hits noted, to be undone: the tree path's case). */
-static int key_mask(struct st_onepass *p, const char *key, size_t klen, uint64_t *kmask,
-                    int depth)
+/* The field of key k[0..n) in an object read in ctx, or -1. */
+static int field_in(const struct st_onepass *p, enum ctx ctx, const char *k, size_t n)
+{
+    switch (ctx) {
+    case C_TOP: return field_of(&p->top, k, n);
+    case C_SOURCE: return field_of(&p->source, k, n);
+    case C_IDENTITY: return field_of(&p->identity, k, n);
+    case C_ATTRS: return field_of(&p->attrs, k, n);
+    case C_NONE: break;
+    }
+    return -1;
+}
+
+/* st_redact_key and the key's field in ctx, through the cache: 0 with
+ * *kmask and *field, or -1 when the key is redacted (its hits noted, to be
+ * undone: the tree path's case). */
+static int key_info(struct st_onepass *p, const char *key, size_t klen, enum ctx ctx,
+                    uint64_t *kmask, int *field, int depth)
 {
     struct keycache *c = NULL;
     if (klen > 0 && klen < KEYCACHE_LEN) {
@@ -643,6 +668,7 @@ static int key_mask(struct st_onepass *p, const char *key, size_t klen, uint64_t
         c = &p->kc[h % KEYCACHE_SLOTS];
         if (c->len == klen && memcmp(c->s, key, klen) == 0) {
             *kmask = c->kmask;
+            *field = c->field[ctx];
             return 0;
         }
     }
@@ -651,10 +677,13 @@ static int key_mask(struct st_onepass *p, const char *key, size_t klen, uint64_t
         note_matches(p, k, depth);
         return -1;
     }
+    *field = field_in(p, ctx, key, klen);
     if (c) {
         c->len = klen;
         memcpy(c->s, key, klen);
         c->kmask = *kmask;
+        for (int x = C_NONE; x <= C_ATTRS; x++)
+            c->field[x] = (short)field_in(p, (enum ctx)x, key, klen);
     }
     return 0;
 }
@@ -726,21 +755,13 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
             p->forged = 1;
             p->mute++;
         } else if (!p->mute && !p->write) {
-            if (key_mask(p, key, klen, &km, depth))
+            if (key_info(p, key, klen, ctx, &km, &field, depth))
                 return bail(p);
-            switch (ctx) {
-            case C_TOP:
-                field = field_of(&p->top, key, klen);
+            if (ctx == C_TOP)
                 sub = field == F_SOURCE     ? C_SOURCE
                       : field == F_IDENTITY ? C_IDENTITY
                       : field == F_ATTRS    ? C_ATTRS
                                             : C_NONE;
-                break;
-            case C_SOURCE: field = field_of(&p->source, key, klen); break;
-            case C_IDENTITY: field = field_of(&p->identity, key, klen); break;
-            case C_ATTRS: field = field_of(&p->attrs, key, klen); break;
-            case C_NONE: break;
-            }
         } else if (writing(p)) {
             if (wrote)
                 put(p, ",", 1);
@@ -865,6 +886,9 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
                 n = rlen;
             }
             if (field >= 0) {
+                /* a string without escapes has no byte below 0x20 */
+                p->vctl[field] = plain && !k ? memchr(s, 0x7f, n) != NULL
+                                             : has_control(s, n);
                 p->voff[field] = p->vals.len;
                 p->vlen[field] = n;
                 add(&p->vals, s, n);
@@ -954,10 +978,7 @@ static int get_id(const struct st_onepass *p, int f, int required, size_t max,
 {
     if (get_str(p, f, required, max, out))
         return -1;
-    for (const unsigned char *c = (const unsigned char *)*out; c && *c; c++)
-        if (*c < 0x20 || *c == 0x7f)
-            return -1;
-    return 0;
+    return *out && p->vctl[f] ? -1 : 0;
 }
 
 static int name_index(const char *s, const char *const *names, int n)
