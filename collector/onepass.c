@@ -4,7 +4,7 @@
  * Every rule here mirrors one of the tree path, and the comments say which:
  * the grammar and the string and number decoding are json.c's (jp_*), the
  * walk order and the paths are redact.c's (walk, path_build), the output is
- * cJSON_PrintUnformatted's (cJSON 1.7: print_string_ptr, print_number) and
+ * cJSON_PrintUnformatted's (libcjson 1.7.15: print_string_ptr, print_number) and
  * the checks at the end are event.c's (event_validate). A case that one of
  * them handles and this reader does not is given back undecided (bail). */
 #include <float.h>

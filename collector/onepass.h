@@ -12,7 +12,7 @@
  * exactly as the tree path would -- any line the strict parser or the
  * validator refuses (so that the reason and its message are the tree path's
  * own), a duplicate key, a number out of range, a redacted object key, an
- * identity.credential to hand over, an object of more than ONEPASS_KEYS
+ * identity.credential to hand over, an object of more than 32
  * members -- it gives back undecided, having undone what it counted, and
  * the caller runs the tree path. tests/unit/test_onepass.c and
  * fuzz/fuzz_onepass.c compare the two on every line they have. */
