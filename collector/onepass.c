@@ -616,19 +616,28 @@ static const char *path_of(struct st_onepass *p, int depth)
     return p->path.data ? p->path.data : "";
 }
 
-/* Notes the k matches of the last redaction: their hits (to undo on a bail)
- * and their "redactions" entries (add_entry). */
-static void note_matches(struct st_onepass *p, size_t k, int depth)
+/* Notes the hits the k matches of the last redaction counted, to undo
+ * them on a bail. */
+static void note_hits(struct st_onepass *p, size_t k)
 {
-    const char *path = path_of(p, depth);
     for (size_t i = 0; i < k; i++) {
-        const char *fp = "";
-        const char *rule = st_redact_match(p->r, i, &fp);
         if (p->nhits == p->caphits) {
             p->caphits = p->caphits ? p->caphits * 2 : 16;
             p->hits = st_realloc(p->hits, p->caphits * sizeof(*p->hits));
         }
         p->hits[p->nhits++] = st_redact_match_rule(p->r, i);
+    }
+}
+
+/* Notes the k matches of the last redaction, of the string at frames[depth]:
+ * their hits and their "redactions" entries (add_entry). */
+static void note_matches(struct st_onepass *p, size_t k, int depth)
+{
+    const char *path = path_of(p, depth);
+    note_hits(p, k);
+    for (size_t i = 0; i < k; i++) {
+        const char *fp = "";
+        const char *rule = st_redact_match(p->r, i, &fp);
         if (p->entries.len)
             st_buf_addc(&p->entries, ',');
         st_buf_adds(&p->entries, "{\"path\":");
@@ -659,7 +668,7 @@ static int field_in(const struct st_onepass *p, enum ctx ctx, const char *k, siz
  * *kmask and *field, or -1 when the key is redacted (its hits noted, to be
  * undone: the tree path's case). */
 static int key_info(struct st_onepass *p, const char *key, size_t klen, enum ctx ctx,
-                    uint64_t *kmask, int *field, int depth)
+                    uint64_t *kmask, int *field)
 {
     struct keycache *c = NULL;
     if (klen > 0 && klen < KEYCACHE_LEN) {
@@ -673,8 +682,8 @@ static int key_info(struct st_onepass *p, const char *key, size_t klen, enum ctx
         }
     }
     size_t k = st_redact_key(p->r, key, klen, kmask);
-    if (k) {
-        note_matches(p, k, depth);
+    if (k) { /* frames[depth] is not this member's yet: no path, no entry */
+        note_hits(p, k);
         return -1;
     }
     *field = field_in(p, ctx, key, klen);
@@ -755,7 +764,7 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
             p->forged = 1;
             p->mute++;
         } else if (!p->mute && !p->write) {
-            if (key_info(p, key, klen, ctx, &km, &field, depth))
+            if (key_info(p, key, klen, ctx, &km, &field))
                 return bail(p);
             if (ctx == C_TOP)
                 sub = field == F_SOURCE     ? C_SOURCE
