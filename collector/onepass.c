@@ -732,7 +732,7 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
             return bail(p);
         for (size_t i = k0; i < p->nk; i++) {
             const char *o = p->keys.data + p->kref[i].off;
-            if (p->kref[i].len == klen && o[0] == key[0] && memcmp(o, key, klen) == 0)
+            if (p->kref[i].len == klen && memcmp(o, key, klen) == 0)
                 return bail(p);
         }
         if (p->nk == p->capk) {
