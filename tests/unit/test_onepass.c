@@ -401,6 +401,8 @@ static void compare_tricky(struct pair *p)
         "%s,\"redactions\":%s,\"attrs\":{\"command\":\"ls\"}}",
         "%s,\"attrs\":{\"command\":\"ls\"},\"redactions\":%s}",
         "%s,\"identity\":{\"subject\":%s},\"attrs\":{\"command\":\"ls\"}}",
+        "%s,\"identity\":{\"credential\":%s},\"attrs\":{\"command\":\"ls\"}}",
+        "%s,\"attrs\":{\"command\":\"ls\",\"redactions\":%s,\"identity\":{\"credential\":%s}}}",
         "%s,\"identity\":{\"scopes\":[\"a\",%s]},\"attrs\":{\"command\":\"ls\"}}",
         "%s,\"trace_id\":%s,\"attrs\":{\"command\":\"ls\"}}",
         "%s,\"decision\":%s,\"attrs\":{\"command\":\"ls\"}}",
