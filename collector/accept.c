@@ -12,12 +12,14 @@
 #include "event.h"
 #include "json.h"
 #include "log.h"
+#include "onepass.h"
 #include "redact.h"
 
 struct st_accept {
     const struct st_decoder_ops *decoder;
     struct st_decode_ctx ctx;
     struct st_redactor *redactor;
+    struct st_onepass *onepass; /* native lines without a tree; NULL: off */
     struct st_event ev; /* the last accepted event */
     char *text;         /* its serialization, when it was not the line itself */
     /* matches of the text pass over a foreign line (see st_accept_line) */
@@ -151,6 +153,8 @@ struct st_accept *st_accept_new_canaries(const struct st_collector_conf *conf,
     a->redactor = st_redactor_new(&rc, errstr, errsz);
     if (!a->redactor)
         goto fail;
+    if (a->decoder == &st_native_decoder && conf->single_pass)
+        a->onepass = st_onepass_new(a->redactor);
     if (key.data)
         memset(key.data, 0, key.len);
     st_buf_fini(&key);
@@ -173,6 +177,7 @@ void st_accept_destroy(struct st_accept *a)
         return;
     st_event_fini(&a->ev);
     free(a->text);
+    st_onepass_destroy(a->onepass);
     st_redactor_destroy(a->redactor);
     free(a->mrule);
     free(a->mfp);
@@ -255,6 +260,13 @@ int st_accept_line(struct st_accept *a, const char *line, size_t len, const char
     free(a->text);
     a->text = NULL;
     a->issued_len = 0;
+    /* A native line is read, validated and redacted in one pass; a line
+     * that pass leaves undecided (refused, or a case it does not handle:
+     * onepass.h) takes the tree path below, which decides as before. */
+    if (a->onepass && st_onepass_event(a->onepass, line, len, &a->ev, out, outlen) == 0) {
+        *key = a->ev.task_id;
+        return 0;
+    }
     /* A decoder derives fields from the source's values -- splits a proxy
      * role "task/run", decodes a base64 command id -- and a part of a secret
      * need not match the rule its whole matched: a foreign line is redacted

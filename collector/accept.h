@@ -52,7 +52,10 @@ int st_accept_line(struct st_accept *a, const char *line, size_t len, const char
                    size_t *outlen, const char **key, struct st_reject *rej);
 
 /* The event the last successful st_accept_line made (valid until the next
- * call). */
+ * call). When the one-pass reader accepted it (input.single_pass, native
+ * lines: onepass.h), ev->doc, ev->identity and ev->attrs are NULL: that
+ * reader leaves identity.credential, the one case st_lineage_note reads
+ * them for, to the tree path. */
 const struct st_event *st_accept_event(const struct st_accept *a);
 
 /* Lineage: the length of the identity.credential that the last accepted

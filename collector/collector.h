@@ -27,6 +27,7 @@ struct st_collector_conf {
     char *key_file;        /* redact.key_file */
     char *canaries_file;   /* redact.canaries_file */
     int64_t fp_chars;      /* redact.fingerprint_chars */
+    int64_t single_pass;   /* input.single_pass: native lines without a tree */
     char *fault_rule_off;  /* fault.redact_rule_off (tests only) */
     char *checkpoint;      /* input.checkpoint (--follow) */
     int64_t checkpoint_lines;

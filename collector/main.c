@@ -81,6 +81,10 @@ static const struct st_conf_prop collector_props[] = {
      "event is also held to kafka.message_max_bytes"},
     {"input.format", "SANDTRAIL_INPUT_FORMAT", ST_CONF_STR, C(format), 0, 0, "native",
      "decoder of the input: native (event v1), squid, smokescreen, srt or vault"},
+    {"input.single_pass", NULL, ST_CONF_INT, C(single_pass), 0, 1, "1",
+     "native lines are parsed, validated and redacted in one pass, without a cJSON "
+     "tree (1), or through the tree (0: the reference path; same events, reasons "
+     "and redactions, slower)"},
     {"input.source_name", "SANDTRAIL_SOURCE_NAME", ST_CONF_STR, C(source_name), 0, 0,
      "", "source.name given to decoded events (formats other than native)"},
     {"input.platform", "SANDTRAIL_SOURCE_PLATFORM", ST_CONF_STR, C(platform), 0, 0, "",

@@ -9,55 +9,38 @@
 #include "log.h"
 #include "timeutil.h"
 
-enum attr_kind { A_STRING, A_INT, A_NUMBER, A_ARRAY };
-
-struct attr_spec {
-    const char *name;
-    enum attr_kind kind;
-    int required;
-};
-
-#define ATTRS_MAX 8
-
-struct type_info {
-    const char *name;
-    enum st_source_kind kind;
-    struct attr_spec attrs[ATTRS_MAX]; /* ends at a NULL name */
-    const char *identity_required;     /* identity member that must be set */
-};
-
-static const struct type_info types[ST_TYPE__COUNT] = {
+static const struct st_type_info types[ST_TYPE__COUNT] = {
     [ST_TYPE_EXEC] = {"exec", ST_SOURCE_SANDBOX,
-                      {{"command", A_STRING, 1},
-                       {"exit_code", A_INT, 0},
-                       {"cwd", A_STRING, 0},
-                       {"duration_ms", A_NUMBER, 0}},
+                      {{"command", ST_ATTR_STRING, 1},
+                       {"exit_code", ST_ATTR_INT, 0},
+                       {"cwd", ST_ATTR_STRING, 0},
+                       {"duration_ms", ST_ATTR_NUMBER, 0}},
                       NULL},
     [ST_TYPE_FILE_READ] = {"file_read", ST_SOURCE_SANDBOX,
-                           {{"path", A_STRING, 1}, {"bytes", A_INT, 0}}, NULL},
+                           {{"path", ST_ATTR_STRING, 1}, {"bytes", ST_ATTR_INT, 0}}, NULL},
     [ST_TYPE_FILE_WRITE] = {"file_write", ST_SOURCE_SANDBOX,
-                            {{"path", A_STRING, 1}, {"bytes", A_INT, 0}}, NULL},
-    [ST_TYPE_COMMIT] = {"commit", ST_SOURCE_SANDBOX, {{"branch", A_STRING, 0}}, NULL},
+                            {{"path", ST_ATTR_STRING, 1}, {"bytes", ST_ATTR_INT, 0}}, NULL},
+    [ST_TYPE_COMMIT] = {"commit", ST_SOURCE_SANDBOX, {{"branch", ST_ATTR_STRING, 0}}, NULL},
     [ST_TYPE_UPLOAD] = {"upload", ST_SOURCE_SANDBOX,
-                        {{"artifact", A_STRING, 1}, {"bytes", A_INT, 0}}, NULL},
+                        {{"artifact", ST_ATTR_STRING, 1}, {"bytes", ST_ATTR_INT, 0}}, NULL},
     [ST_TYPE_REQUEST] = {"request", ST_SOURCE_PROXY,
-                         {{"method", A_STRING, 0},
-                          {"host", A_STRING, 1},
-                          {"port", A_INT, 0},
-                          {"path", A_STRING, 0},
-                          {"status", A_INT, 0},
-                          {"bytes_out", A_INT, 0},
-                          {"bytes_in", A_INT, 0},
-                          {"dst_ip", A_STRING, 0}},
+                         {{"method", ST_ATTR_STRING, 0},
+                          {"host", ST_ATTR_STRING, 1},
+                          {"port", ST_ATTR_INT, 0},
+                          {"path", ST_ATTR_STRING, 0},
+                          {"status", ST_ATTR_INT, 0},
+                          {"bytes_out", ST_ATTR_INT, 0},
+                          {"bytes_in", ST_ATTR_INT, 0},
+                          {"dst_ip", ST_ATTR_STRING, 0}},
                          NULL},
     [ST_TYPE_TOKEN_ISSUE] = {"token_issue", ST_SOURCE_BROKER,
-                             {{"expires_at", A_STRING, 0}}, "credential_id"},
+                             {{"expires_at", ST_ATTR_STRING, 0}}, "credential_id"},
     [ST_TYPE_TOKEN_USE] = {"token_use", ST_SOURCE_BROKER,
-                           {{"operation", A_STRING, 0}, {"audience", A_STRING, 0}},
+                           {{"operation", ST_ATTR_STRING, 0}, {"audience", ST_ATTR_STRING, 0}},
                            "credential_id"},
     [ST_TYPE_TOKEN_DENY] = {"token_deny", ST_SOURCE_BROKER,
-                            {{"requested_scope", A_STRING, 0},
-                             {"requested_audience", A_STRING, 0}},
+                            {{"requested_scope", ST_ATTR_STRING, 0},
+                             {"requested_audience", ST_ATTR_STRING, 0}},
                             NULL},
     [ST_TYPE_TOKEN_REVOKE] = {"token_revoke", ST_SOURCE_BROKER, {{0}}, "credential_id"},
     [ST_TYPE_TOKEN_EXPIRE] = {"token_expire", ST_SOURCE_BROKER, {{0}}, "credential_id"},
@@ -65,6 +48,11 @@ static const struct type_info types[ST_TYPE__COUNT] = {
 
 static const char *kind_names[] = {"sandbox", "proxy", "broker"};
 static const char *decision_names[] = {"allow", "deny", "error"};
+
+const struct st_type_info *st_event_type_info(enum st_event_type t)
+{
+    return &types[t];
+}
 
 const char *st_event_type_name(enum st_event_type t)
 {
@@ -143,10 +131,10 @@ static int lookup(const char *s, const char *const *names, int n)
     return -1;
 }
 
-static int check_attrs(const struct type_info *ti, const cJSON *attrs,
+static int check_attrs(const struct st_type_info *ti, const cJSON *attrs,
                        struct st_reject *rej)
 {
-    for (const struct attr_spec *a = ti->attrs; a < ti->attrs + ATTRS_MAX && a->name;
+    for (const struct st_attr_spec *a = ti->attrs; a < ti->attrs + ST_EVENT_ATTRS_MAX && a->name;
          a++) {
         const cJSON *v = attrs ? st_json_get(attrs, a->name) : NULL;
         int64_t iv;
@@ -159,17 +147,17 @@ static int check_attrs(const struct type_info *ti, const cJSON *attrs,
         }
         int ok = 0;
         switch (a->kind) {
-        case A_STRING: ok = cJSON_IsString(v); break;
-        case A_INT: ok = st_json_int(attrs, a->name, &iv); break;
-        case A_NUMBER: ok = cJSON_IsNumber(v); break;
-        case A_ARRAY: ok = cJSON_IsArray(v); break;
+        case ST_ATTR_STRING: ok = cJSON_IsString(v); break;
+        case ST_ATTR_INT: ok = st_json_int(attrs, a->name, &iv); break;
+        case ST_ATTR_NUMBER: ok = cJSON_IsNumber(v); break;
+        case ST_ATTR_ARRAY: ok = cJSON_IsArray(v); break;
         }
         if (!ok)
             return reject(rej, ST_REASON_TYPE, "field \"attrs.%s\" must be %s",
                           a->name,
-                          a->kind == A_STRING ? "a string"
-                          : a->kind == A_INT  ? "an integer"
-                          : a->kind == A_NUMBER ? "a number"
+                          a->kind == ST_ATTR_STRING ? "a string"
+                          : a->kind == ST_ATTR_INT  ? "an integer"
+                          : a->kind == ST_ATTR_NUMBER ? "a number"
                                                 : "an array");
     }
     return 0;

@@ -73,6 +73,29 @@ int st_event_from_doc(struct st_event *ev, cJSON *doc, struct st_reject *rej);
 /* Frees the document. Accepts an event that failed to parse. */
 void st_event_fini(struct st_event *ev);
 
+/* What the schema asks of each type's attrs and identity: the table
+ * event_validate reads, shared with validators that hold no cJSON tree
+ * (collector/onepass.c). */
+enum st_attr_kind { ST_ATTR_STRING, ST_ATTR_INT, ST_ATTR_NUMBER, ST_ATTR_ARRAY };
+
+struct st_attr_spec {
+    const char *name;
+    enum st_attr_kind kind;
+    int required;
+};
+
+#define ST_EVENT_ATTRS_MAX 8
+
+struct st_type_info {
+    const char *name;
+    enum st_source_kind kind;
+    struct st_attr_spec attrs[ST_EVENT_ATTRS_MAX]; /* ends at a NULL name */
+    const char *identity_required; /* identity member that must be set */
+};
+
+/* The entry of type t (static, never NULL). */
+const struct st_type_info *st_event_type_info(enum st_event_type t);
+
 const char *st_event_type_name(enum st_event_type t);
 const char *st_source_kind_name(enum st_source_kind k);
 const char *st_decision_name(enum st_decision d);

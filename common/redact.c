@@ -1707,7 +1707,7 @@ static char *cjson_strdup_buf(const struct st_buf *b)
     return s;
 }
 
-static void path_add_key(struct st_buf *path, const char *key)
+void st_redact_path_add_key(struct st_buf *path, const char *key)
 {
     if (key[0] && !strpbrk(key, ".[]\"\\")) {
         if (path->len)
@@ -1732,7 +1732,7 @@ static const char *path_build(struct st_redactor *r, size_t depth)
         if (r->frames[i].in_array)
             st_buf_printf(&r->path, "[%zu]", r->frames[i].idx);
         else
-            path_add_key(&r->path, r->frames[i].item->string);
+            st_redact_path_add_key(&r->path, r->frames[i].item->string);
     }
     return r->path.data ? r->path.data : "";
 }
@@ -1864,6 +1864,44 @@ int st_redact_event(struct st_redactor *r, cJSON *doc)
     r->entries = NULL;
     r->doc = NULL;
     return n;
+}
+
+/* ---- one string at a time, for a reader without a tree ----------------- */
+
+size_t st_redact_key(struct st_redactor *r, const char *key, size_t len,
+                     uint64_t *kmask)
+{
+    int forms = 0;
+    uint64_t mask = prefilter(r, key, len, &forms);
+    size_t k = redact_string(r, key, len, mask, forms, NULL, 0, 0);
+    /* as walk: the value is looked at under the name as redacted */
+    *kmask = k ? prefilter(r, r->out.data, r->out.len, NULL) : mask;
+    return k;
+}
+
+size_t st_redact_value(struct st_redactor *r, const char *s, size_t len,
+                       const char *name, size_t namelen, uint64_t kmask,
+                       const char **out, size_t *outlen)
+{
+    int forms = 0;
+    uint64_t mask = prefilter(r, s, len, &forms);
+    size_t k = redact_string(r, s, len, mask, forms, name, namelen, kmask);
+    if (k) {
+        *out = r->out.data;
+        *outlen = r->out.len;
+    }
+    return k;
+}
+
+unsigned st_redact_match_rule(const struct st_redactor *r, size_t i)
+{
+    return i < r->nm ? r->m[i].rule : NRULES;
+}
+
+void st_redact_uncount(struct st_redactor *r, unsigned rule)
+{
+    if (rule < NRULES && r->hits[rule])
+        r->hits[rule]--;
 }
 
 char *st_redact_bytes(struct st_redactor *r, const char *s, size_t len,

@@ -117,6 +117,41 @@ void st_redact_fingerprint(const struct st_redactor *r, const char *v,
  * "redactions" member may still have been removed). */
 int st_redact_event(struct st_redactor *r, cJSON *doc);
 
+/* One string at a time, for a reader that redacts an event as it parses it
+ * (collector/onepass.c) and must do exactly what st_redact_event does to
+ * the same document, walking it in document order.
+ *
+ * st_redact_key: the object key key[0..len) (decoded, no NUL inside, need
+ * not be NUL-terminated). Returns the number of redactions of the key (0
+ * mostly; when not 0 the matches are st_redact_match's and the hits are
+ * counted) and sets *kmask to what st_redact_value needs for the member's
+ * value.
+ *
+ * st_redact_value: the string s[0..len) (decoded) stored under the member
+ * name[0..namelen) (already redacted; NULL for an array element) whose
+ * st_redact_key gave kmask. Returns the number of redactions; when not 0,
+ * *out, *outlen is the redacted string (valid until the next call on r),
+ * st_redact_match gives each match and the hits are counted. Cannot fail. */
+size_t st_redact_key(struct st_redactor *r, const char *key, size_t len,
+                     uint64_t *kmask);
+size_t st_redact_value(struct st_redactor *r, const char *s, size_t len,
+                       const char *name, size_t namelen, uint64_t kmask,
+                       const char **out, size_t *outlen);
+
+/* The rule number (st_redact_rule_name) of match i of the last call. */
+unsigned st_redact_match_rule(const struct st_redactor *r, size_t i);
+
+/* Takes back one hit of rule, counted by a redaction whose result was
+ * thrown away (a reader that gave up on an event and hands it to
+ * st_redact_event, which counts it again). */
+void st_redact_uncount(struct st_redactor *r, unsigned rule);
+
+/* Appends the key to a redaction's path as st_redact_event writes it:
+ * ".key", or ["key"] when the key is empty or holds '.', '[', ']', '"' or
+ * '\'. key is NUL-terminated. */
+struct st_buf;
+void st_redact_path_add_key(struct st_buf *path, const char *key);
+
 /* Redacts the raw bytes s[0..len), which need not be JSON or UTF-8 (e.g. a
  * rejected line quoted in a dead-letter record: redact it before truncating
  * it, or a cut token would no longer match). Returns a new NUL-terminated
