@@ -26,10 +26,11 @@ struct rec {
     enum rec_state state;
 };
 
-/* lock guards recs, n, cap and last_err: the main thread queues records of
- * invalid messages while the store thread queues refused ones and flushes.
- * It is held through a flush (delivery callbacks run inside it, in the
- * flushing thread), so a send waits for a flush in progress. */
+/* lock guards recs, n, cap, last_err and the redactor (it keeps scratch
+ * state): the main thread queues records of invalid messages while the
+ * store thread queues refused ones and flushes. It is held through a flush
+ * (delivery callbacks run inside it, in the flushing thread), so a send
+ * waits for a flush in progress. */
 struct st_deadletter {
     pthread_mutex_t lock;
     rd_kafka_t *rk;
@@ -141,6 +142,8 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
     int64_t created_ms = rd_kafka_message_timestamp(msg, NULL);
     int nred = 0;
     size_t redlen;
+    /* the redactor keeps scratch state: redaction is under the lock too */
+    pthread_mutex_lock(&d->lock);
     char *red = st_redact_bytes(d->redactor, msg->payload ? msg->payload : "", msg->len,
                                 &nred, &redlen);
     char *quoted = st_utf8_sanitize(red, redlen, d->raw_max);
@@ -174,7 +177,6 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
     if (!text)
         st_fatal("out of memory printing a dead-letter record");
 
-    pthread_mutex_lock(&d->lock);
     if (d->n == d->cap) {
         d->cap = d->cap ? d->cap * 2 : 16;
         d->recs = st_realloc(d->recs, d->cap * sizeof(*d->recs));

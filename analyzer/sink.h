@@ -51,7 +51,9 @@ typedef void (*st_sink_refused_cb)(void *arg, int32_t partition, int64_t offset,
  * for a part without it).
  * @locality create, destroy, batch_new, batch_destroy: any thread, while
  *   no other callback of the part runs on the same state or batch;
- *   stage, skip, seal: the thread filling the batch (the main thread);
+ *   stage, skip, seal: the thread filling the batch (the main thread),
+ *   except skip of a refused message, which the writer calls on the batch
+ *   it writes (anything skip touches outside the batch must allow that);
  *   prepare, write, isolate, end: the thread writing (the store thread).
  *   The two may run at once on different batches. */
 struct st_sink_part_ops {
