@@ -174,3 +174,71 @@ summary()
     [ -n "${BENCH_SUMMARY:-}" ] && echo "$1" >>"$BENCH_SUMMARY"
     return 0
 }
+
+# start_analyzer NAME TOPIC_SUFFIX LOG [ARGS...]: starts an analyzer of this
+# run in the background on topic TAG.TOPIC_SUFFIX, database $dsn, group and
+# Redis prefix TAG.NAME, with the extra environment in the array start_env;
+# sets apid and waits (60 s at most) until it has its partitions.
+start_analyzer()
+{
+    local name=$1 t=$2 log=$3 i
+    shift 3
+    : >"$log"
+    timeout -k 10 "$step_timeout" env SANDTRAIL_PG_DSN="$dsn" \
+        SANDTRAIL_TOPIC_EVENTS="$tag.$t" SANDTRAIL_TOPIC_DLQ="$tag.$t.dlq" \
+        SANDTRAIL_GROUP="$tag.$name" SANDTRAIL_REDIS_PREFIX="$tag.$name:" \
+        ${start_env[@]+"${start_env[@]}"} \
+        "$bin/analyzer/sandtrail-analyzer" "$@" 2>>"$log" &
+    apid=$!
+    bench_pids+=("$apid")
+    for i in $(seq 600); do
+        grep -q "assigned" "$log" && return 0
+        kill -0 "$apid" 2>/dev/null || { echo "$bench_name: the analyzer stopped:" >&2;
+            tail -5 "$log" >&2; return 1; }
+        sleep 0.1
+    done
+    echo "$bench_name: the analyzer has no partition after 60 s" >&2
+    return 1
+}
+
+# stop_analyzer PID: SIGTERM, 60 s to stop, then SIGKILL
+stop_analyzer()
+{
+    local i
+    kill -TERM "$1" 2>/dev/null || return 0
+    for i in $(seq 600); do
+        kill -0 "$1" 2>/dev/null || { wait "$1" 2>/dev/null || true; return 0; }
+        sleep 0.1
+    done
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+# make_topic SUFFIX: creates topic TAG.SUFFIX (and its dead-letter topic)
+# the way the collector does, by running it on no input
+make_topic()
+{
+    : >"$work/empty"
+    load "$work/empty" "$1"
+}
+
+# latency SENT FOUND WAIT: "p50 p99 max found sent" from the write times of
+# SENT and the finding times of FOUND ("task/run epoch" lines); a burst with
+# no finding counts as later than WAIT, shown as ">WAIT"
+latency()
+{
+    python3 - "$@" <<'PY'
+import sys
+sent = dict(l.split() for l in open(sys.argv[1]) if l.strip())
+found = dict(l.split() for l in open(sys.argv[2]) if l.strip())
+wait = float(sys.argv[3])
+lat = sorted(float(found[k]) - float(v) if k in found else float("inf")
+             for k, v in sent.items())
+if not lat:
+    print("n/a n/a n/a 0 0"); sys.exit()
+def p(q):
+    x = lat[min(len(lat) - 1, int(q * len(lat)))]
+    return ">%.0f" % wait if x == float("inf") else "%.3f" % x
+print(p(0.5), p(0.99), p(1.0), sum(1 for k in sent if k in found), len(sent))
+PY
+}
