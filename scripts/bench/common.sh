@@ -20,9 +20,14 @@ bench_init() # NAME
     root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
     cd "$root"
     eval "$(scripts/services env)"
-    if ! scripts/services status | grep -q 'kafka.*: up' ||
-        ! scripts/services status | grep -q 'postgresql.*: up' ||
-        ! scripts/services status | grep -q 'redis.*: up'; then
+    local st i
+    for i in 1 2 3; do
+        st=$(scripts/services status 2>&1 || true)
+        [ "$(grep -cE '^(kafka|postgresql|redis) .*: up$' <<<"$st")" -eq 3 ] && break
+        sleep 5
+    done
+    if [ "$(grep -cE '^(kafka|postgresql|redis) .*: up$' <<<"$st")" -ne 3 ]; then
+        echo "$st" >&2
         echo "$bench_name: the services are not up (scripts/services status)" >&2
         exit 1
     fi
@@ -184,7 +189,9 @@ start_analyzer()
     local name=$1 t=$2 log=$3 i
     shift 3
     : >"$log"
-    timeout -k 10 "$step_timeout" env SANDTRAIL_PG_DSN="$dsn" \
+    # env execs the analyzer: $! is its pid, so that a SIGKILL hits it (not
+    # a wrapper); bench_cleanup kills it whatever happens
+    env SANDTRAIL_PG_DSN="$dsn" \
         SANDTRAIL_TOPIC_EVENTS="$tag.$t" SANDTRAIL_TOPIC_DLQ="$tag.$t.dlq" \
         SANDTRAIL_GROUP="$tag.$name" SANDTRAIL_REDIS_PREFIX="$tag.$name:" \
         ${start_env[@]+"${start_env[@]}"} \

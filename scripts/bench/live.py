@@ -3,7 +3,7 @@
 --input -`), event time = the wall-clock time of writing, for the live
 benchmarks (latency, restart).
 
-  live.py RATE SECONDS BURSTS RUNS SENT.txt STATS.txt
+  live.py RATE SECONDS BURSTS RUNS SENT.txt STATS.txt [DENY_PERMILLE]
 
 Allowed proxy requests go round robin over RUNS runs (T<r>/R<r>), so that
 after RUNS events every run has been seen. BURSTS denial bursts (runs
@@ -11,6 +11,9 @@ LT<b>/LR<b>, 12 denials 0.2 s apart) start evenly over the SECONDS; their
 denials take the place of allowed requests, so the rate stays RATE.
 SENT.txt gets, per burst, "task/run <unix time>" of the moment its 10th
 denial was flushed to stdout (the earliest moment a finding can exist).
+DENY_PERMILLE (default 0) of the round-robin requests are denied instead
+(refused when a run could then reach 10 denials in 60 s: 60 * RATE / RUNS
+must stay under 10), so that the runs also hold denial state.
 STATS.txt gets "events first_write last_write max_behind_s": what was
 really written, and how far the writer fell behind its schedule at worst.
 Writes a slice every 10 ms; the lines are formatted from templates, not
@@ -21,6 +24,9 @@ import time
 ALLOW = ('{"schema":"sandtrail.event.v1","event_id":"l%d","ts":"%s",'
          '"source":{"kind":"proxy","name":"squid"},"task_id":"T%d","run_id":"R%d",'
          '"type":"request","attrs":{"host":"h%d.example","status":200}}')
+DENIED = ('{"schema":"sandtrail.event.v1","event_id":"l%d","ts":"%s",'
+          '"source":{"kind":"proxy","name":"squid"},"task_id":"T%d","run_id":"R%d",'
+          '"type":"request","decision":"deny","attrs":{"host":"h%d.example","status":403}}')
 DENY = ('{"schema":"sandtrail.event.v1","event_id":"L%d-%d","ts":"%s",'
         '"source":{"kind":"proxy","name":"squid"},"task_id":"LT%d","run_id":"LR%d",'
         '"type":"request","decision":"deny","attrs":{"host":"x%d.example","status":403}}')
@@ -35,6 +41,9 @@ def main():
     rate, seconds, bursts, runs = (int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]),
                                    int(sys.argv[4]))
     sent = open(sys.argv[5], "w")
+    permille = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+    if permille and 60 * rate / runs >= 10:
+        sys.exit("live.py: with denials, 60 * RATE / RUNS must stay under 10")
     total = int(rate * seconds)
     out = sys.stdout
     start = time.time()
@@ -70,7 +79,10 @@ def main():
         active = [b for b in active if b[1] < 12]
         for k in range(i + len(chunk), i + n):
             r = k % runs
-            chunk.append(ALLOW % (k, ts, r, r, k % 100))
+            if permille and (k * 7919) % 1000 < permille:
+                chunk.append(DENIED % (k, ts, r, r, k % 100))
+            else:
+                chunk.append(ALLOW % (k, ts, r, r, k % 100))
         out.write("\n".join(chunk) + "\n")
         out.flush()
         t = time.time()
