@@ -13,6 +13,8 @@
 #   BENCH_TIMEOUT    seconds any single step may take (default 1800)
 #   BENCH_KEEP=1     keep topics, databases, Redis keys and .local/bench-NAME
 #   BENCH_NO_DOC=1   do not write docs/benchmarks.md (print the section only)
+#   BENCH_LABEL=TEXT a line put in bold under each section's heading, e.g.
+#                    "Before the redesign: main at 640710c"
 
 bench_init() # NAME
 {
@@ -155,14 +157,18 @@ write_section()
 {
     cat "$1"
     [ "${BENCH_NO_DOC:-0}" = 1 ] && return 0
-    python3 - docs/benchmarks.md "bench-$bench_name" "$1" <<'PY'
+    python3 - docs/benchmarks.md "bench-$bench_name" "$1" "${BENCH_LABEL:-}" <<'PY'
 import os
 import sys
 
-path, name, section = sys.argv[1:4]
+path, name, section, label = sys.argv[1:5]
 begin, end = "<!-- %s:begin -->" % name, "<!-- %s:end -->" % name
 text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-block = begin + "\n" + open(section).read().rstrip("\n") + "\n" + end
+body = open(section).read().rstrip("\n")
+if label:
+    head, _, rest = body.partition("\n")
+    body = head + "\n\n**" + label + "**\n" + rest
+block = begin + "\n" + body + "\n" + end
 if begin in text and end in text:
     a, b = text.index(begin), text.index(end) + len(end)
     text = text[:a] + block + text[b:]
