@@ -52,7 +52,7 @@ def main():
     at = [max(0.0, seconds - 3) * (b + 0.5) / max(1, bursts) for b in range(bursts)]
     nextb, active = 0, []  # active: [burst, next denial index]
     slice_n = max(1, rate // 100)
-    i = 0
+    i = rr = 0
     behind = 0.0
     first = None
     while i < total:
@@ -78,7 +78,8 @@ def main():
                     tenth.append(b[0])
         active = [b for b in active if b[1] < 12]
         for k in range(i + len(chunk), i + n):
-            r = k % runs
+            r = rr % runs  # its own counter: a denial of a burst skips no run
+            rr += 1
             if permille and (k * 7919) % 1000 < permille:
                 chunk.append(DENIED % (k, ts, r, r, k % 100))
             else:
