@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates the benchmark's event stream: NDJSON, schema sandtrail.event.v1.
 
-  gen_events.py EVENTS RUNS BURSTS OUT.ndjson TRUTH.txt
+  gen_events.py EVENTS RUNS BURSTS OUT.ndjson TRUTH.txt [roundrobin]
 
 EVENTS mixed events (proxy requests, sandbox exec and file writes, broker
 token use) over RUNS concurrent runs, in event-time order over one hour. Into
@@ -9,7 +9,9 @@ BURSTS of the runs a denial burst is injected: 12 denied requests within
 30 s. Every other run is denied at most 5 times in all, so that a detector
 with a 10-in-60 s rule -- sandtrail's denial_burst, or SEC's SingleWithThreshold
 whose window runs on wall-clock time -- must flag exactly the injected runs.
-TRUTH.txt lists them, one "task/run" a line.
+TRUTH.txt lists them, one "task/run" a line. With "roundrobin", event i
+goes to run i % RUNS instead of a random run, so that every run is seen once
+EVENTS >= RUNS (the run is still drawn, to keep the rest of the stream).
 """
 import json
 import random
@@ -19,6 +21,7 @@ import sys
 def main():
     n, runs, bursts, out_path, truth_path = (int(sys.argv[1]), int(sys.argv[2]),
                                              int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    roundrobin = len(sys.argv) > 6 and sys.argv[6] == "roundrobin"
     rnd = random.Random(7)
     t0 = 1795946400  # 2026-11-29T10:00:00Z
     span = 3600.0
@@ -31,6 +34,8 @@ def main():
     normal = n - bursts * per_burst
     for i in range(normal):
         r = rnd.randrange(runs)
+        if roundrobin:
+            r = i % runs
         ts = t0 + span * i / normal
         kind = rnd.random()
         task, run = "T%06d" % r, "r%06d" % r
