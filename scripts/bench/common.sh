@@ -9,7 +9,7 @@
 # stopped or flushed here.
 #
 # Env common to the scripts:
-#   BENCH_BUILD      build folder (default build), built when missing
+#   BENCH_BUILD      build folder (default build), brought up to date first
 #   BENCH_TIMEOUT    seconds any single step may take (default 1800)
 #   BENCH_KEEP=1     keep topics, databases, Redis keys and .local/bench-NAME
 #   BENCH_NO_DOC=1   do not write docs/benchmarks.md (print the section only)
@@ -41,8 +41,9 @@ bench_init() # NAME
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sec time >/dev/null
     bdir=${BENCH_BUILD:-build}
     bin=$root/$bdir
-    [ -x "$bin/analyzer/sandtrail-analyzer" ] && [ -x "$bin/collector/sandtrail-collector" ] &&
-        [ -x "$bin/cli/sandtrail" ] || nice scripts/build "$bdir" >/dev/null
+    # always: a build left from another commit would be measured otherwise
+    # (an up-to-date build costs a second)
+    nice scripts/build "$bdir" >/dev/null
     step_timeout=${BENCH_TIMEOUT:-1800}
     work=$root/.local/bench-$bench_name
     rm -rf "$work"
