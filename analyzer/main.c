@@ -249,6 +249,9 @@ static void usage(FILE *out)
 /* One batch on the main thread's side: what the store carries (b) and the
  * events the reorder buffer released for detection in it (rel, fed to the
  * detectors, which hold pointers into them until the next detection). */
+/* one batch being filled and detected, and those in flight */
+#define NSLOTS (1 + ST_STORE_IN_FLIGHT)
+
 struct slot {
     struct st_store_batch *b;
     struct st_reorder_item *rel;
@@ -273,9 +276,10 @@ struct analyzer {
     struct st_sink *sink;
     struct st_store *store;
     struct st_reorder *reorder;
-    /* slots[fill] is being filled; the other is in flight while the store
+    /* slots[fill] is being filled; the others may be in flight (store.h:
+     * one written, one committed)
      * is busy */
-    struct slot slots[2];
+    struct slot slots[NSLOTS];
     int fill;
     struct slot *detected; /* the slot whose batch the detectors hold */
     int gave_up; /* the store gave up during a revocation (asked to stop) */
@@ -494,7 +498,17 @@ static void dead_letter(struct analyzer *a, struct st_store_batch *b,
                   1);
 }
 
-/* Runs in the store thread after a batch's PostgreSQL commit and before
+/* The slot holding b (slots[i].b never changes after start-up: any
+ * thread may read it). */
+static struct slot *slot_of(struct analyzer *a, const struct st_store_batch *b)
+{
+    for (int i = 0; i < NSLOTS; i++)
+        if (a->slots[i].b == b)
+            return &a->slots[i];
+    st_fatal("a batch of no slot");
+}
+
+/* Runs in the store's committer thread after a batch's PostgreSQL commit and before
  * its Kafka commit: the detectors' checkpoint of that batch to Redis, on
  * the store's own connection. Idempotent (absolute values), so the store
  * runs it again after a failure; the offsets wait for it. Redis thus never
@@ -504,7 +518,7 @@ static int store_checkpoint(void *arg, const struct st_store_batch *b, char *err
                             size_t errsz)
 {
     struct analyzer *a = arg;
-    const struct slot *sl = &a->slots[a->slots[0].b == b ? 0 : 1];
+    const struct slot *sl = slot_of(a, b);
     int64_t t0 = st_time_mono_us();
     int rc = st_checkpoint_exec(sl->ckpt, a->store_redis, errstr, errsz);
     st_metric_observe(a->m_ckpt_s, (double)(st_time_mono_us() - t0) / 1e6);
@@ -668,7 +682,7 @@ static int batch_done(struct analyzer *a)
     struct st_store_batch *b = st_store_wait(a->store);
     if (!b)
         return 0;
-    struct slot *sl = &a->slots[a->slots[0].b == b ? 0 : 1];
+    struct slot *sl = slot_of(a, b);
     int failed = b->failed;
     if (!failed) {
         for (size_t i = 0; i < b->nrefused; i++)
@@ -701,8 +715,9 @@ static int batch_done(struct analyzer *a)
 static void on_revoke(int32_t partition, void *arg)
 {
     struct analyzer *a = arg;
-    if (batch_done(a))
-        a->gave_up = 1; /* run() ends with status 1 */
+    while (st_store_busy(a->store))
+        if (batch_done(a))
+            a->gave_up = 1; /* run() ends with status 1 */
     st_reorder_drop(a->reorder, partition);
     detectors_forget(a);
 }
@@ -747,17 +762,22 @@ static int run(struct analyzer *a, int drain)
                 failed = 1;
                 break;
             }
-            /* depth 1: batch N is stored and committed before N+1 goes */
-            if ((failed = batch_done(a)))
+            /* at most ST_STORE_IN_FLIGHT batches in flight: batch N is
+             * finished here before N+2 goes (N+1 is being written) */
+            while (!failed && st_store_in_flight(a->store) >= ST_STORE_IN_FLIGHT)
+                failed = batch_done(a);
+            if (failed)
                 break;
             batch_offsets(a, b);
             st_store_submit(a->store, b);
-            a->fill ^= 1;
+            a->fill = (a->fill + 1) % NSLOTS;
         } else {
             /* idle: finish the batch in flight if it is done (waiting
              * would stop the polls that may bring the next one), refresh
              * the lag */
-            if (st_store_done(a->store) && (failed = batch_done(a)))
+            while (!failed && st_store_done(a->store))
+                failed = batch_done(a);
+            if (failed)
                 break;
             detectors_idle(a, sl);
             batch_offsets(a, b);
@@ -777,8 +797,9 @@ static int run(struct analyzer *a, int drain)
     }
     /* a clean stop, or the end of --drain, waits for the batch in flight,
      * then writes the last trims */
-    if (batch_done(a))
-        failed = 1;
+    while (st_store_busy(a->store))
+        if (batch_done(a))
+            failed = 1;
     if (!rc && !failed)
         detectors_idle(a, &a->slots[a->fill]);
     slot_clear(&a->slots[a->fill]);
@@ -901,7 +922,7 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NSLOTS; i++) {
         a.slots[i].b = st_store_batch_new(a.sink, (int)a.conf.batch_max_events);
         a.slots[i].ckpt = st_checkpoint_new();
     }
@@ -933,7 +954,7 @@ int main(int argc, char **argv)
 out:
     st_consumer_destroy(a.consumer);
     st_store_destroy(a.store);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NSLOTS; i++) {
         st_store_batch_destroy(a.slots[i].b);
         st_checkpoint_destroy(a.slots[i].ckpt);
         free(a.slots[i].rel);

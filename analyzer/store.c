@@ -11,17 +11,26 @@
 #include "store.h"
 #include "timeutil.h"
 
-/* The hand-over: `in` is the batch in flight (NULL: none), `done` says the
- * thread finished it. Both under lock. Everything else is set at creation
- * (conf, metrics) or is the store thread's (commits, pg_faults). */
+/* The hand-over, all under lock. `fifo` holds the batches in flight in
+ * the order they were submitted (the oldest first): at most two, one with
+ * the writer (`to_write`) or waiting for the committer, one with the
+ * committer (`to_commit`). A batch is done when the committer finished it
+ * (or the writer gave up on it: asked to stop). Everything else is set at
+ * creation (conf, metrics) or is one thread's own (commits and pg_faults
+ * the writer's). */
+enum { RETRY_WRITER = 1, RETRY_COMMITTER = 2 };
+
 struct st_store {
     struct st_store_conf conf;
-    pthread_t thread;
+    pthread_t writer, committer;
+    int nthreads;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    struct st_store_batch *in;
-    int done, quit;
-    int retrying; /* atomic: the store thread retries a batch */
+    struct st_store_batch *fifo[ST_STORE_IN_FLIGHT];
+    int nfifo;
+    struct st_store_batch *to_write, *to_commit;
+    int quit;
+    int retrying; /* atomic: RETRY_* bits of the threads retrying a batch */
     long commits;   /* PostgreSQL commits, for fault.crash_after_pg_commits */
     long pg_faults; /* transactions failed by fault.fail_pg_commits */
     struct st_metric *m_pg_s, *m_pg_err, *m_store_s, *m_wait_s, *m_refused;
@@ -44,8 +53,9 @@ void st_store_batch_reset(struct st_store_batch *b)
     b->nmsgs = 0;
     st_findings_reset(&b->findings);
     b->nparts = 0;
-    b->failed = b->committed = 0;
+    b->failed = b->committed = b->done = 0;
     b->nrefused = 0;
+    b->submitted_us = 0;
     b->store_us = 0;
 }
 
@@ -108,7 +118,7 @@ static void on_refused(void *arg, int32_t partition, int64_t offset, const char 
 
 /* Sleeps for *backoff ms and doubles it up to the configured maximum.
  * Returns -1 (without sleeping) when asked to stop. */
-static int backoff_sleep(struct st_store *s, int64_t *backoff, const char *what,
+static int backoff_sleep(struct st_store *s, int who, int64_t *backoff, const char *what,
                          const char *errstr)
 {
     if (*s->conf.stop) {
@@ -117,7 +127,7 @@ static int backoff_sleep(struct st_store *s, int64_t *backoff, const char *what,
                  errstr);
         return -1;
     }
-    __atomic_store_n(&s->retrying, 1, __ATOMIC_RELAXED);
+    __atomic_or_fetch(&s->retrying, who, __ATOMIC_RELAXED);
     st_error("%s, retrying in %" PRId64 " ms: %s", what, *backoff, errstr);
     usleep((useconds_t)*backoff * 1000);
     *backoff = *backoff * 2 > s->conf.retry_max_backoff_ms ? s->conf.retry_max_backoff_ms
@@ -164,24 +174,43 @@ static int pg_write(struct st_store *s, struct st_store_batch *b)
          * event data */
         st_metrics_set_ready(s->conf.metrics, "a batch cannot be written to PostgreSQL or "
                                               "Redis: retrying");
-        if (backoff_sleep(s, &backoff, "batch not written", errstr))
+        if (backoff_sleep(s, RETRY_WRITER, &backoff, "batch not written", errstr))
             return -1;
     }
     return 0;
 }
 
-static int store_batch(struct st_store *s, struct st_store_batch *b)
+/* The writer: the batch's transaction. The crash fault fires here, right
+ * after the PostgreSQL commit, before the batch's checkpoint and offset
+ * commit (and maybe before the previous batch's: the committer may still
+ * hold it). Returns 0, or -1 when asked to stop. */
+static int write_batch(struct st_store *s, struct st_store_batch *b)
+{
+    if (pg_write(s, b))
+        return -1;
+    s->commits++;
+    if (s->conf.crash_after_commits && s->commits >= s->conf.crash_after_commits) {
+        st_warn("fault injection: exiting after PostgreSQL commit %ld, before its "
+                "checkpoint and Kafka commit",
+                s->commits);
+        _exit(3);
+    }
+    return 0;
+}
+
+/* The committer: the after-commit hook (the detectors' checkpoint), the
+ * dead-letter acknowledgements, then the offsets. Batches reach it in
+ * submission order, so Redis is written and offsets committed in order.
+ * Returns 0, or -1 when asked to stop. */
+static int commit_batch(struct st_store *s, struct st_store_batch *b)
 {
     char errstr[512];
     int64_t backoff = 100;
 
-    if (pg_write(s, b))
-        return -1;
-    s->commits++;
     while (s->conf.after_pg_commit &&
            s->conf.after_pg_commit(s->conf.hook_arg, b, errstr, sizeof(errstr)))
-        if (backoff_sleep(s, &backoff, "batch stored, its after-commit hook failed",
-                          errstr))
+        if (backoff_sleep(s, RETRY_COMMITTER, &backoff,
+                          "batch stored, its after-commit hook failed", errstr))
             return -1;
     /* offsets past a dead-lettered message only once Kafka has its record */
     while (st_deadletter_flush(s->conf.dlq, 5000, errstr, sizeof(errstr))) {
@@ -189,37 +218,73 @@ static int store_batch(struct st_store *s, struct st_store_batch *b)
         if (*s->conf.stop)
             return -1;
     }
-    if (s->conf.crash_after_commits && s->commits >= s->conf.crash_after_commits) {
-        st_warn("fault injection: exiting after PostgreSQL commit %ld, before the Kafka "
-                "commit",
-                s->commits);
-        _exit(3);
-    }
     b->committed = st_consumer_commit(s->conf.consumer, b->parts, b->offsets, b->nparts) == 0;
     return 0;
 }
 
-static void *store_main(void *arg)
+/* Marks b done (under lock). */
+static void finish(struct st_store *s, struct st_store_batch *b)
+{
+    b->store_us = st_time_mono_us() - b->submitted_us;
+    st_metric_observe(s->m_store_s, (double)b->store_us / 1e6);
+    b->done = 1;
+    pthread_cond_broadcast(&s->cond);
+}
+
+static void *writer_main(void *arg)
 {
     struct st_store *s = arg;
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (!s->quit && (!s->in || s->done))
+        while (!s->quit && !s->to_write)
             pthread_cond_wait(&s->cond, &s->lock);
         if (s->quit)
             break;
-        struct st_store_batch *b = s->in;
+        struct st_store_batch *b = s->to_write;
         pthread_mutex_unlock(&s->lock);
 
-        int64_t t0 = st_time_mono_us();
-        b->failed = store_batch(s, b) != 0;
-        __atomic_store_n(&s->retrying, 0, __ATOMIC_RELAXED);
-        b->store_us = st_time_mono_us() - t0;
-        st_metric_observe(s->m_store_s, (double)b->store_us / 1e6);
+        int failed = write_batch(s, b) != 0;
+        __atomic_and_fetch(&s->retrying, ~RETRY_WRITER, __ATOMIC_RELAXED);
 
         pthread_mutex_lock(&s->lock);
-        s->done = 1;
+        if (failed) {
+            b->failed = 1;
+            s->to_write = NULL;
+            finish(s, b);
+            continue;
+        }
+        /* one batch at the committer at a time, in order */
+        while (!s->quit && s->to_commit)
+            pthread_cond_wait(&s->cond, &s->lock);
+        if (s->quit)
+            break;
+        s->to_commit = b;
+        s->to_write = NULL;
         pthread_cond_broadcast(&s->cond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static void *committer_main(void *arg)
+{
+    struct st_store *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->quit && !s->to_commit)
+            pthread_cond_wait(&s->cond, &s->lock);
+        if (s->quit)
+            break;
+        struct st_store_batch *b = s->to_commit;
+        pthread_mutex_unlock(&s->lock);
+
+        int failed = commit_batch(s, b) != 0;
+        __atomic_and_fetch(&s->retrying, ~RETRY_COMMITTER, __ATOMIC_RELAXED);
+
+        pthread_mutex_lock(&s->lock);
+        b->failed = failed;
+        s->to_commit = NULL;
+        finish(s, b);
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
@@ -238,14 +303,15 @@ struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
     s->m_pg_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_pg_errors_total",
                                 "failed PostgreSQL transactions (the batch is retried)", "");
     s->m_store_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_store_seconds",
-                                 "time the store stage spent on one batch: its "
-                                 "transaction, dead-letter acknowledgements and offset "
-                                 "commit, retries included",
+                                 "time from handing a batch to the store to its being "
+                                 "done: its transaction, checkpoint, dead-letter "
+                                 "acknowledgements and offset commit, retries included",
                                  "");
     s->m_wait_s = st_metric_get(m, ST_METRIC_HISTOGRAM,
                                 "sandtrail_analyzer_store_wait_seconds",
-                                "time the main thread waited for the store stage before "
-                                "handing over the next batch (high: storage is the limit)",
+                                "time the main thread waited for the store (a free writer, "
+                                "or the oldest batch done) before handing over the next "
+                                "batch (high: storage is the limit)",
                                 "");
     s->m_refused = st_metric_get(m, ST_METRIC_COUNTER,
                                  "sandtrail_analyzer_dead_lettered_total",
@@ -253,36 +319,50 @@ struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
                                  "reason=\"" ST_DEADLETTER_STORE_REFUSED "\"");
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
-    int e = pthread_create(&s->thread, NULL, store_main, s);
+    int e = pthread_create(&s->writer, NULL, writer_main, s);
+    if (!e) {
+        s->nthreads = 1;
+        e = pthread_create(&s->committer, NULL, committer_main, s);
+    }
     if (e) {
-        snprintf(errstr, errsz, "could not start the store thread: %s", strerror(e));
-        pthread_mutex_destroy(&s->lock);
-        pthread_cond_destroy(&s->cond);
-        free(s);
+        snprintf(errstr, errsz, "could not start the store threads: %s", strerror(e));
+        st_store_destroy(s);
         return NULL;
     }
+    s->nthreads = 2;
     return s;
 }
 
 void st_store_submit(struct st_store *s, struct st_store_batch *b)
 {
+    int64_t t0 = st_time_mono_us();
     pthread_mutex_lock(&s->lock);
-    if (s->in)
-        st_fatal("a batch handed to the store while another is in flight");
-    s->in = b;
-    s->done = 0;
+    if (s->nfifo == ST_STORE_IN_FLIGHT)
+        st_fatal("a batch handed to the store while %d are in flight", ST_STORE_IN_FLIGHT);
+    /* the writer takes one batch at a time: wait until it passed the last
+     * one on to the committer */
+    while (s->to_write)
+        pthread_cond_wait(&s->cond, &s->lock);
+    b->done = 0;
+    b->submitted_us = st_time_mono_us();
+    s->fifo[s->nfifo++] = b;
+    s->to_write = b;
     pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->lock);
+    st_metric_observe(s->m_wait_s, (double)(st_time_mono_us() - t0) / 1e6);
 }
 
 struct st_store_batch *st_store_wait(struct st_store *s)
 {
     int64_t t0 = st_time_mono_us();
     pthread_mutex_lock(&s->lock);
-    struct st_store_batch *b = s->in;
-    while (b && !s->done)
+    struct st_store_batch *b = s->nfifo ? s->fifo[0] : NULL;
+    while (b && !b->done)
         pthread_cond_wait(&s->cond, &s->lock);
-    s->in = NULL;
+    if (b) {
+        memmove(&s->fifo[0], &s->fifo[1], (size_t)(s->nfifo - 1) * sizeof(s->fifo[0]));
+        s->nfifo--;
+    }
     pthread_mutex_unlock(&s->lock);
     if (b)
         st_metric_observe(s->m_wait_s, (double)(st_time_mono_us() - t0) / 1e6);
@@ -291,8 +371,13 @@ struct st_store_batch *st_store_wait(struct st_store *s)
 
 int st_store_busy(const struct st_store *s)
 {
-    /* in is written only by this (the main) thread */
-    return s->in != NULL;
+    /* nfifo shrinks and grows only on this (the main) thread */
+    return s->nfifo > 0;
+}
+
+int st_store_in_flight(const struct st_store *s)
+{
+    return s->nfifo;
 }
 
 int st_store_retrying(const struct st_store *s)
@@ -303,7 +388,7 @@ int st_store_retrying(const struct st_store *s)
 int st_store_done(struct st_store *s)
 {
     pthread_mutex_lock(&s->lock);
-    int done = s->in && s->done;
+    int done = s->nfifo > 0 && s->fifo[0]->done;
     pthread_mutex_unlock(&s->lock);
     return done;
 }
@@ -312,12 +397,17 @@ void st_store_destroy(struct st_store *s)
 {
     if (!s)
         return;
-    st_store_wait(s);
+    if (s->nthreads == 2)
+        while (st_store_wait(s))
+            ;
     pthread_mutex_lock(&s->lock);
     s->quit = 1;
     pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->lock);
-    pthread_join(s->thread, NULL);
+    if (s->nthreads >= 1)
+        pthread_join(s->writer, NULL);
+    if (s->nthreads == 2)
+        pthread_join(s->committer, NULL);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     free(s);

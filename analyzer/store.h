@@ -1,30 +1,36 @@
-/* store.h: the store stage, which makes one batch durable while the main
+/* store.h: the store stage, which makes batches durable while the main
  * thread works on the next.
  *
  * The main thread fills a `struct st_store_batch` (its messages, its staged
  * rows, its findings, the offsets to commit once it is stored) and hands it
- * over with st_store_submit. The store's thread then, for that batch:
+ * over with st_store_submit. Two threads then work on it in turn:
+ *   the writer
  *   1. writes it in one PostgreSQL transaction (st_sink_write), retrying
  *      with exponential backoff while PostgreSQL is unavailable; when
  *      PostgreSQL refuses rows for their data, dead-letters those events,
  *      removes their rows and the finding evidence naming them, and writes
- *      the rest;
- *   2. runs the after_pg_commit hook (if any) until it succeeds;
+ *      the rest; then hands it to the committer, which
+ *   2. runs the after_pg_commit hook (if any: the detectors' checkpoint to
+ *      Redis) until it succeeds;
  *   3. waits until Kafka acknowledged the dead-letter records queued so far;
  *   4. commits the batch's Kafka offsets;
- * and marks the batch done. st_store_wait returns it to the main thread.
- * Pipeline depth is 1: at most one batch is in flight, and the main thread
- * waits for it before handing over the next, so offsets are committed in
- * order and only once everything up to them is durable.
+ * and marks the batch done. st_store_wait returns the oldest batch once it
+ * is done. At most ST_STORE_IN_FLIGHT batches are in flight: while the
+ * committer finishes batch N, the writer writes N+1 and the main thread
+ * detects N+2. Batches pass each step in the order they were submitted, so
+ * Redis is written after PostgreSQL and offsets are committed in order,
+ * only once everything up to them is durable.
  *
- * The store owns the sink's connection for good (st_sink_write and
- * st_sink_isolate run only here), and a submitted batch until st_store_wait
- * returns it. It never touches the reorder buffer, the detectors or Redis:
- * what the main thread must do after a batch (forget refused events, trim
- * detector state) it reads from the batch's result fields.
+ * The writer owns the sink's connection for good (st_sink_write and
+ * st_sink_isolate run only there); the store owns a submitted batch until
+ * st_store_wait returns it. It never touches the reorder buffer, the
+ * detectors or Redis (the hook does, on its own connection): what the main
+ * thread must do after a batch (forget refused events, trim detector
+ * state) it reads from the batch's result fields.
  *
  * @locality st_store_new, st_store_submit, st_store_wait, st_store_busy,
- * st_store_destroy: one thread (the analyzer's main thread). */
+ * st_store_in_flight, st_store_done, st_store_destroy: one thread (the
+ * analyzer's main thread). */
 #ifndef ST_STORE_H
 #define ST_STORE_H
 
@@ -39,6 +45,9 @@
 #include "findings.h"
 #include "metrics.h"
 #include "sink.h"
+
+/* Batches handed over and not yet returned by st_store_wait. */
+#define ST_STORE_IN_FLIGHT 2
 
 /* One refused event, reported back to the main thread. */
 struct st_store_refused {
@@ -63,7 +72,9 @@ struct st_store_batch {
     int committed; /* Kafka took the offsets */
     struct st_store_refused *refused; /* dead-lettered by the store */
     size_t nrefused, caprefused;
-    int64_t store_us; /* time the store spent on it */
+    int done;      /* under the store's lock: the committer finished it */
+    int64_t store_us;     /* time from submission to done */
+    int64_t submitted_us; /* when it was handed over (monotonic) */
 };
 
 /* A new empty batch staging into sink's batches. */
@@ -73,7 +84,7 @@ struct st_store_batch *st_store_batch_new(struct st_sink *sink, int max_msgs);
 void st_store_batch_reset(struct st_store_batch *b);
 void st_store_batch_destroy(struct st_store_batch *b); /* accepts NULL */
 
-/* Runs in the store thread after a batch's PostgreSQL transaction
+/* Runs in the committer thread after a batch's PostgreSQL transaction
  * committed, before its offsets are: returns 0, or -1 with errstr set to be
  * called again after a backoff. */
 typedef int (*st_store_hook)(void *arg, const struct st_store_batch *b, char *errstr,
@@ -92,29 +103,38 @@ struct st_store_conf {
     void *hook_arg;
 };
 
-/* Starts the store thread (conf is copied). Returns NULL with errstr set. */
+/* Starts the store's threads (conf is copied). Returns NULL with errstr
+ * set. */
 struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
                               size_t errsz);
 
-/* Hands b over (no batch may be in flight: st_store_wait first). */
+/* Hands b over, once the writer is free (it passed the previous batch on
+ * to the committer); fewer than ST_STORE_IN_FLIGHT batches may be in
+ * flight (st_store_wait first). Adds the time waited to the store-wait
+ * metric. */
 void st_store_submit(struct st_store *s, struct st_store_batch *b);
 
-/* Waits until the batch in flight is done and returns it (NULL when none
- * is in flight); the caller owns it again. Adds the time waited to the
- * store-wait metric. */
+/* Waits until the oldest batch in flight is done and returns it (NULL when
+ * none is in flight); the caller owns it again. Adds the time waited to
+ * the store-wait metric. */
 struct st_store_batch *st_store_wait(struct st_store *s);
 
 /* 1 while a batch is in flight (done or not). */
 int st_store_busy(const struct st_store *s);
 
-/* 1 while the store retries a batch (PostgreSQL unavailable): the
- * analyzer is not ready. Any thread. */
+/* How many batches are in flight (done or not). */
+int st_store_in_flight(const struct st_store *s);
+
+/* 1 while the store retries a batch (PostgreSQL or the hook unavailable):
+ * the analyzer is not ready. Any thread. */
 int st_store_retrying(const struct st_store *s);
 
-/* 1 when a batch is in flight and done: st_store_wait would not block. */
+/* 1 when the oldest batch in flight is done: st_store_wait would not
+ * block. */
 int st_store_done(struct st_store *s);
 
-/* Waits for the batch in flight, stops the thread, frees. Accepts NULL. */
+/* Waits for every batch in flight, stops the threads, frees. Accepts
+ * NULL. */
 void st_store_destroy(struct st_store *s);
 
 #endif

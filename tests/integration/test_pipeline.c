@@ -292,12 +292,18 @@ START_TEST(pipeline_redis_outage_loses_and_duplicates_nothing)
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
                              " -X batch.max_events=8"),
                      0);
-    /* the drain in the background; Redis stops after a second, for three */
+    /* the drain in the background; Redis stops for three seconds once the
+     * analyzer has connected to it and before its first batch (it is still
+     * joining its group then: a drain done faster than any fixed pause
+     * would otherwise see no outage) */
     run(&outage, outage.name, outage.name,
         BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=8"
             " -X redis.url=redis://127.0.0.1:%d/0 2>%s & echo \\$! > %s.pid",
         port, log, log);
-    usleep(1000000);
+    snprintf(cmd, sizeof(cmd),
+             "for i in $(seq 1 300); do grep -q 'consuming' %s 2>/dev/null && exit 0;"
+             " sleep 0.1; done; exit 1", log);
+    ck_assert_msg(system(cmd) == 0, "the analyzer did not start");
     snprintf(cmd, sizeof(cmd), "redis-cli -p %d shutdown >/dev/null 2>&1; sleep 3", port);
     ck_assert_int_eq(system(cmd), 0);
     snprintf(cmd, sizeof(cmd), START_REDIS, dir, port, dir, dir, dir);
