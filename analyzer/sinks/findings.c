@@ -78,20 +78,21 @@ static void findings_destroy(void *state)
     free(p);
 }
 
-static int write_finding(struct findings_part *s, PGconn *pg, const struct st_finding *f,
-                         char *errstr, size_t errsz)
+/* Queues the three statements of one finding (upsert, its evidence rows,
+ * the refresh of what follows from them) on the pipeline. libpq copies the
+ * parameters as it queues, so the arrays are reused for the next finding.
+ * Returns 0, or -1 when the connection refused to queue. */
+static int queue_finding(struct findings_part *s, PGconn *pg, const struct st_finding *f)
 {
     char version[16], first[40], last[40];
-    int rc;
     snprintf(version, sizeof(version), "%d", f->detector_version);
     st_time_format(f->first_us, first, sizeof(first));
     st_time_format(f->last_us, last, sizeof(last));
     const char *p[10] = {f->id,     f->detector, version,    s->config_hash,
                          st_severity_name(f->severity), f->task_id, f->run_id,
                          first,     last,        f->summary};
-    if ((rc = st_sink_result(PQexecParams(pg, sql_finding, 10, NULL, p, NULL, NULL, 0),
-                  "could not upsert finding", errstr, errsz)))
-        return rc;
+    if (!PQsendQueryParams(pg, sql_finding, 10, NULL, p, NULL, NULL, 0))
+        return -1;
 
     st_buf_reset(&s->a1);
     st_buf_reset(&s->a2);
@@ -105,22 +106,67 @@ static int write_finding(struct findings_part *s, PGconn *pg, const struct st_fi
     st_pg_array_end(&s->a2);
     st_pg_array_end(&s->a3);
     const char *pe[4] = {f->id, s->a1.data, s->a2.data, s->a3.data};
-    if ((rc = st_sink_result(PQexecParams(pg, sql_finding_events, 4, NULL, pe, NULL, NULL, 0),
-                  "could not record finding evidence", errstr, errsz)))
-        return rc;
+    if (!PQsendQueryParams(pg, sql_finding_events, 4, NULL, pe, NULL, NULL, 0))
+        return -1;
     const char *pr[1] = {f->id};
-    return st_sink_result(PQexecParams(pg, sql_finding_refresh, 1, NULL, pr, NULL, NULL, 0),
-                     "could not refresh finding", errstr, errsz);
+    return PQsendQueryParams(pg, sql_finding_refresh, 1, NULL, pr, NULL, NULL, 0) ? 0 : -1;
 }
 
+/* Every finding of the batch in one round trip (libpq's pipeline mode,
+ * inside the batch's transaction): three statements per finding, run by
+ * the server in order. The first error is the part's, with its class; the
+ * statements after it are aborted by the server and the transaction is
+ * rolled back by the sink. */
 static int findings_write(void *state, void *batch, PGconn *pg, const struct st_findings *fs,
                           char *errstr, size_t errsz)
 {
-    int rc;
-    for (size_t i = 0; i < fs->n; i++)
-        if ((rc = write_finding(state, pg, &fs->items[i], errstr, errsz)))
-            return rc;
-    return ST_SINK_OK;
+    int rc = ST_SINK_OK;
+    (void)batch;
+    if (fs->n == 0)
+        return ST_SINK_OK;
+    if (!PQenterPipelineMode(pg)) {
+        snprintf(errstr, errsz, "could not upsert findings: %s", PQerrorMessage(pg));
+        return ST_SINK_RETRY;
+    }
+    for (size_t i = 0; i < fs->n && rc == ST_SINK_OK; i++)
+        if (queue_finding(state, pg, &fs->items[i]))
+            rc = ST_SINK_RETRY;
+    if (rc || !PQpipelineSync(pg)) {
+        snprintf(errstr, errsz, "could not upsert findings: %s", PQerrorMessage(pg));
+        PQexitPipelineMode(pg); /* fails while results are pending: the
+                                 * sink then drops the connection */
+        return ST_SINK_RETRY;
+    }
+    /* one result (then NULL) per statement, then the sync's */
+    for (;;) {
+        PGresult *res = PQgetResult(pg);
+        if (!res) {
+            if (PQstatus(pg) != CONNECTION_OK) {
+                snprintf(errstr, errsz, "could not upsert findings: %s", PQerrorMessage(pg));
+                return ST_SINK_RETRY;
+            }
+            continue; /* the end of one statement's results */
+        }
+        ExecStatusType st = PQresultStatus(res);
+        if (st == PGRES_PIPELINE_SYNC) {
+            PQclear(res);
+            break;
+        }
+        if (st == PGRES_PIPELINE_ABORTED) {
+            PQclear(res);
+            continue;
+        }
+        char later[256]; /* an error after the first one is not reported */
+        int one = st_sink_result(res, "could not upsert a finding", rc ? later : errstr,
+                                 rc ? sizeof(later) : errsz);
+        if (one && !rc)
+            rc = one;
+    }
+    if (!PQexitPipelineMode(pg) && rc == ST_SINK_OK) {
+        snprintf(errstr, errsz, "could not upsert findings: %s", PQerrorMessage(pg));
+        rc = ST_SINK_RETRY;
+    }
+    return rc;
 }
 
 const struct st_sink_part_ops st_sink_findings = {
