@@ -30,6 +30,9 @@ struct st_store {
     int nfifo;
     struct st_store_batch *to_write, *to_commit;
     int quit;
+    /* a batch failed (asked to stop while retrying): every later one fails
+     * too, untouched, so that no offset commit passes the failed batch */
+    int broken;
     int retrying; /* atomic: RETRY_* bits of the threads retrying a batch */
     long commits;   /* PostgreSQL commits, for fault.crash_after_pg_commits */
     long pg_faults; /* transactions failed by fault.fail_pg_commits */
@@ -241,14 +244,16 @@ static void *writer_main(void *arg)
         if (s->quit)
             break;
         struct st_store_batch *b = s->to_write;
+        int broken = s->broken;
         pthread_mutex_unlock(&s->lock);
 
-        int failed = write_batch(s, b) != 0;
+        int failed = broken || write_batch(s, b) != 0;
         __atomic_and_fetch(&s->retrying, ~RETRY_WRITER, __ATOMIC_RELAXED);
 
         pthread_mutex_lock(&s->lock);
         if (failed) {
             b->failed = 1;
+            s->broken = 1;
             s->to_write = NULL;
             finish(s, b);
             continue;
@@ -276,13 +281,15 @@ static void *committer_main(void *arg)
         if (s->quit)
             break;
         struct st_store_batch *b = s->to_commit;
+        int broken = s->broken;
         pthread_mutex_unlock(&s->lock);
 
-        int failed = commit_batch(s, b) != 0;
+        int failed = broken || commit_batch(s, b) != 0;
         __atomic_and_fetch(&s->retrying, ~RETRY_COMMITTER, __ATOMIC_RELAXED);
 
         pthread_mutex_lock(&s->lock);
         b->failed = failed;
+        s->broken |= failed;
         s->to_commit = NULL;
         finish(s, b);
     }
