@@ -20,7 +20,15 @@ int st_input_file(FILE *f, struct st_ingest *in, volatile sig_atomic_t *stop)
     size_t len;
     int too_long, r = 0, rc = 0;
 
-    while (!*stop && (r = st_linereader_next(lr, &line, &len, &too_long)) > 0) {
+    for (;;) {
+        /* a live pipe gone quiet: what was read is produced now, not when
+         * a batch fills (a slow stream would wait for minutes) */
+        if (st_linereader_would_block(lr) && st_ingest_drain(in) < 0) {
+            rc = -1;
+            break;
+        }
+        if (*stop || (r = st_linereader_next(lr, &line, &len, &too_long)) <= 0)
+            break;
         /* SIGHUP: log.level now; the canaries when no batch is in flight (a
          * file read through without a pause keeps those it started with) */
         st_ingest_reload(in);

@@ -1,12 +1,20 @@
 /* linereader.c: bounded NDJSON line reading (see linereader.h). */
+#include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "linereader.h"
 #include "log.h"
 
 struct st_linereader {
     FILE *f;
+    /* f's descriptor, read directly so that a pipe's lines are returned as
+     * they come (fread waits to fill the buffer); -1: f has none (a memory
+     * stream), read with fread */
+    int fd;
+    int err;  /* a read() failed (errno kept) */
     char *buf;
     size_t cap;   /* max_line + 1: room for one whole line and its '\n' */
     size_t max_line;
@@ -20,6 +28,7 @@ struct st_linereader *st_linereader_new(FILE *f, size_t max_line)
 {
     struct st_linereader *r = st_calloc(1, sizeof(*r));
     r->f = f;
+    r->fd = fileno(f);
     r->max_line = max_line;
     r->cap = max_line + 1;
     r->buf = st_malloc(r->cap);
@@ -44,7 +53,17 @@ static size_t fill(struct st_linereader *r)
     }
     if (r->eof || r->end == r->cap)
         return 0;
-    size_t n = fread(r->buf + r->end, 1, r->cap - r->end, r->f);
+    size_t n;
+    if (r->fd >= 0) {
+        ssize_t got;
+        do
+            got = read(r->fd, r->buf + r->end, r->cap - r->end);
+        while (got < 0 && errno == EINTR);
+        r->err = got < 0;
+        n = got > 0 ? (size_t)got : 0;
+    } else {
+        n = fread(r->buf + r->end, 1, r->cap - r->end, r->f);
+    }
     if (n == 0)
         r->eof = 1;
     r->end += n;
@@ -64,7 +83,7 @@ int st_linereader_next(struct st_linereader *r, const char **line, size_t *len,
             }
             r->start = r->end = 0;
             if (fill(r) == 0)
-                return ferror(r->f) ? -1 : 0;
+                return r->err || ferror(r->f) ? -1 : 0;
             continue;
         }
         if (nl) {
@@ -87,7 +106,7 @@ int st_linereader_next(struct st_linereader *r, const char **line, size_t *len,
             return 1;
         }
         if (fill(r) == 0) {
-            if (ferror(r->f))
+            if (r->err || ferror(r->f))
                 return -1;
             if (r->end == r->start)
                 return 0;
@@ -99,4 +118,12 @@ int st_linereader_next(struct st_linereader *r, const char **line, size_t *len,
             return 1;
         }
     }
+}
+
+int st_linereader_would_block(const struct st_linereader *r)
+{
+    if (r->fd < 0 || r->eof || memchr(r->buf + r->start, '\n', r->end - r->start))
+        return 0;
+    struct pollfd p = {.fd = r->fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 0;
 }

@@ -22,4 +22,9 @@ void st_linereader_destroy(struct st_linereader *r);
 int st_linereader_next(struct st_linereader *r, const char **line, size_t *len,
                        int *too_long);
 
+/* 1 when the next st_linereader_next would wait for input: no whole line
+ * is buffered and nothing is ready to read (a pipe or terminal that is
+ * quiet for now). A regular file never waits. */
+int st_linereader_would_block(const struct st_linereader *r);
+
 #endif

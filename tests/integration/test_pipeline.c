@@ -396,6 +396,39 @@ START_TEST(pipeline_live_analyzer_serves_metrics)
 }
 END_TEST
 
+/* A live pipe (`tail -F log | sandtrail-collector --input -`): a line is
+ * produced while the pipe stays open and quiet, not once a batch of lines
+ * has filled (a slow stream would otherwise wait for minutes, and reading
+ * waited for a megabyte of input). */
+START_TEST(pipeline_stdin_line_is_produced_while_the_pipe_is_quiet)
+{
+    struct world w;
+    char input[128], pidf[128];
+    world_init(&w, "pipe");
+    snprintf(input, sizeof(input), "/tmp/st_pipe_%d.ndjson", (int)getpid());
+    snprintf(pidf, sizeof(pidf), "/tmp/st_pipe_%d.pid", (int)getpid());
+    char *cmd = world_shf("head -n 1 " SANDTRAIL_SOURCE_DIR "/tests/data/demo.ndjson > %s",
+                          input);
+    free(cmd);
+    /* the writer keeps the pipe open for 20 s after its one line */
+    run(&w, w.name, w.name,
+        "(cat %s; sleep 20) | " BIN "/collector/sandtrail-collector --input - 2>/dev/null"
+        " & echo \\$! > %s",
+        input, pidf);
+    int count = 0;
+    for (int i = 0; i < 100 && count == 0; i++) {
+        free(topic_dump(w.topic, &count));
+        if (count == 0)
+            usleep(100000);
+    }
+    cmd = world_shf("kill $(cat %s) 2>/dev/null; rm -f %s %s", pidf, pidf, input);
+    free(cmd);
+    ck_assert_msg(count == 1, "the line was not produced while the pipe was open (%d)",
+                  count);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -404,6 +437,7 @@ int main(void)
     TCase *tc = tcase_create("services");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, pipeline_finds_the_burst_and_not_the_benign_runs);
+    tcase_add_test(tc, pipeline_stdin_line_is_produced_while_the_pipe_is_quiet);
     tcase_add_test(tc, pipeline_thresholds_come_from_config);
     tcase_add_test(tc, pipeline_rejected_line_reaches_dead_letter_topic_with_reason);
     tcase_add_test(tc, pipeline_crash_and_restart_equals_clean_run);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "linereader.h"
 
@@ -13,6 +14,36 @@ static FILE *mem(const char *data, size_t len)
     rewind(f);
     return f;
 }
+
+/* A pipe's line comes back as soon as it is written, and the reader says
+ * when it would wait (the collector then produces what it holds). */
+START_TEST(linereader_returns_a_pipe_line_as_it_comes)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    FILE *f = fdopen(p[0], "r");
+    struct st_linereader *r = st_linereader_new(f, 1 << 20);
+    const char *line;
+    size_t len;
+    int tl;
+    alarm(10); /* reading that waits for a full buffer would hang here */
+    ck_assert_int_eq(st_linereader_would_block(r), 1);
+    ck_assert_int_eq(write(p[1], "one\ntw", 6), 6);
+    ck_assert_int_eq(st_linereader_would_block(r), 0);
+    ck_assert_int_eq(st_linereader_next(r, &line, &len, &tl), 1);
+    ck_assert(len == 3 && memcmp(line, "one", 3) == 0);
+    ck_assert_int_eq(st_linereader_would_block(r), 1); /* "tw" waits for its end */
+    ck_assert_int_eq(write(p[1], "o\n", 2), 2);
+    ck_assert_int_eq(st_linereader_next(r, &line, &len, &tl), 1);
+    ck_assert(len == 3 && memcmp(line, "two", 3) == 0);
+    close(p[1]);
+    ck_assert_int_eq(st_linereader_next(r, &line, &len, &tl), 0);
+    ck_assert_int_eq(st_linereader_would_block(r), 0);
+    alarm(0);
+    st_linereader_destroy(r);
+    fclose(f);
+}
+END_TEST
 
 START_TEST(linereader_splits_lines_and_strips_crlf)
 {
@@ -91,6 +122,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, linereader_splits_lines_and_strips_crlf);
+    tcase_add_test(tc, linereader_returns_a_pipe_line_as_it_comes);
     tcase_add_test(tc, linereader_cuts_a_long_line_and_resumes_after_it);
     tcase_add_test(tc, linereader_accepts_a_line_of_exactly_the_bound);
     suite_add_tcase(s, tc);
