@@ -37,25 +37,15 @@ void st_checkpoint_destroy(struct st_checkpoint *c)
 
 void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv)
 {
-    size_t small[32] = {0};
-    int heap = argc > 32;
-    size_t *lens = heap ? st_malloc((size_t)argc * sizeof(*lens)) : small;
     char *cmd;
-
-    for (int i = 0; i < argc; i++)
-        lens[i] = strlen(argv[i]);
-    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
-    if (heap)
-        free(lens);
-    if (n < 0)
-        st_fatal("out of memory formatting a Redis command");
+    size_t n = st_rpipe_format(argc, argv, &cmd);
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 64;
         c->cmds = st_realloc(c->cmds, c->cap * sizeof(*c->cmds));
         c->lens = st_realloc(c->lens, c->cap * sizeof(*c->lens));
     }
     c->cmds[c->n] = cmd;
-    c->lens[c->n] = (size_t)n;
+    c->lens[c->n] = n;
     c->n++;
 }
 

@@ -12,6 +12,7 @@
 struct pending {
     st_rpipe_cb cb;
     void *arg;
+    int borrowed; /* the command is the caller's (st_rpipe_formatted): not freed */
 };
 
 struct script {
@@ -93,33 +94,38 @@ static void queue(struct st_rpipe *p, st_rpipe_cb cb, void *arg, char *cmd, size
     p->cmdlens[p->n] = n;
     p->pend[p->n].cb = cb;
     p->pend[p->n].arg = arg;
+    p->pend[p->n].borrowed = 0;
     p->n++;
+}
+
+size_t st_rpipe_format(int argc, const char **argv, char **cmd)
+{
+    size_t small[32] = {0};
+    int heap = argc > 32;
+    size_t *lens = heap ? st_malloc((size_t)argc * sizeof(*lens)) : small;
+
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    int n = redisFormatCommandArgv(cmd, argc, argv, lens);
+    if (heap)
+        free(lens);
+    if (n < 0)
+        st_fatal("out of memory formatting a Redis command");
+    return (size_t)n;
 }
 
 void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
                   const char **argv)
 {
-    size_t small[32] = {0};
-    int heap = argc > 32;
-    size_t *lens = heap ? st_malloc((size_t)argc * sizeof(*lens)) : small;
     char *cmd;
-
-    for (int i = 0; i < argc; i++)
-        lens[i] = strlen(argv[i]);
-    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
-    if (heap)
-        free(lens);
-    if (n < 0)
-        st_fatal("out of memory formatting a Redis command");
-    queue(p, cb, arg, cmd, (size_t)n);
+    size_t n = st_rpipe_format(argc, argv, &cmd);
+    queue(p, cb, arg, cmd, n);
 }
 
 void st_rpipe_formatted(struct st_rpipe *p, const char *cmd, size_t len)
 {
-    char *copy = st_malloc(len + 1);
-    memcpy(copy, cmd, len);
-    copy[len] = '\0';
-    queue(p, NULL, NULL, copy, len);
+    queue(p, NULL, NULL, (char *)cmd, len);
+    p->pend[p->n - 1].borrowed = 1;
 }
 
 unsigned long st_rpipe_sent(const struct st_rpipe *p)
@@ -166,7 +172,8 @@ void st_rpipe_script(struct st_rpipe *p, st_rpipe_cb cb, void *arg, const char *
 void st_rpipe_discard(struct st_rpipe *p)
 {
     for (size_t i = 0; i < p->n; i++)
-        redisFreeCommand(p->cmds[i]);
+        if (!p->pend[i].borrowed)
+            redisFreeCommand(p->cmds[i]);
     p->n = 0;
 }
 

@@ -31,8 +31,13 @@ void st_rpipe_destroy(struct st_rpipe *p);
 void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
                   const char **argv);
 
-/* Queues a command already in the protocol's form (checkpoint.h), copied,
- * with no callback. */
+/* Formats a command in the protocol's form into *cmd (free with
+ * redisFreeCommand); returns its length. */
+size_t st_rpipe_format(int argc, const char **argv, char **cmd);
+
+/* Queues a command already in the protocol's form (checkpoint.h), with no
+ * callback. Not copied: cmd stays the caller's and must live until the
+ * next st_rpipe_exec or st_rpipe_discard returns. */
 void st_rpipe_formatted(struct st_rpipe *p, const char *cmd, size_t len);
 
 /* Commands sent so far on p (every exec), for tests and logs. */

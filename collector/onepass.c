@@ -339,76 +339,6 @@ static inline void ws(struct st_onepass *p)
         p->p++;
 }
 
-/* The length of the UTF-8 sequence at s (json.c's utf8_seq_len), -1 when
- * invalid. */
-static int utf8_len(const unsigned char *s, size_t left)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        return left >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : -1;
-    if (c >= 0xE0 && c <= 0xEF) {
-        if (left < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 ||
-            (c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] >= 0xA0))
-            return -1;
-        return 3;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-        if (left < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 ||
-            (s[3] & 0xC0) != 0x80 || (c == 0xF0 && s[1] < 0x90) ||
-            (c == 0xF4 && s[1] >= 0x90))
-            return -1;
-        return 4;
-    }
-    return -1;
-}
-
-/* 1 when s[0..n) holds no control byte and only valid UTF-8 (jp_bytes_ok). */
-static int bytes_ok(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        if (i + 8 <= n) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (!(((w - 0x2020202020202020u) | w) & 0x8080808080808080u)) {
-                i += 8;
-                continue;
-            }
-        }
-        if (s[i] < 0x20)
-            return 0;
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int len = utf8_len(s + i, n - i);
-        if (len < 0)
-            return 0;
-        i += (size_t)len;
-    }
-    return 1;
-}
-
-static int hex4(const unsigned char *s, const unsigned char *end, unsigned *out)
-{
-    unsigned v = 0;
-    if (end - s < 4)
-        return -1;
-    for (int i = 0; i < 4; i++) {
-        int h = s[i] >= '0' && s[i] <= '9'   ? s[i] - '0'
-                : s[i] >= 'a' && s[i] <= 'f' ? s[i] - 'a' + 10
-                : s[i] >= 'A' && s[i] <= 'F' ? s[i] - 'A' + 10
-                                             : -1;
-        if (h < 0)
-            return -1;
-        v = v << 4 | (unsigned)h;
-    }
-    *out = v;
-    return 0;
-}
-
 /* p->p at the opening quote: the decoded string in *s, *n (in the line when
  * it has no escape, *plain then set: it needs none in the output either;
  * else in p->str). -1 (bail) where jp_string fails. */
@@ -445,7 +375,7 @@ static int read_string(struct st_onepass *p, const char **s, size_t *n, int *pla
             q++;
             continue;
         }
-        int len = utf8_len(q, (size_t)(end - q));
+        int len = st_json_utf8_len(q, (size_t)(end - q));
         if (len < 0)
             return bail(p);
         q += len;
@@ -460,7 +390,7 @@ static int read_string(struct st_onepass *p, const char **s, size_t *n, int *pla
     const unsigned char *e = q; /* the first backslash */
     while (e < p->end && *e != '"')
         e += *e == '\\' ? 2 : 1;
-    if (e >= p->end || !bytes_ok(b, (size_t)(e - b)))
+    if (e >= p->end || !st_json_bytes_ok(b, (size_t)(e - b)))
         return bail(p);
     struct st_buf *o = &p->str;
     st_buf_reset(o);
@@ -484,13 +414,13 @@ static int read_string(struct st_onepass *p, const char **s, size_t *n, int *pla
         case 'u': break;
         default: return bail(p);
         }
-        if (hex4(x + 1, e, &cp))
+        if (st_json_hex4(x + 1, e, &cp))
             return bail(p);
         x += 5;
         if (cp >= 0xDC00 && cp <= 0xDFFF)
             return bail(p);
         if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (e - x < 6 || x[0] != '\\' || x[1] != 'u' || hex4(x + 2, e, &lo) ||
+            if (e - x < 6 || x[0] != '\\' || x[1] != 'u' || st_json_hex4(x + 2, e, &lo) ||
                 lo < 0xDC00 || lo > 0xDFFF)
                 return bail(p);
             x += 6;

@@ -8,7 +8,7 @@
 #include "json.h"
 #include "log.h"
 
-static int utf8_seq_len(const unsigned char *p, size_t left)
+int st_json_utf8_len(const unsigned char *p, size_t left)
 {
     unsigned char c = p[0];
     if (c < 0x80)
@@ -42,7 +42,7 @@ int st_utf8_valid(const char *buf, size_t len)
     const unsigned char *p = (const unsigned char *)buf;
     size_t i = 0;
     while (i < len) {
-        int n = utf8_seq_len(p + i, len - i);
+        int n = st_json_utf8_len(p + i, len - i);
         if (n < 0)
             return 0;
         i += (size_t)n;
@@ -58,7 +58,7 @@ char *st_utf8_sanitize(const char *buf, size_t len, size_t max)
     size_t i = 0, o = 0;
 
     while (i < len && o < cap) {
-        int n = utf8_seq_len(p + i, len - i);
+        int n = st_json_utf8_len(p + i, len - i);
         if (n < 0 || p[i] == 0) {
             out[o++] = '?';
             i++;
@@ -92,7 +92,7 @@ static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
             return -1;
         }
         if (c >= 0x80) {
-            int n = utf8_seq_len(p + i, len - i);
+            int n = st_json_utf8_len(p + i, len - i);
             if (n < 0) {
                 rej->code = ST_REASON_UTF8;
                 snprintf(rej->msg, sizeof(rej->msg),
@@ -213,7 +213,7 @@ static void *jp_fail(struct jp *j, const unsigned char *at)
     return NULL;
 }
 
-static int jp_hex4(const unsigned char *p, const unsigned char *end, unsigned *out)
+int st_json_hex4(const unsigned char *p, const unsigned char *end, unsigned *out)
 {
     unsigned v = 0;
     if (end - p < 4)
@@ -233,7 +233,7 @@ static int jp_hex4(const unsigned char *p, const unsigned char *end, unsigned *o
 
 /* 1 when s[0..n), the raw bytes of a string, hold no control byte and only
  * valid UTF-8; eight bytes at a time while they are printable ASCII. */
-static int jp_bytes_ok(const unsigned char *s, size_t n)
+int st_json_bytes_ok(const unsigned char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -251,7 +251,7 @@ static int jp_bytes_ok(const unsigned char *s, size_t n)
             i++;
             continue;
         }
-        int len = utf8_seq_len(s + i, n - i);
+        int len = st_json_utf8_len(s + i, n - i);
         if (len < 0)
             return 0;
         i += (size_t)len;
@@ -267,7 +267,7 @@ static char *jp_string(struct jp *j)
     const unsigned char *bs = q ? memchr(s, '\\', (size_t)(q - s)) : NULL;
     if (q && !bs) {
         size_t n = (size_t)(q - s);
-        if (!jp_bytes_ok(s, n))
+        if (!st_json_bytes_ok(s, n))
             return jp_fail(j, s);
         char *out = malloc(n + 1);
         if (!out)
@@ -283,7 +283,7 @@ static char *jp_string(struct jp *j)
         e += *e == '\\' ? 2 : 1;
     if (e >= j->end)
         return jp_fail(j, j->end);
-    if (!jp_bytes_ok(s, (size_t)(e - s)))
+    if (!st_json_bytes_ok(s, (size_t)(e - s)))
         return jp_fail(j, s);
     char *out = malloc((size_t)(e - s) + 1);
     if (!out)
@@ -306,7 +306,7 @@ static char *jp_string(struct jp *j)
         case 'u': break;
         default: free(out); return jp_fail(j, at);
         }
-        if (jp_hex4(x + 1, e, &cp)) {
+        if (st_json_hex4(x + 1, e, &cp)) {
             free(out);
             return jp_fail(j, at);
         }
@@ -316,7 +316,7 @@ static char *jp_string(struct jp *j)
             return jp_fail(j, at);
         }
         if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (e - x < 6 || x[0] != '\\' || x[1] != 'u' || jp_hex4(x + 2, e, &lo) ||
+            if (e - x < 6 || x[0] != '\\' || x[1] != 'u' || st_json_hex4(x + 2, e, &lo) ||
                 lo < 0xDC00 || lo > 0xDFFF) {
                 free(out);
                 return jp_fail(j, at);

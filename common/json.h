@@ -43,6 +43,17 @@ struct st_reject {
  * PostgreSQL's numeric, and so jsonb, can hold. */
 #define ST_JSON_MAX_SCALE 16383
 
+/* The scanning rules of the strict parser, shared with the collector's one
+ * pass (collector/onepass.c) so that both accept the same strings.
+ * st_json_utf8_len: bytes of the UTF-8 sequence at s (left bytes remain),
+ * -1 when it is not valid (overlong, a UTF-16 surrogate, above U+10FFFF).
+ * st_json_bytes_ok: 1 when s[0..n), a string's raw bytes, hold no control
+ * byte and only valid UTF-8. st_json_hex4: the four hex digits at s (not
+ * past end) in *out; 0, or -1 when they are not four hex digits. */
+int st_json_utf8_len(const unsigned char *s, size_t left);
+int st_json_bytes_ok(const unsigned char *s, size_t n);
+int st_json_hex4(const unsigned char *s, const unsigned char *end, unsigned *out);
+
 /* Parses buf[0..len) as one JSON document after checking that it is valid
  * UTF-8 without NUL bytes, nested at most ST_JSON_MAX_DEPTH deep, and has no
  * duplicate key in any object. A number must be a finite double and need at
