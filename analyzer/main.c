@@ -20,6 +20,10 @@
  * leaves the same rows
  * (docs/architecture.md).
  *
+ * analyzer.role (role.h) keeps one half: store (no detector, no Redis) or
+ * detect (no events rows, no evidence, no dead-letter records); the sink
+ * has only the role's parts (sink.c).
+ *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
  * 64 usage; 78 configuration (also when Kafka refuses our login or
  * certificate). */
