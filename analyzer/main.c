@@ -312,7 +312,8 @@ static void metrics_init(struct analyzer *a)
                                 "events consumed and stored", "");
     a->m_invalid = st_metric_get(m, ST_METRIC_COUNTER,
                                  "sandtrail_analyzer_events_invalid_total",
-                                 "messages that are not valid events (dead-lettered)", "");
+                                 "messages that are not valid events (dead-lettered, but "
+                                 "by the store role when analyzer.role=detect)", "");
     a->m_late = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_events_late_total",
                               "events that arrived after their partition's watermark", "");
     a->m_skewed = st_metric_get(m, ST_METRIC_COUNTER,
