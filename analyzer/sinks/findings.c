@@ -72,6 +72,12 @@ static void *findings_create(const struct st_analyzer_conf *conf, char *errstr,
     return p;
 }
 
+static int findings_prepare(void *state, PGconn *pg, char *errstr, size_t errsz)
+{
+    struct findings_part *p = state;
+    return p->lock ? st_pg_exec(pg, ST_REFRESH_ISOLATION, errstr, errsz) : 0;
+}
+
 static void findings_destroy(void *state)
 {
     struct findings_part *p = state;
@@ -184,5 +190,6 @@ const struct st_sink_part_ops st_sink_findings = {
     .name = "findings",
     .create = findings_create,
     .destroy = findings_destroy,
+    .prepare = findings_prepare,
     .write = findings_write,
 };

@@ -56,6 +56,12 @@ static void *refresh_create(const struct st_analyzer_conf *conf, char *errstr,
     return st_calloc(1, sizeof(struct refresh_part));
 }
 
+static int refresh_prepare(void *state, PGconn *pg, char *errstr, size_t errsz)
+{
+    (void)state;
+    return st_pg_exec(pg, ST_REFRESH_ISOLATION, errstr, errsz);
+}
+
 static void refresh_destroy(void *state)
 {
     struct refresh_part *p = state;
@@ -137,6 +143,7 @@ const struct st_sink_part_ops st_sink_refresh = {
     .name = "refresh",
     .create = refresh_create,
     .destroy = refresh_destroy,
+    .prepare = refresh_prepare,
     .batch_new = refresh_batch_new,
     .batch_destroy = refresh_batch_destroy,
     .stage = refresh_stage,

@@ -11,7 +11,10 @@
  * Both roles take one advisory transaction lock (ST_REFRESH_LOCK) before
  * their refresh, so that one of the two always sees the other's committed
  * rows: without it each could refresh under a snapshot lacking the other's
- * uncommitted rows, and the finding would keep its partial values. */
+ * uncommitted rows, and the finding would keep its partial values. The
+ * argument needs each statement's own snapshot (read committed: the one
+ * taken after the lock is granted), so both roles' connections set it
+ * (ST_REFRESH_ISOLATION), whatever the server's default. */
 #ifndef ST_SINK_REFRESH_H
 #define ST_SINK_REFRESH_H
 
@@ -19,6 +22,10 @@
 
 /* pg_advisory_xact_lock key shared by the two roles (arbitrary, fixed). */
 #define ST_REFRESH_LOCK "SELECT pg_advisory_xact_lock(5357224131)"
+
+/* Run once per connection by both roles (a part's prepare). */
+#define ST_REFRESH_ISOLATION                                                   \
+    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 extern const struct st_sink_part_ops st_sink_refresh;
 
