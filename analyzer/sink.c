@@ -221,7 +221,8 @@ int st_sink_isolate(struct st_sink *s, struct st_sink_batch *b, st_sink_refused_
     }
     for (size_t i = 0; i < NPARTS && rc == ST_SINK_OK; i++)
         if (OP(s, i, isolate))
-            rc = OP(s, i, isolate)(s->state[i], b->part[i], s->pg, cb, arg, errstr, errsz);
+            rc = OP(s, i, isolate)(s->state[i], b->part[i], s->pg, cb, arg, errstr,
+                                   errsz);
     st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
     if (PQstatus(s->pg) != CONNECTION_OK) {
         PQfinish(s->pg);
@@ -249,7 +250,8 @@ int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_fi
         goto fail;
     }
     for (size_t i = 0; i < NPARTS; i++)
-        if (s->on[i] && (rc = OP(s, i, write)(s->state[i], b->part[i], s->pg, fs, errstr, errsz)))
+        if (s->on[i] &&
+            (rc = OP(s, i, write)(s->state[i], b->part[i], s->pg, fs, errstr, errsz)))
             goto fail;
     PGresult *res = PQexec(s->pg, "COMMIT");
     if ((rc = st_sink_result(res, "could not commit", errstr, errsz)))

@@ -169,10 +169,9 @@ static void assert_same(const struct world *ref, const struct world *pair)
         free(x);
         free(y);
     }
-    char *audit_ref = world_shf("SANDTRAIL_PG_DSN='%s' " CLI " evidence audit 2>&1; echo $?",
-                                ref->dsn);
-    char *audit_pair = world_shf("SANDTRAIL_PG_DSN='%s' " CLI " evidence audit 2>&1; echo $?",
-                                 pair->dsn);
+#define AUDIT "SANDTRAIL_PG_DSN='%s' " CLI " evidence audit 2>&1; echo $?"
+    char *audit_ref = world_shf(AUDIT, ref->dsn);
+    char *audit_pair = world_shf(AUDIT, pair->dsn);
     ck_assert_msg(strstr(audit_ref, "intact"), "%s", audit_ref);
     ck_assert_str_eq(audit_pair, audit_ref);
     free(audit_ref);
@@ -249,8 +248,8 @@ END_TEST
  * offsets the other role has not seen: it refuses to start. */
 START_TEST(roles_refuse_the_default_group)
 {
-    char *out = world_sh(ANALYZER " -X analyzer.role=detect -X kafka.group=sandtrail-analyzer"
-                                  " 2>&1; echo $?");
+    char *out = world_sh(ANALYZER " -X analyzer.role=detect"
+                                  " -X kafka.group=sandtrail-analyzer 2>&1; echo $?");
     ck_assert_msg(strstr(out, "needs a consumer group of its own"), "%s", out);
     ck_assert_msg(strstr(out, "\n78\n"), "%s", out);
     free(out);
