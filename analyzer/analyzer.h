@@ -8,6 +8,8 @@
 #include "override.h"
 
 struct st_analyzer_conf {
+    char *role_name; /* analyzer.role */
+    int role;        /* its enum st_role (role.h), set by main after loading */
     char *brokers;
     struct st_kafka_props kafka; /* kafka.rdkafka.*, kafka.sasl.password_file */
     char *topic_events;

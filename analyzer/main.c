@@ -20,6 +20,10 @@
  * leaves the same rows
  * (docs/architecture.md).
  *
+ * analyzer.role (role.h) keeps one half: store (no detector, no Redis) or
+ * detect (no events rows, no evidence, no dead-letter records); the sink
+ * has only the role's parts (sink.c).
+ *
  * Exit status: 0 stopped cleanly (or --drain caught up); 1 runtime failure;
  * 64 usage; 78 configuration (also when Kafka refuses our login or
  * certificate). */
@@ -45,6 +49,7 @@
 #include "pg.h"
 #include "registry.h"
 #include "reorder.h"
+#include "role.h"
 #include "rpipe.h"
 #include "sink.h"
 #include "sources.h"
@@ -58,6 +63,13 @@
 #define A(field) offsetof(struct st_analyzer_conf, field)
 
 static const struct st_conf_prop analyzer_props[] = {
+    {"analyzer.role", "SANDTRAIL_ANALYZER_ROLE", ST_CONF_STR, A(role_name), 0, 0, "all",
+     "all: store every event and detect, in one transaction per batch; store: "
+     "events, evidence and dead-letter records only (no detector, no Redis); "
+     "detect: findings and alerts only (no events rows, no evidence; invalid "
+     "messages counted, not dead-lettered). A store and a detect analyzer read "
+     "the same topic in two consumer groups of their own (kafka.group must be set, "
+     "not the default); docs/architecture.md, \"Two roles\""},
     {"kafka.brokers", "SANDTRAIL_KAFKA_BROKERS", ST_CONF_STR, A(brokers), 0, 0,
      "127.0.0.1:19092", "Kafka bootstrap servers"},
     {"kafka.sasl.password_file", "SANDTRAIL_KAFKA_PASSWORD_FILE", ST_CONF_STR,
@@ -300,7 +312,8 @@ static void metrics_init(struct analyzer *a)
                                 "events consumed and stored", "");
     a->m_invalid = st_metric_get(m, ST_METRIC_COUNTER,
                                  "sandtrail_analyzer_events_invalid_total",
-                                 "messages that are not valid events (dead-lettered)", "");
+                                 "messages that are not valid events (dead-lettered, but "
+                                 "by the store role when analyzer.role=detect)", "");
     a->m_late = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_events_late_total",
                               "events that arrived after their partition's watermark", "");
     a->m_skewed = st_metric_get(m, ST_METRIC_COUNTER,
@@ -404,6 +417,8 @@ static void metrics_lag(struct analyzer *a, const int32_t *parts, const int64_t 
 
 static void detectors_reset(struct analyzer *a)
 {
+    if (!a->registry)
+        return; /* analyzer.role=store, or not started */
     for (int i = 0; st_detectors[i]; i++)
         st_detectors[i]->reset_batch(a->det_state[i]);
 }
@@ -535,6 +550,8 @@ static int store_checkpoint(void *arg, const struct st_store_batch *b, char *err
 static void detectors_after_commit(struct analyzer *a)
 {
     struct st_detect_ctx ctx = detect_ctx(a, NULL);
+    if (!a->registry)
+        return; /* analyzer.role=store */
     ctx.seq = a->committed_seq;
     for (int d = 0; st_detectors[d]; d++)
         if (st_detectors[d]->after_commit)
@@ -552,7 +569,7 @@ static void detectors_idle(struct analyzer *a, struct slot *sl)
     struct st_detect_ctx ctx = detect_ctx(a, sl);
     char errstr[512];
 
-    if (st_store_busy(a->store))
+    if (!a->registry || st_store_busy(a->store))
         return;
     st_checkpoint_clear(sl->ckpt);
     ctx.seq = a->ck_seq + 1;
@@ -608,7 +625,13 @@ static void ingest(struct analyzer *a, struct st_store_batch *b, int64_t now)
         if (st_event_parse(&ev, m->payload, m->len, &rej)) {
             a->invalid++;
             st_metric_add(a->m_invalid, 1);
-            dead_letter(a, b, m, rej.code, rej.msg);
+            if (a->conf.role == ST_ROLE_DETECT)
+                /* the store role dead-letters it: one record per message */
+                st_warn("skipping the message at %s [%" PRId32 "] offset %" PRId64
+                        ": %s (not dead-lettered by the detect role)",
+                        rd_kafka_topic_name(m->rkt), m->partition, m->offset, rej.code);
+            else
+                dead_letter(a, b, m, rej.code, rej.msg);
             st_reorder_note(a->reorder, m->partition, m->offset);
             continue;
         }
@@ -624,7 +647,12 @@ static void ingest(struct analyzer *a, struct st_store_batch *b, int64_t now)
             st_metric_add(a->m_skewed, 1);
             ev.ts_us = recv_us;
         }
-        st_reorder_push(a->reorder, m->partition, m->offset, &ev, now, skewed);
+        if (st_role_detects(a->conf.role))
+            st_reorder_push(a->reorder, m->partition, m->offset, &ev, now, skewed);
+        else { /* nothing to detect: its offset is done once stored */
+            st_reorder_note(a->reorder, m->partition, m->offset);
+            st_event_fini(&ev);
+        }
         a->events++;
         st_metric_add(a->m_events, 1);
     }
@@ -758,7 +786,7 @@ static int run(struct analyzer *a, int drain)
                 a->late += sl->rel[i].late;
                 st_metric_add(a->m_late, sl->rel[i].late);
             }
-            if (detect(a, sl)) {
+            if (a->registry && detect(a, sl)) { /* the store role has none */
                 failed = 1;
                 break;
             }
@@ -853,6 +881,19 @@ int main(int argc, char **argv)
                  a.conf.state_evict_s, a.conf.state_ttl_s);
         goto conf_error;
     }
+    if ((a.conf.role = st_role_parse(a.conf.role_name)) < 0) {
+        snprintf(errstr, sizeof(errstr),
+                 "analyzer.role \"%s\" is not all, store or detect", a.conf.role_name);
+        goto conf_error;
+    }
+    if (a.conf.role != ST_ROLE_ALL && strcmp(a.conf.group, ST_ROLE_DEFAULT_GROUP) == 0) {
+        /* its commits would pass offsets the other role has not seen */
+        snprintf(errstr, sizeof(errstr),
+                 "analyzer.role=%s needs a consumer group of its own: set kafka.group "
+                 "(e.g. \"sandtrail-%s\"), not the default \"%s\"",
+                 a.conf.role_name, a.conf.role_name, ST_ROLE_DEFAULT_GROUP);
+        goto conf_error;
+    }
     origin.config_file = config_file;
     origin.sets = sets; /* freed at exit: a reload reads them again */
     origin.nsets = nsets;
@@ -892,10 +933,11 @@ int main(int argc, char **argv)
     a.sources = st_sources_new(a.metrics);
     if (!(a.sink = st_sink_new(&a.conf, errstr, sizeof(errstr))) ||
         !(a.dlq = st_deadletter_new(&a.conf, errstr, sizeof(errstr))) ||
-        !(a.redis = st_rpipe_new(a.conf.redis_url, a.conf.redis_password_file, errstr,
-                                 sizeof(errstr))) ||
-        !(a.store_redis = st_rpipe_new(a.conf.redis_url, a.conf.redis_password_file,
-                                       errstr, sizeof(errstr))) ||
+        (st_role_detects(a.conf.role) && /* store role: no Redis at all */
+         (!(a.redis = st_rpipe_new(a.conf.redis_url, a.conf.redis_password_file, errstr,
+                                   sizeof(errstr))) ||
+          !(a.store_redis = st_rpipe_new(a.conf.redis_url, a.conf.redis_password_file,
+                                         errstr, sizeof(errstr))))) ||
         !(a.consumer = st_consumer_new(&a.conf, errstr, sizeof(errstr)))) {
         st_error("%s", errstr);
         goto out;
@@ -914,7 +956,7 @@ int main(int argc, char **argv)
             .fail_pg_commits = a.conf.fail_pg_commits,
             .crash_after_commits = a.conf.crash_after_commits,
             .stop = &stop,
-            .after_pg_commit = store_checkpoint,
+            .after_pg_commit = a.redis ? store_checkpoint : NULL,
             .hook_arg = &a,
         };
         if (!(a.store = st_store_new(&sc, errstr, sizeof(errstr)))) {
@@ -926,27 +968,30 @@ int main(int argc, char **argv)
         a.slots[i].b = st_store_batch_new(a.sink, (int)a.conf.batch_max_events);
         a.slots[i].ckpt = st_checkpoint_new();
     }
-    a.registry = st_registry_new(&a.conf);
     a.reorder = st_reorder_new(a.conf.lateness_s * 1000000);
-    for (int i = 0; st_detectors[i]; i++)
-        a.det_state[i] = st_detectors[i]->create(&a.conf);
+    if (st_role_detects(a.conf.role)) {
+        a.registry = st_registry_new(&a.conf);
+        for (int i = 0; st_detectors[i]; i++)
+            a.det_state[i] = st_detectors[i]->create(&a.conf);
+    }
 
-    st_info("consuming \"%s\" as group \"%s\"%s", a.conf.topic_events, a.conf.group,
-            drain ? " until caught up" : "");
+    st_info("consuming \"%s\" as group \"%s\" (analyzer.role=%s)%s", a.conf.topic_events,
+            a.conf.group, st_role_name(a.conf.role), drain ? " until caught up" : "");
     status = run(&a, drain) ? 1 : 0;
     /* the store is idle now: its connection's counter is read safely */
     st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
             "findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
             " state_evictions=%" PRId64 " state_runs=%" PRId64,
             a.events, a.invalid, a.refused, a.late, a.skewed, a.batches,
-            a.findings_written, st_rpipe_sent(a.redis) + st_rpipe_sent(a.store_redis),
+            a.findings_written,
+            a.redis ? st_rpipe_sent(a.redis) + st_rpipe_sent(a.store_redis) : 0,
             a.stats.loads, a.stats.evictions, a.stats.runs);
 
     /* closing the consumer revokes its partitions, and the rebalance
      * callback drops them from the reorder buffer: close it first */
     st_consumer_destroy(a.consumer);
     a.consumer = NULL;
-    for (int i = 0; st_detectors[i]; i++)
+    for (int i = 0; a.registry && st_detectors[i]; i++)
         st_detectors[i]->destroy(a.det_state[i]);
     st_registry_destroy(a.registry);
     a.registry = NULL;

@@ -1,5 +1,5 @@
 /* sink.c: one PostgreSQL transaction per batch over the outputs listed in
- * parts[] (see sink.h). */
+ * parts[] that the analyzer's role writes (see sink.h and role.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,20 +7,34 @@
 #include "buf.h"
 #include "log.h"
 #include "pg.h"
+#include "role.h"
 #include "sink.h"
 #include "sinks/events.h"
 #include "sinks/evidence.h"
 #include "sinks/findings.h"
 #include "sinks/outbox.h"
+#include "sinks/refresh.h"
+
+#define ALL (1u << ST_ROLE_ALL)
+#define STORE (1u << ST_ROLE_STORE)
+#define DETECT (1u << ST_ROLE_DETECT)
 
 /* The order in which one transaction writes them: a later part may read
- * the rows an earlier one wrote (a finding's refresh reads its events). */
-static const struct st_sink_part_ops *const parts[] = {
-    &st_sink_events,
-    &st_sink_evidence, /* reads the rows events wrote */
-    &st_sink_findings,
-    &st_sink_outbox, /* reads the findings just written */
-    NULL,
+ * the rows an earlier one wrote (a finding's refresh reads its events).
+ * roles: the analyzer.role values whose transactions write the part; this
+ * is the one place that says what each role writes. */
+static const struct part {
+    const struct st_sink_part_ops *ops;
+    unsigned roles;
+} parts[] = {
+    {&st_sink_events, ALL | STORE},
+    {&st_sink_evidence, ALL | STORE}, /* reads the rows events wrote */
+    /* detection runs in another analyzer: its findings may have been
+     * written before these events */
+    {&st_sink_refresh, STORE},
+    {&st_sink_findings, ALL | DETECT},
+    {&st_sink_outbox, ALL | DETECT}, /* reads the findings just written */
+    {NULL, 0},
 };
 
 #define NPARTS (sizeof(parts) / sizeof(parts[0]) - 1)
@@ -31,6 +45,7 @@ static const struct st_sink_part_ops *const parts[] = {
 struct st_sink {
     PGconn *pg;
     char *dsn;
+    int on[NPARTS]; /* the role writes parts[i] */
     void *state[NPARTS];
 };
 
@@ -41,6 +56,9 @@ struct st_sink_batch {
     void *part[NPARTS];
     size_t staged;
 };
+
+/* parts[i]'s callback cb when the role writes it, else NULL */
+#define OP(s, i, cb) ((s)->on[i] ? parts[i].ops->cb : NULL)
 
 int st_sink_error_class(const PGresult *res)
 {
@@ -76,7 +94,7 @@ static int sink_connect(struct st_sink *s, char *errstr, size_t errsz)
     if (!s->pg)
         return ST_SINK_RETRY;
     for (size_t i = 0; i < NPARTS; i++) {
-        if (parts[i]->prepare && parts[i]->prepare(s->state[i], s->pg, errstr, errsz)) {
+        if (OP(s, i, prepare) && OP(s, i, prepare)(s->state[i], s->pg, errstr, errsz)) {
             PQfinish(s->pg);
             s->pg = NULL;
             return ST_SINK_RETRY;
@@ -90,9 +108,11 @@ struct st_sink *st_sink_new(const struct st_analyzer_conf *conf, char *errstr,
 {
     struct st_sink *s = st_calloc(1, sizeof(*s));
     s->dsn = st_strdup(conf->pg_dsn);
+    for (size_t i = 0; i < NPARTS; i++)
+        s->on[i] = (parts[i].roles >> conf->role) & 1;
     for (size_t i = 0; i < NPARTS; i++) {
-        if (parts[i]->create &&
-            !(s->state[i] = parts[i]->create(conf, errstr, errsz))) {
+        if (OP(s, i, create) &&
+            !(s->state[i] = OP(s, i, create)(conf, errstr, errsz))) {
             st_sink_destroy(s);
             return NULL;
         }
@@ -110,8 +130,8 @@ void st_sink_destroy(struct st_sink *s)
         return;
     PQfinish(s->pg);
     for (size_t i = 0; i < NPARTS; i++)
-        if (parts[i]->destroy)
-            parts[i]->destroy(s->state[i]);
+        if (OP(s, i, destroy))
+            OP(s, i, destroy)(s->state[i]);
     free(s->dsn);
     free(s);
 }
@@ -121,8 +141,8 @@ struct st_sink_batch *st_sink_batch_new(struct st_sink *s)
     struct st_sink_batch *b = st_calloc(1, sizeof(*b));
     b->sink = s;
     for (size_t i = 0; i < NPARTS; i++)
-        if (parts[i]->batch_new)
-            b->part[i] = parts[i]->batch_new(s->state[i]);
+        if (OP(s, i, batch_new))
+            b->part[i] = OP(s, i, batch_new)(s->state[i]);
     return b;
 }
 
@@ -131,8 +151,8 @@ void st_sink_batch_destroy(struct st_sink_batch *b)
     if (!b)
         return;
     for (size_t i = 0; i < NPARTS; i++)
-        if (parts[i]->batch_destroy)
-            parts[i]->batch_destroy(b->part[i]);
+        if (OP(b->sink, i, batch_destroy))
+            OP(b->sink, i, batch_destroy)(b->part[i]);
     free(b);
 }
 
@@ -144,26 +164,34 @@ int st_sink_batch_empty(const struct st_sink_batch *b)
 void st_sink_stage(struct st_sink *s, struct st_sink_batch *b,
                    const struct st_sink_event *se)
 {
+    int staged = 0;
     for (size_t i = 0; i < NPARTS; i++)
-        if (parts[i]->stage)
-            parts[i]->stage(s->state[i], b->part[i], se);
-    b->staged++;
+        if (OP(s, i, stage)) {
+            OP(s, i, stage)(s->state[i], b->part[i], se);
+            staged = 1;
+        }
+    /* a role none of whose parts stage events (detect) opens no
+     * transaction for them */
+    b->staged += staged;
 }
 
 void st_sink_skip(struct st_sink *s, struct st_sink_batch *b, const rd_kafka_message_t *msg,
                   const char *reason)
 {
+    int staged = 0;
     for (size_t i = 0; i < NPARTS; i++)
-        if (parts[i]->skip)
-            parts[i]->skip(s->state[i], b->part[i], msg, reason);
-    b->staged++;
+        if (OP(s, i, skip)) {
+            OP(s, i, skip)(s->state[i], b->part[i], msg, reason);
+            staged = 1;
+        }
+    b->staged += staged;
 }
 
 int st_sink_seal(struct st_sink *s, struct st_sink_batch *b, int64_t now_ms)
 {
     int want = 0;
     for (size_t i = 0; i < NPARTS; i++)
-        if (parts[i]->seal && parts[i]->seal(s->state[i], b->part[i], now_ms))
+        if (OP(s, i, seal) && OP(s, i, seal)(s->state[i], b->part[i], now_ms))
             want = 1;
     if (want)
         b->staged++;
@@ -173,8 +201,8 @@ int st_sink_seal(struct st_sink *s, struct st_sink_batch *b, int64_t now_ms)
 static void end_all(struct st_sink *s, struct st_sink_batch *b, int committed)
 {
     for (size_t i = 0; i < NPARTS; i++)
-        if (parts[i]->end)
-            parts[i]->end(s->state[i], b->part[i], committed);
+        if (OP(s, i, end))
+            OP(s, i, end)(s->state[i], b->part[i], committed);
     if (committed)
         b->staged = 0;
 }
@@ -192,8 +220,9 @@ int st_sink_isolate(struct st_sink *s, struct st_sink_batch *b, st_sink_refused_
         rc = ST_SINK_RETRY;
     }
     for (size_t i = 0; i < NPARTS && rc == ST_SINK_OK; i++)
-        if (parts[i]->isolate)
-            rc = parts[i]->isolate(s->state[i], b->part[i], s->pg, cb, arg, errstr, errsz);
+        if (OP(s, i, isolate))
+            rc = OP(s, i, isolate)(s->state[i], b->part[i], s->pg, cb, arg, errstr,
+                                   errsz);
     st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
     if (PQstatus(s->pg) != CONNECTION_OK) {
         PQfinish(s->pg);
@@ -221,7 +250,8 @@ int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_fi
         goto fail;
     }
     for (size_t i = 0; i < NPARTS; i++)
-        if ((rc = parts[i]->write(s->state[i], b->part[i], s->pg, fs, errstr, errsz)))
+        if (s->on[i] &&
+            (rc = OP(s, i, write)(s->state[i], b->part[i], s->pg, fs, errstr, errsz)))
             goto fail;
     PGresult *res = PQexec(s->pg, "COMMIT");
     if ((rc = st_sink_result(res, "could not commit", errstr, errsz)))

@@ -4,8 +4,9 @@
  * events, the findings they produced, and whatever else describes those
  * rows and must commit or roll back with them (an alert outbox, evidence
  * checkpoints). Each output is a part behind `struct st_sink_part_ops`,
- * listed once in sink.c in the order the transaction writes them; main.c
- * knows only the st_sink_* functions.
+ * listed once in sink.c in the order the transaction writes them, with the
+ * analyzer roles (role.h) that write it: a sink has only its role's parts.
+ * main.c knows only the st_sink_* functions.
  *
  * What a batch stages lives in a `struct st_sink_batch` (one per batch in
  * flight, owned by the caller), not in the sink: the main thread stages
@@ -99,7 +100,8 @@ struct st_sink_part_ops {
 struct st_sink;
 struct st_sink_batch;
 
-/* Creates every part and connects. Returns NULL with errstr set. */
+/* Creates the parts of conf->role and connects. Returns NULL with errstr
+ * set. */
 struct st_sink *st_sink_new(const struct st_analyzer_conf *conf, char *errstr,
                             size_t errsz);
 /* Accepts NULL. Every batch of the sink must be destroyed first. */

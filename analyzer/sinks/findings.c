@@ -6,13 +6,18 @@
 #include "buf.h"
 #include "log.h"
 #include "pg.h"
+#include "role.h"
 #include "sinks/findings.h"
+#include "sinks/refresh.h"
 #include "timeutil.h"
 
 /* Parameter arrays reused across findings; config_hash copied from the
  * configuration. */
 struct findings_part {
     char *config_hash;
+    /* analyzer.role=detect: the events are stored by another analyzer,
+     * whose refresh this one's must not miss (sinks/refresh.h) */
+    int lock;
     struct st_buf a1, a2, a3;
 };
 
@@ -63,7 +68,14 @@ static void *findings_create(const struct st_analyzer_conf *conf, char *errstr,
 {
     struct findings_part *p = st_calloc(1, sizeof(*p));
     p->config_hash = st_strdup(conf->config_hash);
+    p->lock = conf->role == ST_ROLE_DETECT;
     return p;
+}
+
+static int findings_prepare(void *state, PGconn *pg, char *errstr, size_t errsz)
+{
+    struct findings_part *p = state;
+    return p->lock ? st_pg_exec(pg, ST_REFRESH_ISOLATION, errstr, errsz) : 0;
 }
 
 static void findings_destroy(void *state)
@@ -120,10 +132,15 @@ static int queue_finding(struct findings_part *s, PGconn *pg, const struct st_fi
 static int findings_write(void *state, void *batch, PGconn *pg, const struct st_findings *fs,
                           char *errstr, size_t errsz)
 {
+    struct findings_part *p = state;
     int rc = ST_SINK_OK;
     (void)batch;
     if (fs->n == 0)
         return ST_SINK_OK;
+    if (p->lock && (rc = st_sink_result(PQexec(pg, ST_REFRESH_LOCK),
+                                        "could not lock the findings' refresh", errstr,
+                                        errsz)))
+        return rc;
     if (!PQenterPipelineMode(pg)) {
         snprintf(errstr, errsz, "could not upsert findings: %s", PQerrorMessage(pg));
         return ST_SINK_RETRY;
@@ -173,5 +190,6 @@ const struct st_sink_part_ops st_sink_findings = {
     .name = "findings",
     .create = findings_create,
     .destroy = findings_destroy,
+    .prepare = findings_prepare,
     .write = findings_write,
 };

@@ -256,3 +256,38 @@ def p(q):
 print(p(0.5), p(0.99), p(1.0), sum(1 for k in sent if k in found), len(sent))
 PY
 }
+
+# drain_pair TOPIC_SUFFIX NAME [ARGS...]: a store and a detect analyzer
+# (analyzer.role), each in a group of its own (TAG.NAME.store,
+# TAG.NAME.detect), drain topic TAG.TOPIC_SUFFIX into $dsn side by side,
+# with ARGS; sets pair_s (from both starts until both have exited), store_s
+# and detect_s (each process's own), pair_cpu (user + system seconds of
+# both). Returns 1, with their logs' tails, when either fails.
+drain_pair()
+{
+    local t=$1 name=$2 t0 t1 role rc=0 kb u sys
+    local -A pid
+    shift 2
+    t0=$(now)
+    for role in store detect; do
+        bounded env SANDTRAIL_PG_DSN="$dsn" SANDTRAIL_TOPIC_EVENTS="$tag.$t" \
+            SANDTRAIL_TOPIC_DLQ="$tag.$t.dlq" SANDTRAIL_REDIS_PREFIX="$tag.$name:" \
+            SANDTRAIL_GROUP="$tag.$name.$role" SANDTRAIL_ANALYZER_ROLE=$role \
+            /usr/bin/time -f "%e %M %U %S" -o "$work/time.$name.$role" \
+            "$bin/analyzer/sandtrail-analyzer" --drain "$@" \
+            2>"$work/analyzer.$name.$role.log" &
+        pid[$role]=$!
+        bench_pids+=("${pid[$role]}")
+    done
+    for role in store detect; do
+        wait "${pid[$role]}" || { rc=1; echo "$bench_name: the $role analyzer failed:" >&2;
+            tail -5 "$work/analyzer.$name.$role.log" >&2; }
+    done
+    t1=$(now)
+    pair_s=$(secs "$t0" "$t1")
+    read -r store_s kb u sys <"$work/time.$name.store"
+    pair_cpu=$(python3 -c "print('%.1f' % ($u + $sys))")
+    read -r detect_s kb u sys <"$work/time.$name.detect"
+    pair_cpu=$(python3 -c "print('%.1f' % ($pair_cpu + $u + $sys))")
+    return $rc
+}

@@ -1,0 +1,152 @@
+/* refresh.c: the store role's refresh of the findings that name the
+ * events it stores (see refresh.h). */
+#include <stdlib.h>
+
+#include "buf.h"
+#include "log.h"
+#include "pg.h"
+#include "sinks/refresh.h"
+
+/* The keys of one batch's events, as the open element lists of two array
+ * literals (closed into a copy at write time, so that a retry finds them
+ * as staged). Owned by the batch; written by the filling thread, read by
+ * the writer once the batch is handed over. */
+struct refresh_batch {
+    struct st_buf sources, ids;
+    size_t n;
+};
+
+/* The writer's closed copies of the lists. */
+struct refresh_part {
+    struct st_buf sources, ids;
+};
+
+/* sinks/findings.c's refresh for every finding naming one of the events:
+ * the same values, computed the same way (test_roles compares the result
+ * with an analyzer of the all role). */
+static const char *sql_refresh =
+    "UPDATE findings f SET event_count = s.n, late_event_count = s.late,"
+    " skewed_event_count = s.skewed,"
+    " first_seen = LEAST(f.first_seen, s.first),"
+    " last_seen = GREATEST(f.last_seen, s.last),"
+    " evidence = jsonb_build_object('event_ids', s.ids, 'trace_ids', s.traces,"
+    "   'targets', s.targets)"
+    " FROM (SELECT fe.finding_id, count(*)::int AS n,"
+    "   (count(*) FILTER (WHERE fe.late))::int AS late,"
+    "   (count(*) FILTER (WHERE e.skewed))::int AS skewed,"
+    "   min(e.ts) AS first, max(e.ts) AS last,"
+    "   jsonb_agg(fe.event_id ORDER BY e.ts, fe.event_id) AS ids,"
+    "   coalesce(jsonb_agg(DISTINCT e.trace_id) FILTER (WHERE e.trace_id IS NOT NULL),"
+    "     '[]') AS traces,"
+    "   coalesce(jsonb_agg(DISTINCT e.target) FILTER (WHERE e.target <> ''),"
+    "     '[]') AS targets"
+    "  FROM finding_events fe LEFT JOIN events e USING (source_name, event_id)"
+    "  WHERE fe.finding_id IN (SELECT t.finding_id FROM finding_events t"
+    "   JOIN unnest($1::text[], $2::text[]) AS u(s, e)"
+    "   ON t.source_name = u.s AND t.event_id = u.e)"
+    "  GROUP BY fe.finding_id) s"
+    " WHERE f.finding_id = s.finding_id";
+
+static void *refresh_create(const struct st_analyzer_conf *conf, char *errstr,
+                            size_t errsz)
+{
+    (void)conf;
+    (void)errstr;
+    (void)errsz;
+    return st_calloc(1, sizeof(struct refresh_part));
+}
+
+static int refresh_prepare(void *state, PGconn *pg, char *errstr, size_t errsz)
+{
+    (void)state;
+    return st_pg_exec(pg, ST_REFRESH_ISOLATION, errstr, errsz);
+}
+
+static void refresh_destroy(void *state)
+{
+    struct refresh_part *p = state;
+    if (!p)
+        return;
+    st_buf_fini(&p->sources);
+    st_buf_fini(&p->ids);
+    free(p);
+}
+
+static void *refresh_batch_new(void *state)
+{
+    (void)state;
+    return st_calloc(1, sizeof(struct refresh_batch));
+}
+
+static void refresh_batch_destroy(void *batch)
+{
+    struct refresh_batch *b = batch;
+    if (!b)
+        return;
+    st_buf_fini(&b->sources);
+    st_buf_fini(&b->ids);
+    free(b);
+}
+
+static void refresh_stage(void *state, void *batch, const struct st_sink_event *se)
+{
+    struct refresh_batch *b = batch;
+    (void)state;
+    st_pg_array_add(&b->sources, se->ev->source_name);
+    st_pg_array_add(&b->ids, se->ev->event_id);
+    b->n++;
+}
+
+/* A copy of the open list `from`, closed. */
+static const char *closed(struct st_buf *to, const struct st_buf *from)
+{
+    st_buf_reset(to);
+    if (from->len)
+        st_buf_add(to, from->data, from->len);
+    st_pg_array_end(to);
+    return to->data;
+}
+
+static int refresh_write(void *state, void *batch, PGconn *pg,
+                         const struct st_findings *fs, char *errstr, size_t errsz)
+{
+    struct refresh_part *p = state;
+    struct refresh_batch *b = batch;
+    int rc;
+    (void)fs;
+    if (b->n == 0)
+        return ST_SINK_OK;
+    /* after the events' COPY: held from here to the commit */
+    if ((rc = st_sink_result(PQexec(pg, ST_REFRESH_LOCK),
+                             "could not lock the findings' refresh", errstr, errsz)))
+        return rc;
+    const char *v[2] = {closed(&p->sources, &b->sources), closed(&p->ids, &b->ids)};
+    return st_sink_result(PQexecParams(pg, sql_refresh, 2, NULL, v, NULL, NULL, 0),
+                          "could not refresh the findings naming stored events", errstr,
+                          errsz);
+}
+
+static void refresh_end(void *state, void *batch, int committed)
+{
+    struct refresh_batch *b = batch;
+    (void)state;
+    if (!committed)
+        return;
+    st_buf_reset(&b->sources);
+    st_buf_reset(&b->ids);
+    b->n = 0;
+}
+
+/* A refused message's key may stay in the lists: refreshing a finding
+ * whose event is absent only recomputes it. */
+const struct st_sink_part_ops st_sink_refresh = {
+    .name = "refresh",
+    .create = refresh_create,
+    .destroy = refresh_destroy,
+    .prepare = refresh_prepare,
+    .batch_new = refresh_batch_new,
+    .batch_destroy = refresh_batch_destroy,
+    .stage = refresh_stage,
+    .write = refresh_write,
+    .end = refresh_end,
+};

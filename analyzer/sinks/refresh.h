@@ -1,0 +1,32 @@
+/* refresh.h: the sink part of the store role (analyzer.role=store) that
+ * brings findings up to date with the events it stores.
+ *
+ * A finding's count, window and evidence (trace ids, targets, skewed
+ * events) are computed by SQL from finding_events joined with events
+ * (sinks/findings.c). When a detect analyzer writes the finding before a
+ * store analyzer has stored its events, that join finds nothing yet; this
+ * part recomputes, with the same statement's set form, every finding that
+ * names an event of the batch, once those events are in the transaction.
+ *
+ * Both roles take one advisory transaction lock (ST_REFRESH_LOCK) before
+ * their refresh, so that one of the two always sees the other's committed
+ * rows: without it each could refresh under a snapshot lacking the other's
+ * uncommitted rows, and the finding would keep its partial values. The
+ * argument needs each statement's own snapshot (read committed: the one
+ * taken after the lock is granted), so both roles' connections set it
+ * (ST_REFRESH_ISOLATION), whatever the server's default. */
+#ifndef ST_SINK_REFRESH_H
+#define ST_SINK_REFRESH_H
+
+#include "sink.h"
+
+/* pg_advisory_xact_lock key shared by the two roles (arbitrary, fixed). */
+#define ST_REFRESH_LOCK "SELECT pg_advisory_xact_lock(5357224131)"
+
+/* Run once per connection by both roles (a part's prepare). */
+#define ST_REFRESH_ISOLATION                                                   \
+    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"
+
+extern const struct st_sink_part_ops st_sink_refresh;
+
+#endif

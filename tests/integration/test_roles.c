@@ -1,0 +1,271 @@
+/* test_roles.c: a store and a detect analyzer (analyzer.role), each in its
+ * own consumer group, leave what one analyzer of the all role leaves on
+ * the same stream: the same events, findings, finding_events and evidence,
+ * and one dead-letter record per bad message (written by the store role
+ * only), whichever of the two runs ahead and when detect crashes between
+ * its PostgreSQL and Kafka commits. Against the real services. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "world.h"
+
+#define ANALYZER BIN "/analyzer/sandtrail-analyzer"
+#define COLLECTOR BIN "/collector/sandtrail-collector"
+#define CLI BIN "/cli/sandtrail"
+
+/* denial_burst, retry_across_paths and volume_anomaly all fire; several
+ * batches; a checkpoint every 500 leaves */
+#define OPTS                                                                           \
+    " --drain -X batch.max_events=400 -X detect.denial_burst.threshold=4"             \
+    " -X detect.volume_anomaly.window_s=120 -X detect.volume_anomaly.max_requests=25" \
+    " -X evidence.checkpoint_events=500 -X detect.lateness_s=5"
+
+static const char *queries[] = {
+    "SELECT source_name, event_id, ts, task_id, run_id, type, decision, target,"
+    " body::text, skewed, kafka_partition, kafka_offset FROM events"
+    " ORDER BY source_name, event_id",
+    "SELECT finding_id, detector, detector_version, severity, task_id, run_id,"
+    " first_seen, last_seen, event_count, late_event_count, skewed_event_count,"
+    " evidence::text, summary, config_hash FROM findings ORDER BY finding_id",
+    "SELECT * FROM finding_events ORDER BY 1, 2, 3",
+    /* which notifications a finding gets depends on the batches it grew
+     * in (created medium, then raised to high, or created high at once):
+     * what must hold is that each finding was notified at its severity */
+    "SELECT f.finding_id, f.severity, bool_or(n.severity = f.severity)"
+    " FROM findings f LEFT JOIN notifications n USING (finding_id)"
+    " WHERE f.status <> 'false_positive' GROUP BY 1, 2 ORDER BY 1",
+    "SELECT kafka_topic, kafka_partition, seq, first_offset, last_offset, tree_size,"
+    " root, hash, body, signature FROM evidence_checkpoints ORDER BY 1, 2, 3",
+    "SELECT * FROM evidence_skips ORDER BY 1, 2, 3",
+};
+
+/* A proxy request of run r-<run>, t_ms after 2026-11-29T07:00:00Z. */
+static void request(FILE *f, const char *id, int run, long t_ms, int deny,
+                    const char *host, const char *path, int status)
+{
+    fprintf(f,
+            "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"%s\","
+            "\"ts\":\"2026-11-29T%02ld:%02ld:%02ld.%03ldZ\","
+            "\"source\":{\"kind\":\"proxy\",\"name\":\"squid\"},"
+            "\"task_id\":\"T-%d\",\"run_id\":\"r-%d\",\"trace_id\":\"tr-%d\","
+            "\"type\":\"request\",\"decision\":\"%s\",%s\"attrs\":{\"method\":\"GET\","
+            "\"host\":\"%s\",\"path\":\"%s\",\"port\":443,\"status\":%d,"
+            "\"bytes_out\":%ld}}\n",
+            id, 7 + t_ms / 3600000, t_ms / 60000 % 60, t_ms / 1000 % 60, t_ms % 1000, run,
+            run, run, deny ? "deny" : "allow",
+            deny ? "\"reason\":\"not_in_allowlist\"," : "", host, path, status,
+            100 + t_ms % 900);
+}
+
+/* n events of 16 runs, one every 250 ms of event time, with bursts: every
+ * 40th event starts six denials in a row from one run. */
+static void bursts(const char *path, unsigned seed, int n, int from)
+{
+    static const char *hosts[] = {"a.example", "b.example", "c.example", "d.example"};
+    static const char *paths[] = {"/", "/x", "/y"};
+    FILE *f = fopen(path, "w");
+    char id[32];
+    int burst = 0, brun = 0;
+    ck_assert_ptr_nonnull(f);
+    srand(seed);
+    for (int i = from; i < from + n; i++) {
+        long t_ms = 250L * i;
+        int run = rand() % 16, r = rand() % 100;
+        if (i % 40 == 0) {
+            burst = 6;
+            brun = run;
+        }
+        snprintf(id, sizeof(id), "ro%u-%d", seed, i);
+        if (burst > 0) {
+            burst--;
+            request(f, id, brun, t_ms, 1, hosts[rand() % 4], paths[rand() % 3], 403);
+        } else {
+            request(f, id, run, t_ms, r < 15, hosts[rand() % 4], paths[rand() % 3],
+                    r < 15 ? 403 : r < 25 ? 404 : 200);
+        }
+    }
+    fclose(f);
+}
+
+/* ref's topic: 1,500 events, two messages that are not events, 1,500 more.
+ * pair reads the same topic and has its own dead-letter topic. */
+static void setup(struct world *ref, struct world *pair, const char *tag)
+{
+    char input[128], tag2[64];
+    world_init(ref, tag);
+    snprintf(tag2, sizeof(tag2), "%s2", tag);
+    world_init(pair, tag2);
+    snprintf(pair->topic, sizeof(pair->topic), "%s", ref->topic);
+    snprintf(input, sizeof(input), "/tmp/st_roles_%d.ndjson", (int)getpid());
+    bursts(input, 7, 1500, 0);
+    ck_assert_int_eq(run(ref, ref->name, ref->name, COLLECTOR " --input %s 2>/dev/null",
+                         input),
+                     0);
+    FILE *f = fopen(input, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("not json at all\n{\"schema\":1}\n", f);
+    fclose(f);
+    free(world_shf("kcat -P -b '%s' -t '%s' < %s", getenv("SANDTRAIL_KAFKA_BROKERS"),
+                   ref->topic, input));
+    bursts(input, 7, 1500, 1500);
+    ck_assert_int_eq(run(ref, ref->name, ref->name, COLLECTOR " --input %s 2>/dev/null",
+                         input),
+                     0);
+    unlink(input);
+    ck_assert_int_eq(run(ref, ref->name, ref->name,
+                         ANALYZER OPTS " 2>/dev/null -X analyzer.role=all"),
+                     0);
+    char *n = rows(ref->dsn, "SELECT (SELECT count(*) FROM events),"
+                             " (SELECT count(DISTINCT detector) FROM findings)");
+    ck_assert_str_eq(n, "3000|3\n");
+    free(n);
+}
+
+/* The first line where x and y differ, cut to fit a Check message. */
+static void first_difference(const char *x, const char *y, char *out, size_t outsz)
+{
+    size_t i = 0, line = 1, start = 0;
+    while (x[i] && x[i] == y[i]) {
+        if (x[i] == '\n') {
+            line++;
+            start = i + 1;
+        }
+        i++;
+    }
+    size_t from = i - start > 120 ? i - 120 : start;
+    snprintf(out, outsz, "line %zu: all \"%.300s\" vs \"%.300s\"", line, x + from,
+             y + from);
+}
+
+/* Every dead-letter record's reason and offset, sorted. */
+static char *dead_letters(const char *topic, int *count)
+{
+    char *dump = topic_dump(topic, count);
+    char *path = strdup("/tmp/st-roles-dlq-XXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, dump, strlen(dump)), (ssize_t)strlen(dump));
+    close(fd);
+    char *out = world_shf("jq -c '{reason, partition, offset}' %s | sort",
+                          path);
+    unlink(path);
+    free(path);
+    free(dump);
+    return out;
+}
+
+static void assert_same(const struct world *ref, const struct world *pair)
+{
+    char diff[800];
+    for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++) {
+        char *x = rows(ref->dsn, queries[i]), *y = rows(pair->dsn, queries[i]);
+        ck_assert_msg(strlen(x) > 0, "query %zu returned nothing", i);
+        if (strcmp(x, y) != 0)
+            first_difference(x, y, diff, sizeof(diff));
+        ck_assert_msg(strcmp(x, y) == 0, "query %zu differs at %s", i, diff);
+        free(x);
+        free(y);
+    }
+#define AUDIT "SANDTRAIL_PG_DSN='%s' " CLI " evidence audit 2>&1; echo $?"
+    char *audit_ref = world_shf(AUDIT, ref->dsn);
+    char *audit_pair = world_shf(AUDIT, pair->dsn);
+    ck_assert_msg(strstr(audit_ref, "intact"), "%s", audit_ref);
+    ck_assert_str_eq(audit_pair, audit_ref);
+    free(audit_ref);
+    free(audit_pair);
+    int nref, npair;
+    char *dref = dead_letters(ref->dlq, &nref), *dpair = dead_letters(pair->dlq, &npair);
+    ck_assert_int_eq(nref, 2);
+    ck_assert_int_eq(npair, 2); /* the store role's, once each */
+    ck_assert_str_eq(dpair, dref);
+    free(dref);
+    free(dpair);
+}
+
+#define STORE(w) ANALYZER OPTS " -X analyzer.role=store -X kafka.group=%s-store"
+#define DETECT(w) ANALYZER OPTS " -X analyzer.role=detect -X kafka.group=%s-detect"
+
+/* The two roles at once: both drain, and the tables equal the all role's.
+ * The store analyzer is pointed at a Redis where nothing listens: it never
+ * connects to Redis. */
+START_TEST(roles_store_and_detect_side_by_side_equal_all)
+{
+    struct world ref, pair;
+    setup(&ref, &pair, "roles");
+    int noredis = world_free_port();
+    ck_assert_int_eq(run(&pair, pair.name, pair.name,
+                         STORE(pair) " -X redis.url=redis://127.0.0.1:%d/0 2>/dev/null &"
+                                     " p=\\$!; " DETECT(pair)
+                                     " 2>/dev/null; d=\\$?; wait \\$p; s=\\$?;"
+                                     " exit \\$((s * 16 + d))",
+                         pair.name, noredis, pair.name),
+                     0);
+    assert_same(&ref, &pair);
+    world_drop(&ref);
+    world_drop(&pair);
+}
+END_TEST
+
+/* detect runs wholly before store (its findings written while no event is
+ * stored: the store role's refresh completes them), and crashes twice
+ * after a PostgreSQL commit before the Kafka commit. */
+START_TEST(roles_detect_crash_then_store_equal_all)
+{
+    struct world ref, pair;
+    setup(&ref, &pair, "rolecrash");
+    ck_assert_int_eq(run(&pair, pair.name, pair.name,
+                         DETECT(pair) " 2>/dev/null -X fault.crash_after_pg_commits=2",
+                         pair.name),
+                     3);
+    ck_assert_int_eq(run(&pair, pair.name, pair.name,
+                         DETECT(pair) " 2>/dev/null -X fault.crash_after_pg_commits=3",
+                         pair.name),
+                     3);
+    ck_assert_int_eq(run(&pair, pair.name, pair.name, DETECT(pair) " 2>/dev/null",
+                         pair.name),
+                     0);
+    char *n = rows(pair.dsn, "SELECT (SELECT count(*) FROM events),"
+                             " (SELECT count(*) > 0 FROM findings),"
+                             " (SELECT count(*) FROM evidence_checkpoints)");
+    ck_assert_str_eq(n, "0|t|0\n"); /* detect stores no event, no evidence */
+    free(n);
+    int ndlq;
+    free(topic_dump(pair.dlq, &ndlq));
+    ck_assert_int_eq(ndlq, 0); /* nor dead-letters */
+    ck_assert_int_eq(run(&pair, pair.name, pair.name, STORE(pair) " 2>/dev/null",
+                         pair.name),
+                     0);
+    assert_same(&ref, &pair);
+    world_drop(&ref);
+    world_drop(&pair);
+}
+END_TEST
+
+/* A store or detect analyzer in the all role's default group would commit
+ * offsets the other role has not seen: it refuses to start. */
+START_TEST(roles_refuse_the_default_group)
+{
+    char *out = world_sh(ANALYZER " -X analyzer.role=detect"
+                                  " -X kafka.group=sandtrail-analyzer 2>&1; echo $?");
+    ck_assert_msg(strstr(out, "needs a consumer group of its own"), "%s", out);
+    ck_assert_msg(strstr(out, "\n78\n"), "%s", out);
+    free(out);
+}
+END_TEST
+
+int main(void)
+{
+    if (world_setup())
+        return EXIT_FAILURE;
+    Suite *s = suite_create("roles");
+    TCase *tc = tcase_create("roles");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, roles_refuse_the_default_group);
+    tcase_add_test(tc, roles_store_and_detect_side_by_side_equal_all);
+    tcase_add_test(tc, roles_detect_crash_then_store_equal_all);
+    suite_add_tcase(s, tc);
+    return world_run(s);
+}
