@@ -1,0 +1,80 @@
+/* arena.c: a bump allocator whose blocks are freed all at once (arena.h). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "arena.h"
+#include "log.h"
+
+/* A block: its header, then its bytes. The arena's own header is the
+ * first thing in its first block, so that a small arena is one malloc. */
+struct block {
+    struct block *next; /* the block made before it */
+    size_t used, cap;   /* bytes of data[] */
+    _Alignas(8) unsigned char data[];
+};
+
+struct st_arena {
+    struct block *cur;   /* where allocations go */
+    struct block *first; /* holds the arena */
+};
+
+struct st_arena *st_arena_new(size_t hint)
+{
+    size_t head = (sizeof(struct st_arena) + 7) & ~(size_t)7;
+    size_t cap = head + (hint < 256 ? 256 : (hint + 7) & ~(size_t)7);
+    struct block *b = st_malloc(sizeof(*b) + cap);
+    b->next = NULL;
+    b->used = head;
+    b->cap = cap;
+    struct st_arena *a = (struct st_arena *)(void *)b->data;
+    a->cur = a->first = b;
+    return a;
+}
+
+void st_arena_destroy(struct st_arena *a)
+{
+    if (!a)
+        return;
+    struct block *first = a->first, *b = a->cur;
+    while (b != first) {
+        struct block *next = b->next;
+        free(b);
+        b = next;
+    }
+    free(first); /* a with it */
+}
+
+/* A new current block of at least n bytes (twice the last, at least). */
+static void grow(struct st_arena *a, size_t n)
+{
+    size_t cap = a->cur->cap * 2;
+    if (cap < n)
+        cap = (n + 7) & ~(size_t)7;
+    struct block *b = st_malloc(sizeof(*b) + cap);
+    b->next = a->cur;
+    b->used = 0;
+    b->cap = cap;
+    a->cur = b;
+}
+
+void *st_arena_alloc_bytes(struct st_arena *a, size_t n)
+{
+    if (a->cur->cap - a->cur->used < n)
+        grow(a, n);
+    void *p = a->cur->data + a->cur->used;
+    a->cur->used += n;
+    return p;
+}
+
+void *st_arena_alloc(struct st_arena *a, size_t n)
+{
+    struct block *b = a->cur;
+    size_t at = (b->used + 7) & ~(size_t)7;
+    if (at > b->cap || b->cap - at < n) {
+        grow(a, n);
+        b = a->cur;
+        at = 0;
+    }
+    b->used = at + n;
+    return b->data + at;
+}
