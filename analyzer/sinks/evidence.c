@@ -271,11 +271,19 @@ static void frontier_hex(const struct st_merkle_frontier *f, struct st_buf *b)
 static void leaves_hex(const struct st_buf *raw, struct st_buf *out)
 {
     static const char digits[] = "0123456789abcdef";
+    size_t n = raw->len;
     st_buf_reset(out);
-    st_buf_adds(out, "\\x");
-    for (size_t i = 0; i < raw->len; i++) {
-        st_buf_addc(out, digits[(uint8_t)raw->data[i] >> 4]);
-        st_buf_addc(out, digits[(uint8_t)raw->data[i] & 15]);
+    st_buf_add(out, "\\x", 2);
+    if (n == 0)
+        return;
+    /* grown to its length (and NUL-terminated) by two copies of raw, then
+     * overwritten in place: two hex digits a byte */
+    st_buf_add(out, raw->data, n);
+    st_buf_add(out, raw->data, n);
+    char *h = out->data + 2;
+    for (size_t i = 0; i < n; i++) {
+        h[2 * i] = digits[(uint8_t)raw->data[i] >> 4];
+        h[2 * i + 1] = digits[(uint8_t)raw->data[i] & 15];
     }
 }
 
