@@ -208,49 +208,73 @@ static int exec_params(PGconn *pg, const char *sql, int n, const char *const *v,
     return rc == ST_SINK_OK && out ? ST_SINK_RETRY : rc;
 }
 
-static int tree_load(struct evidence_part *p, PGconn *pg, struct tree *t, char *errstr,
-                     size_t errsz)
+/* A tree not stored yet: empty. */
+static void tree_empty(struct tree *t)
 {
-    char part[16];
-    snprintf(part, sizeof(part), "%" PRId32, t->partition);
-    const char *v[2] = {p->topic, part};
-    PGresult *res = NULL;
-    int rc = exec_params(pg,
-                         "SELECT next_offset, encode(frontier, 'hex'), seq, last_hash,"
-                         " pending_leaves, pending_first, pending_since_ms,"
-                         " pending_last_ms FROM evidence_state"
-                         " WHERE kafka_topic = $1 AND kafka_partition = $2 FOR UPDATE",
-                         2, v, &res, "could not read evidence_state", errstr, errsz);
-    if (rc)
-        return rc;
     st_merkle_frontier_init(&t->f);
     st_buf_reset(&t->mem);
+    t->exists = 0;
     t->after_db = 1;
     t->next_offset = -1;
     t->seq = 0;
     memset(t->last_hash, '0', 64);
     t->last_hash[64] = '\0';
     t->pending_leaves = t->pending_first = t->pending_since_ms = t->pending_last_ms = 0;
-    if (PQntuples(res) == 1) {
-        const char *fhex = PQgetvalue(res, 0, 1);
+}
+
+/* Reads the stored state of the n trees in trees[] (partitions ascending)
+ * in one statement, and locks their rows in that order, so that two
+ * analyzers cannot deadlock. A partition without a row gets an empty tree. */
+static int trees_load(struct evidence_part *p, PGconn *pg, struct tree **trees, size_t n,
+                      char *errstr, size_t errsz)
+{
+    struct st_buf arr;
+    st_buf_init(&arr);
+    st_buf_addc(&arr, '{');
+    for (size_t i = 0; i < n; i++) {
+        tree_empty(trees[i]);
+        st_buf_printf(&arr, i ? ",%" PRId32 : "%" PRId32, trees[i]->partition);
+    }
+    st_buf_addc(&arr, '}');
+    const char *v[2] = {p->topic, arr.data};
+    PGresult *res = NULL;
+    int rc = exec_params(pg,
+                         "SELECT kafka_partition, next_offset, encode(frontier, 'hex'), seq,"
+                         " last_hash, pending_leaves, pending_first, pending_since_ms,"
+                         " pending_last_ms FROM evidence_state"
+                         " WHERE kafka_topic = $1 AND kafka_partition = ANY ($2::int[])"
+                         " ORDER BY kafka_partition FOR UPDATE",
+                         2, v, &res, "could not read evidence_state", errstr, errsz);
+    st_buf_fini(&arr);
+    if (rc)
+        return rc;
+    size_t j = 0;
+    for (int r = 0; r < PQntuples(res); r++) {
+        int32_t part = (int32_t)strtol(PQgetvalue(res, r, 0), NULL, 10);
+        while (j < n && trees[j]->partition < part)
+            j++;
+        if (j == n || trees[j]->partition != part)
+            continue; /* not asked for: cannot happen */
+        struct tree *t = trees[j];
+        const char *fhex = PQgetvalue(res, r, 2);
         size_t flen = strlen(fhex) / 2;
         uint8_t *fb = st_malloc(flen + 1);
         int bad = st_from_hex(fhex, fb, flen) || st_merkle_frontier_load(&t->f, fb, flen);
         free(fb);
         if (bad) {
             PQclear(res);
-            snprintf(errstr, errsz, "evidence_state of partition %s holds no valid frontier",
-                     part);
+            snprintf(errstr, errsz,
+                     "evidence_state of partition %" PRId32 " holds no valid frontier", part);
             return ST_SINK_DATA;
         }
         t->exists = 1;
-        t->next_offset = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        t->seq = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
-        snprintf(t->last_hash, sizeof(t->last_hash), "%s", PQgetvalue(res, 0, 3));
-        t->pending_leaves = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
-        t->pending_first = strtoll(PQgetvalue(res, 0, 5), NULL, 10);
-        t->pending_since_ms = strtoll(PQgetvalue(res, 0, 6), NULL, 10);
-        t->pending_last_ms = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
+        t->next_offset = strtoll(PQgetvalue(res, r, 1), NULL, 10);
+        t->seq = strtoll(PQgetvalue(res, r, 3), NULL, 10);
+        snprintf(t->last_hash, sizeof(t->last_hash), "%s", PQgetvalue(res, r, 4));
+        t->pending_leaves = strtoll(PQgetvalue(res, r, 5), NULL, 10);
+        t->pending_first = strtoll(PQgetvalue(res, r, 6), NULL, 10);
+        t->pending_since_ms = strtoll(PQgetvalue(res, r, 7), NULL, 10);
+        t->pending_last_ms = strtoll(PQgetvalue(res, r, 8), NULL, 10);
     }
     PQclear(res);
     return ST_SINK_OK;
@@ -465,38 +489,79 @@ static int item_cmp(const void *a, const void *b)
     return x->order < y->order ? -1 : 1;
 }
 
-/* Which of items[0..n) (one partition, offsets ascending, from
- * next_offset on) have a row at their offset: the others were duplicates
- * of events already stored, and the events part did not insert them. */
-static int mark_duplicates(struct evidence_part *p, PGconn *pg, struct item *items,
-                           size_t n, char *errstr, size_t errsz)
+/* One partition's part of the batch: its tree and its items from the
+ * tree's next offset on (those before were leaves already: a replay, a
+ * redone batch). */
+struct span {
+    struct tree *t;
+    struct item *items;
+    size_t n;
+};
+
+/* Which items of the spans (offsets ascending in each) have a row at their
+ * offset: the others were duplicates of events already stored, and the
+ * events part did not insert them. One statement for all the partitions;
+ * each one's range is read through the events_kafka index (the LATERAL
+ * subquery, kept apart by OFFSET 0, is planned as one index scan per
+ * partition whatever the statistics say). */
+static int mark_duplicates(struct evidence_part *p, PGconn *pg, struct span *sp, size_t n,
+                           char *errstr, size_t errsz)
 {
-    char part[16], lo[24], hi[24];
-    if (n == 0)
-        return ST_SINK_OK;
-    snprintf(part, sizeof(part), "%" PRId32, items[0].partition);
-    snprintf(lo, sizeof(lo), "%" PRId64, items[0].offset);
-    snprintf(hi, sizeof(hi), "%" PRId64, items[n - 1].offset);
-    const char *v[4] = {p->topic, part, lo, hi};
+    struct st_buf parts, los, his;
+    size_t asked = 0;
+    st_buf_init(&parts);
+    st_buf_init(&los);
+    st_buf_init(&his);
+    st_buf_addc(&parts, '{');
+    st_buf_addc(&los, '{');
+    st_buf_addc(&his, '{');
+    for (size_t i = 0; i < n; i++) {
+        if (sp[i].n == 0)
+            continue;
+        const char *sep = asked++ ? "," : "";
+        st_buf_printf(&parts, "%s%" PRId32, sep, sp[i].t->partition);
+        st_buf_printf(&los, "%s%" PRId64, sep, sp[i].items[0].offset);
+        st_buf_printf(&his, "%s%" PRId64, sep, sp[i].items[sp[i].n - 1].offset);
+    }
+    st_buf_addc(&parts, '}');
+    st_buf_addc(&los, '}');
+    st_buf_addc(&his, '}');
     PGresult *res = NULL;
-    int rc = exec_params(pg,
-                         "SELECT kafka_offset FROM events WHERE kafka_topic = $1"
-                         " AND kafka_partition = $2 AND kafka_offset BETWEEN $3 AND $4"
-                         " ORDER BY kafka_offset",
+    int rc = ST_SINK_OK;
+    if (asked) {
+        const char *v[4] = {p->topic, parts.data, los.data, his.data};
+        rc = exec_params(pg,
+                         "SELECT r.p, e.kafka_offset FROM unnest($2::int[], $3::bigint[],"
+                         " $4::bigint[]) AS r (p, lo, hi) CROSS JOIN LATERAL"
+                         " (SELECT kafka_offset FROM events WHERE kafka_topic = $1"
+                         " AND kafka_partition = r.p AND kafka_offset BETWEEN r.lo AND r.hi"
+                         " OFFSET 0) e ORDER BY 1, 2",
                          4, v, &res, "could not read stored offsets", errstr, errsz);
-    if (rc)
+    }
+    st_buf_fini(&parts);
+    st_buf_fini(&los);
+    st_buf_fini(&his);
+    if (rc || !asked)
         return rc;
     int rows = PQntuples(res), r = 0;
-    for (size_t i = 0; i < n; i++) {
-        items[i].dup = 0;
-        if (items[i].skip)
-            continue;
-        while (r < rows && strtoll(PQgetvalue(res, r, 0), NULL, 10) < items[i].offset)
+    for (size_t s = 0; s < n; s++) {
+        int32_t part = sp[s].t->partition;
+        while (r < rows && strtol(PQgetvalue(res, r, 0), NULL, 10) < part)
             r++;
-        if (r < rows && strtoll(PQgetvalue(res, r, 0), NULL, 10) == items[i].offset)
-            continue;
-        /* not on the item for good: a redone batch asks again */
-        items[i].dup = 1;
+        for (size_t i = 0; i < sp[s].n; i++) {
+            struct item *it = &sp[s].items[i];
+            it->dup = 0;
+            if (it->skip)
+                continue;
+            while (r < rows && strtol(PQgetvalue(res, r, 0), NULL, 10) == part &&
+                   strtoll(PQgetvalue(res, r, 1), NULL, 10) < it->offset)
+                r++;
+            if (r < rows && strtol(PQgetvalue(res, r, 0), NULL, 10) == part &&
+                strtoll(PQgetvalue(res, r, 1), NULL, 10) == it->offset)
+                continue;
+            /* not on the item for good: a redone batch asks again */
+            it->dup = 1;
+        }
     }
     PQclear(res);
     return ST_SINK_OK;
@@ -506,14 +571,6 @@ static int write_partition(struct evidence_part *p, PGconn *pg, struct tree *t,
                            struct item *items, size_t n, char *errstr, size_t errsz)
 {
     int rc;
-    /* offsets already leaves (a replay, a redone batch) are passed over */
-    size_t k = 0;
-    while (k < n && t->next_offset >= 0 && items[k].offset < t->next_offset)
-        k++;
-    items += k;
-    n -= k;
-    if ((rc = mark_duplicates(p, pg, items, n, errstr, errsz)))
-        return rc;
     for (size_t i = 0; i < n; i++) {
         struct item *it = &items[i];
         if (i + 1 < n && items[i + 1].offset == it->offset)
@@ -547,11 +604,15 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
         if (i == 0 || b->items[i].partition != b->items[i - 1].partition)
             note_partition(p, b->items[i].partition);
 
-    /* every partition this analyzer has seen, locked in ascending order so
-     * that two analyzers cannot deadlock */
+    /* the trees of every partition this analyzer has seen that the batch
+     * touches (all of them when it seals), read and locked in ascending
+     * order in one statement; then which of the batch's events are
+     * duplicates, in one statement */
     struct tree *trees = st_calloc(p->nseen ? p->nseen : 1, sizeof(*trees));
-    size_t at = 0;
-    for (size_t j = 0; j < p->nseen && !rc; j++) {
+    struct tree **want = st_calloc(p->nseen ? p->nseen : 1, sizeof(*want));
+    struct span *sp = st_calloc(p->nseen ? p->nseen : 1, sizeof(*sp));
+    size_t nt = 0, at = 0;
+    for (size_t j = 0; j < p->nseen; j++) {
         struct tree *t = &trees[j];
         t->partition = p->seen[j];
         size_t from = at;
@@ -559,9 +620,26 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
             at++;
         if (from == at && !b->seal)
             continue;
-        if ((rc = tree_load(p, pg, t, errstr, errsz)))
-            break;
-        rc = write_partition(p, pg, t, b->items + from, at - from, errstr, errsz);
+        sp[nt].t = t;
+        sp[nt].items = b->items + from;
+        sp[nt].n = at - from;
+        want[nt++] = t;
+    }
+    if (nt)
+        rc = trees_load(p, pg, want, nt, errstr, errsz);
+    for (size_t j = 0; j < nt && !rc; j++) {
+        /* offsets already leaves (a replay, a redone batch) are passed over */
+        struct tree *t = sp[j].t;
+        while (sp[j].n > 0 && t->next_offset >= 0 && sp[j].items[0].offset < t->next_offset) {
+            sp[j].items++;
+            sp[j].n--;
+        }
+    }
+    if (!rc && nt)
+        rc = mark_duplicates(p, pg, sp, nt, errstr, errsz);
+    for (size_t j = 0; j < nt && !rc; j++) {
+        struct tree *t = sp[j].t;
+        rc = write_partition(p, pg, t, sp[j].items, sp[j].n, errstr, errsz);
         if (!rc && b->seal && t->pending_leaves > 0 &&
             (b->seal_now == 0 || b->seal_now - t->pending_since_ms >= p->every_ms))
             rc = tree_cut(p, pg, t, errstr, errsz);
@@ -570,6 +648,8 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
     }
     for (size_t j = 0; j < p->nseen; j++)
         st_buf_fini(&trees[j].mem);
+    free(sp);
+    free(want);
     free(trees);
     return rc;
 }
