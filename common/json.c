@@ -1,7 +1,6 @@
 /* json.c: strict JSON parsing on top of cJSON (see json.h). */
 #include <limits.h>
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,55 +286,10 @@ int st_json_bytes_ok(const unsigned char *s, size_t n)
     return 1;
 }
 
-/* The length of the common string at s: closed by a quote before end,
- * without a backslash, a control byte or invalid UTF-8 before it; or -1
- * for any other (jp_string's general path then decides, as it always
- * did). One pass, eight bytes at a time while they are printable ASCII
- * other than a quote or a backslash: most strings of an event are. */
-static ptrdiff_t plain_string(const unsigned char *s, const unsigned char *end)
-{
-    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
-    const unsigned char *p = s;
-    while (p < end) {
-        if (end - p >= 8) {
-            uint64_t w, q, b;
-            memcpy(&w, p, 8);
-            q = w ^ (ones * '"');
-            b = w ^ (ones * '\\');
-            /* a byte below 0x20 or above 0x7f; a quote; a backslash */
-            if (!((((w - ones * 0x20) | w) | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs)) {
-                p += 8;
-                continue;
-            }
-        }
-        if (*p == '"')
-            return p - s;
-        if (*p == '\\' || *p < 0x20)
-            return -1;
-        if (*p < 0x80) {
-            p++;
-            continue;
-        }
-        int n = st_json_utf8_len(p, (size_t)(end - p));
-        if (n < 0)
-            return -1;
-        p += n;
-    }
-    return -1;
-}
-
 /* j->p at the opening quote; returns the decoded string (jp_mem). */
 static char *jp_string(struct jp *j)
 {
     const unsigned char *s = ++j->p;
-    ptrdiff_t plain = plain_string(s, j->end);
-    if (plain >= 0) {
-        char *out = jp_mem(j, (size_t)plain + 1);
-        memcpy(out, s, (size_t)plain);
-        out[plain] = '\0';
-        j->p = s + plain + 1;
-        return out;
-    }
     const unsigned char *q = memchr(s, '"', (size_t)(j->end - s));
     const unsigned char *bs = q ? memchr(s, '\\', (size_t)(q - s)) : NULL;
     if (q && !bs) {
