@@ -12,8 +12,9 @@
 #include "sinks/evidence.h"
 #include "timeutil.h"
 
-/* One consumed offset: an event to be stored (its leaf hash taken from the
- * exact payload at stage time) or a message that will not be stored. */
+/* One consumed offset: an event to be stored (its exact payload copied at
+ * stage time, its leaf hash taken by the writer) or a message that will
+ * not be stored. */
 struct item {
     int32_t partition;
     int64_t offset;
@@ -22,6 +23,8 @@ struct item {
     int skip;      /* 1: reason says why it holds no event */
     int dup;       /* this write found no row at the offset (set per write) */
     char reason[48];
+    size_t at, len;  /* the payload in the batch's payloads */
+    int hashed;      /* leaf holds its hash (a retried write hashes once) */
     uint8_t leaf[ST_MERKLE_HASH];
 };
 
@@ -45,6 +48,9 @@ struct tree {
 struct evidence_batch {
     struct item *items;
     size_t n, cap;
+    /* the staged payloads, end to end: SHA-256 is the writer's work, off
+     * the main thread, which only copies them */
+    struct st_buf payloads;
     int seal;          /* a seal is pending for this batch's write */
     int64_t seal_now;  /* its wall clock (0: everything) */
 };
@@ -109,6 +115,7 @@ static void evidence_batch_destroy(void *batch)
     if (!b)
         return;
     free(b->items);
+    st_buf_fini(&b->payloads);
     free(b);
 }
 
@@ -151,8 +158,11 @@ static void evidence_stage(void *state, void *batch, const struct st_sink_event 
     struct evidence_part *p = state;
     if (!p->on)
         return;
-    struct item *it = push(p, batch, se->msg);
-    st_merkle_leaf_hash(se->msg->payload, se->msg->len, it->leaf);
+    struct evidence_batch *b = batch;
+    struct item *it = push(p, b, se->msg);
+    it->at = b->payloads.len;
+    it->len = se->msg->len;
+    st_buf_add(&b->payloads, se->msg->payload, se->msg->len);
 }
 
 static void evidence_skip(void *state, void *batch, const rd_kafka_message_t *msg,
@@ -189,6 +199,7 @@ static void evidence_end(void *state, void *batch, int committed)
     if (committed) {
         b->n = 0;
         b->seal = 0;
+        st_buf_reset(&b->payloads);
     }
 }
 
@@ -599,6 +610,13 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
     int rc = ST_SINK_OK;
     if (!p->on || (b->n == 0 && !b->seal))
         return ST_SINK_OK;
+    for (size_t i = 0; i < b->n; i++) {
+        struct item *it = &b->items[i];
+        if (!it->skip && !it->hashed) {
+            st_merkle_leaf_hash(b->payloads.data + it->at, it->len, it->leaf);
+            it->hashed = 1;
+        }
+    }
     qsort(b->items, b->n, sizeof(*b->items), item_cmp);
     for (size_t i = 0; i < b->n; i++)
         if (i == 0 || b->items[i].partition != b->items[i - 1].partition)
