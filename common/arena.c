@@ -1,4 +1,5 @@
 /* arena.c: a bump allocator whose blocks are freed all at once (arena.h). */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -18,11 +19,69 @@ struct st_arena {
     struct block *first; /* holds the arena */
 };
 
+/* First blocks of STD_CAP bytes (an arena of up to about 4 KB: one event's
+ * document, for events of up to about 700 bytes) are not freed but kept
+ * for the next arena, up to CACHE_MAX per thread: a batch of events is
+ * freed and the next one parsed on one thread, and the allocator's own
+ * per-thread cache holds far fewer blocks of this size, so that every
+ * batch went through its shared bins. The key's destructor frees a
+ * thread's blocks when it ends. */
+#define STD_CAP (4096 - sizeof(struct block))
+#define CACHE_MAX 2048
+
+struct cache {
+    struct block *top; /* linked by next */
+    size_t n;
+};
+
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static pthread_key_t cache_key;
+
+static void cache_free(void *arg)
+{
+    struct cache *c = arg;
+    while (c->top) {
+        struct block *next = c->top->next;
+        free(c->top);
+        c->top = next;
+    }
+    free(c);
+}
+
+static void cache_init(void)
+{
+    if (pthread_key_create(&cache_key, cache_free))
+        st_fatal("could not set up the arenas' cache");
+}
+
+static struct cache *cache_get(void)
+{
+    pthread_once(&cache_once, cache_init);
+    struct cache *c = pthread_getspecific(cache_key);
+    if (!c) {
+        c = st_calloc(1, sizeof(*c));
+        if (pthread_setspecific(cache_key, c))
+            st_fatal("could not set up the arenas' cache");
+    }
+    return c;
+}
+
 struct st_arena *st_arena_new(size_t hint)
 {
     size_t head = (sizeof(struct st_arena) + 7) & ~(size_t)7;
     size_t cap = head + (hint < 256 ? 256 : (hint + 7) & ~(size_t)7);
-    struct block *b = st_malloc(sizeof(*b) + cap);
+    struct block *b = NULL;
+    if (cap <= STD_CAP) {
+        struct cache *c = cache_get();
+        cap = STD_CAP;
+        if (c->top) {
+            b = c->top;
+            c->top = b->next;
+            c->n--;
+        }
+    }
+    if (!b)
+        b = st_malloc(sizeof(*b) + cap);
     b->next = NULL;
     b->used = head;
     b->cap = cap;
@@ -40,6 +99,15 @@ void st_arena_destroy(struct st_arena *a)
         struct block *next = b->next;
         free(b);
         b = next;
+    }
+    if (first->cap == STD_CAP) {
+        struct cache *c = cache_get();
+        if (c->n < CACHE_MAX) {
+            first->next = c->top; /* a, inside it, is dead from here */
+            c->top = first;
+            c->n++;
+            return;
+        }
     }
     free(first); /* a with it */
 }
