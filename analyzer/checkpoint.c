@@ -21,7 +21,7 @@ struct st_checkpoint *st_checkpoint_new(void)
 void st_checkpoint_clear(struct st_checkpoint *c)
 {
     for (size_t i = 0; i < c->n; i++)
-        redisFreeCommand(c->cmds[i]);
+        free(c->cmds[i]);
     c->n = 0;
 }
 

@@ -31,8 +31,9 @@ void st_rpipe_destroy(struct st_rpipe *p);
 void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
                   const char **argv);
 
-/* Formats a command in the protocol's form into *cmd (free with
- * redisFreeCommand); returns its length. */
+/* Formats a command in the protocol's form into *cmd (NUL-terminated, free
+ * with free: the bytes redisFormatCommandArgv would write); returns its
+ * length. Cannot fail. */
 size_t st_rpipe_format(int argc, const char **argv, char **cmd);
 
 /* Queues a command already in the protocol's form (checkpoint.h), with no

@@ -26,7 +26,7 @@ void st_buf_reset(struct st_buf *b)
         b->data[0] = '\0';
 }
 
-static void buf_reserve(struct st_buf *b, size_t n)
+void st_buf_reserve(struct st_buf *b, size_t n)
 {
     if (b->len + n + 1 <= b->cap)
         return;
@@ -39,7 +39,7 @@ static void buf_reserve(struct st_buf *b, size_t n)
 
 void st_buf_add(struct st_buf *b, const void *p, size_t n)
 {
-    buf_reserve(b, n);
+    st_buf_reserve(b, n);
     memcpy(b->data + b->len, p, n);
     b->len += n;
     b->data[b->len] = '\0';
@@ -63,7 +63,7 @@ void st_buf_printf(struct st_buf *b, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         return;
-    buf_reserve(b, (size_t)n);
+    st_buf_reserve(b, (size_t)n);
     va_start(ap, fmt);
     vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);

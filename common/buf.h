@@ -13,6 +13,9 @@ struct st_buf {
 void st_buf_init(struct st_buf *b);
 void st_buf_fini(struct st_buf *b);            /* frees data */
 void st_buf_reset(struct st_buf *b);           /* keeps the allocation */
+/* Room for n more bytes and a NUL: data does not move until more is added
+ * (a caller may then copy a part of b to its end). Cannot fail. */
+void st_buf_reserve(struct st_buf *b, size_t n);
 void st_buf_add(struct st_buf *b, const void *p, size_t n);
 void st_buf_adds(struct st_buf *b, const char *s);
 void st_buf_addc(struct st_buf *b, char c);

@@ -2,7 +2,9 @@
  *
  * An event is parsed and validated once, at the collector, into a struct
  * st_event that every later stage shares. The struct keeps the whole cJSON
- * document, so fields the schema does not name are carried, not dropped. */
+ * document, so fields the schema does not name are carried, not dropped.
+ * The analyzer parses each consumed event again (st_event_parse): its
+ * document lives in an arena of its own, one allocation per event. */
 #ifndef ST_EVENT_H
 #define ST_EVENT_H
 
@@ -40,8 +42,11 @@ enum st_event_type {
     ST_TYPE__COUNT
 };
 
+struct st_arena;
+
 struct st_event {
-    cJSON *doc; /* owns everything below: the strings point into it */
+    cJSON *doc; /* everything below points into it */
+    struct st_arena *mem; /* owns doc when set (else doc is cJSON_Delete's) */
 
     const char *event_id;
     int64_t ts_us; /* event time, microseconds since the epoch */
@@ -61,16 +66,25 @@ struct st_event {
 
 /* Parses and validates one event from buf[0..len) (one NDJSON line, without
  * its newline). On success returns 0 and ev owns a document that
- * st_event_fini frees. On failure returns -1, ev is left empty and rej says
- * why (rej->code is one of the ST_REASON_* codes). */
+ * st_event_fini frees: its nodes and strings are in one arena of the
+ * event's (ev->mem), so the document is read-only (no cJSON function that
+ * adds or deletes nodes). On failure returns -1, ev is left empty and rej
+ * says why (rej->code is one of the ST_REASON_* codes). */
 int st_event_parse(struct st_event *ev, const char *buf, size_t len,
                    struct st_reject *rej);
+
+/* The same with a document of malloc'd nodes (st_json_parse, freed by
+ * cJSON_Delete): the reference st_event_parse is tested against
+ * (tests/unit/test_event.c); same event, same refusals. */
+int st_event_parse_tree(struct st_event *ev, const char *buf, size_t len,
+                        struct st_reject *rej);
 
 /* Validates a document already parsed (by st_json_parse, or built by a
  * decoder). Takes ownership of doc: on failure it is freed and rej says why. */
 int st_event_from_doc(struct st_event *ev, cJSON *doc, struct st_reject *rej);
 
-/* Frees the document. Accepts an event that failed to parse. */
+/* Frees the document (its arena, or its cJSON tree). Accepts an event that
+ * failed to parse. */
 void st_event_fini(struct st_event *ev);
 
 /* What the schema asks of each type's attrs and identity: the table

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "json.h"
 #include "log.h"
 
@@ -147,7 +148,8 @@ static int json_prescan(const char *buf, size_t len, struct st_reject *rej)
  * no "+1", no bare ".5" -- and at a fraction of cJSON's cost: strings
  * without escapes are one memcpy, integers are read without strtod. Nodes
  * and strings come from malloc, as cJSON's default hooks expect, so
- * cJSON_Delete frees them. */
+ * cJSON_Delete frees them; or, for st_json_parse_in, from an arena, freed
+ * with it (never by cJSON_Delete). */
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -184,11 +186,36 @@ struct jp {
     int depth;                /* containers open */
     const char *dup;          /* the first key found twice in an object */
     const unsigned char *big; /* the first number out of range */
+    struct st_arena *arena;   /* where nodes and strings go (NULL: malloc) */
 };
 
-static cJSON *jp_node(int type)
+/* n bytes for a string; freed by jp_free, or with the arena. */
+static char *jp_mem(struct jp *j, size_t n)
 {
-    cJSON *c = malloc(sizeof(*c));
+    if (j->arena)
+        return st_arena_alloc_bytes(j->arena, n);
+    char *p = malloc(n);
+    if (!p)
+        st_fatal("out of memory parsing JSON");
+    return p;
+}
+
+static void jp_free(struct jp *j, void *p)
+{
+    if (!j->arena)
+        free(p);
+}
+
+/* A tree given up: an arena's goes with the arena. */
+static void jp_delete(struct jp *j, cJSON *c)
+{
+    if (!j->arena)
+        cJSON_Delete(c);
+}
+
+static cJSON *jp_node(struct jp *j, int type)
+{
+    cJSON *c = j->arena ? st_arena_alloc(j->arena, sizeof(*c)) : malloc(sizeof(*c));
     if (!c)
         st_fatal("out of memory parsing JSON");
     c->next = c->prev = c->child = NULL;
@@ -259,7 +286,7 @@ int st_json_bytes_ok(const unsigned char *s, size_t n)
     return 1;
 }
 
-/* j->p at the opening quote; returns the decoded string (malloc). */
+/* j->p at the opening quote; returns the decoded string (jp_mem). */
 static char *jp_string(struct jp *j)
 {
     const unsigned char *s = ++j->p;
@@ -269,9 +296,7 @@ static char *jp_string(struct jp *j)
         size_t n = (size_t)(q - s);
         if (!st_json_bytes_ok(s, n))
             return jp_fail(j, s);
-        char *out = malloc(n + 1);
-        if (!out)
-            st_fatal("out of memory parsing JSON");
+        char *out = jp_mem(j, n + 1);
         memcpy(out, s, n);
         out[n] = '\0';
         j->p = q + 1;
@@ -285,9 +310,7 @@ static char *jp_string(struct jp *j)
         return jp_fail(j, j->end);
     if (!st_json_bytes_ok(s, (size_t)(e - s)))
         return jp_fail(j, s);
-    char *out = malloc((size_t)(e - s) + 1);
-    if (!out)
-        st_fatal("out of memory parsing JSON");
+    char *out = jp_mem(j, (size_t)(e - s) + 1);
     size_t o = 0;
     for (const unsigned char *x = s; x < e;) {
         if (*x != '\\') {
@@ -304,28 +327,28 @@ static char *jp_string(struct jp *j)
         case 'r': out[o++] = '\r'; x++; continue;
         case 't': out[o++] = '\t'; x++; continue;
         case 'u': break;
-        default: free(out); return jp_fail(j, at);
+        default: jp_free(j, out); return jp_fail(j, at);
         }
         if (st_json_hex4(x + 1, e, &cp)) {
-            free(out);
+            jp_free(j, out);
             return jp_fail(j, at);
         }
         x += 5;
         if (cp >= 0xDC00 && cp <= 0xDFFF) { /* a lone low surrogate */
-            free(out);
+            jp_free(j, out);
             return jp_fail(j, at);
         }
         if (cp >= 0xD800 && cp <= 0xDBFF) {
             if (e - x < 6 || x[0] != '\\' || x[1] != 'u' || st_json_hex4(x + 2, e, &lo) ||
                 lo < 0xDC00 || lo > 0xDFFF) {
-                free(out);
+                jp_free(j, out);
                 return jp_fail(j, at);
             }
             x += 6;
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }
         if (cp == 0) { /* json_prescan rejects it first; never a C string cut */
-            free(out);
+            jp_free(j, out);
             return jp_fail(j, at);
         }
         if (cp < 0x80) {
@@ -405,7 +428,7 @@ static cJSON *jp_number(struct jp *j)
      * than a double; after the point it holds ST_JSON_MAX_SCALE */
     if (!j->big && (!isfinite(v) || frac - expsign * exp > ST_JSON_MAX_SCALE))
         j->big = s;
-    cJSON *c = jp_node(cJSON_Number);
+    cJSON *c = jp_node(j, cJSON_Number);
     c->valuedouble = v;
     c->valueint = v >= INT_MAX ? INT_MAX : v <= (double)INT_MIN ? INT_MIN : (int)v;
     j->p = p;
@@ -433,7 +456,7 @@ static cJSON *jp_container(struct jp *j, int object)
 {
     if (++j->depth > ST_JSON_MAX_DEPTH)
         return jp_fail(j, j->p);
-    cJSON *c = jp_node(object ? cJSON_Object : cJSON_Array);
+    cJSON *c = jp_node(j, object ? cJSON_Object : cJSON_Array);
     const unsigned char close = object ? '}' : ']';
     size_t members = 0;
     j->p++;
@@ -450,7 +473,7 @@ static cJSON *jp_container(struct jp *j, int object)
                 goto fail;
             jp_ws(j);
             if (j->p >= j->end || *j->p != ':') {
-                free(key);
+                jp_free(j, key);
                 goto fail;
             }
             j->p++;
@@ -458,7 +481,7 @@ static cJSON *jp_container(struct jp *j, int object)
         }
         cJSON *item = jp_value(j);
         if (!item) {
-            free(key);
+            jp_free(j, key);
             goto fail;
         }
         item->string = key;
@@ -488,7 +511,7 @@ static cJSON *jp_container(struct jp *j, int object)
     }
 fail:
     jp_fail(j, j->p);
-    cJSON_Delete(c);
+    jp_delete(j, c);
     return NULL;
 }
 
@@ -503,26 +526,26 @@ static cJSON *jp_value(struct jp *j)
         char *s = jp_string(j);
         if (!s)
             return NULL;
-        cJSON *c = jp_node(cJSON_String);
+        cJSON *c = jp_node(j, cJSON_String);
         c->valuestring = s;
         return c;
     }
     case 't':
         if (j->end - j->p >= 4 && memcmp(j->p, "true", 4) == 0) {
             j->p += 4;
-            return jp_node(cJSON_True);
+            return jp_node(j, cJSON_True);
         }
         break;
     case 'f':
         if (j->end - j->p >= 5 && memcmp(j->p, "false", 5) == 0) {
             j->p += 5;
-            return jp_node(cJSON_False);
+            return jp_node(j, cJSON_False);
         }
         break;
     case 'n':
         if (j->end - j->p >= 4 && memcmp(j->p, "null", 4) == 0) {
             j->p += 4;
-            return jp_node(cJSON_NULL);
+            return jp_node(j, cJSON_NULL);
         }
         break;
     default:
@@ -533,10 +556,11 @@ static cJSON *jp_value(struct jp *j)
 }
 
 
-cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
+static cJSON *parse(const char *buf, size_t len, struct st_arena *arena,
+                    struct st_reject *rej)
 {
     struct jp j = {(const unsigned char *)buf, (const unsigned char *)buf + len, NULL, 0, NULL,
-                   NULL};
+                   NULL, arena};
     cJSON *doc;
 
     /* The parser refuses everything json_prescan would (a NUL, invalid
@@ -557,7 +581,7 @@ cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
     /* only whitespace may follow the document */
     jp_ws(&j);
     if (j.p < j.end) {
-        cJSON_Delete(doc);
+        jp_delete(&j, doc);
         if (json_prescan(buf, len, rej))
             return NULL;
         rej->code = ST_REASON_JSON;
@@ -572,7 +596,7 @@ cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
         char *q = st_utf8_sanitize(dup, strlen(dup), 64);
         snprintf(rej->msg, sizeof(rej->msg), "duplicate key \"%s\"", q);
         free(q);
-        cJSON_Delete(doc);
+        jp_delete(&j, doc);
         return NULL;
     }
     if (j.big) {
@@ -581,22 +605,33 @@ cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
                  "number at offset %zu is out of range (a finite double with at most "
                  "%d digits after the point)",
                  (size_t)(j.big - (const unsigned char *)buf), ST_JSON_MAX_SCALE);
-        cJSON_Delete(doc);
+        jp_delete(&j, doc);
         return NULL;
     }
     return doc;
 }
 
+cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej)
+{
+    return parse(buf, len, NULL, rej);
+}
+
+cJSON *st_json_parse_in(const char *buf, size_t len, struct st_arena *arena,
+                        struct st_reject *rej)
+{
+    return parse(buf, len, arena, rej);
+}
+
 const char *st_json_str(const cJSON *obj, const char *key)
 {
     const cJSON *v = st_json_get(obj, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
+    return st_json_is(v, cJSON_String) ? v->valuestring : NULL;
 }
 
 int st_json_int(const cJSON *obj, const char *key, int64_t *out)
 {
     const cJSON *v = st_json_get(obj, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+    if (!st_json_is(v, cJSON_Number) || v->valuedouble != floor(v->valuedouble) ||
         fabs(v->valuedouble) > 9007199254740992.0)
         return 0;
     *out = (int64_t)v->valuedouble;

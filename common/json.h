@@ -62,6 +62,16 @@ int st_json_hex4(const unsigned char *s, const unsigned char *end, unsigned *out
  * cJSON_Delete) or NULL with *rej filled. */
 cJSON *st_json_parse(const char *buf, size_t len, struct st_reject *rej);
 
+struct st_arena;
+
+/* st_json_parse with every node and string of the document taken from
+ * arena (arena.h): the same tree, the same refusals, no malloc per node.
+ * The document is freed with the arena, never with cJSON_Delete, and must
+ * not be changed with cJSON's functions that free or allocate nodes. On
+ * failure what the parse took stays in the arena until it is destroyed. */
+cJSON *st_json_parse_in(const char *buf, size_t len, struct st_arena *arena,
+                        struct st_reject *rej);
+
 /* Returns 1 when buf[0..len) is valid UTF-8 (no overlongs, no surrogates). */
 int st_utf8_valid(const char *buf, size_t len);
 
@@ -69,6 +79,13 @@ int st_utf8_valid(const char *buf, size_t len);
  * valid UTF-8: invalid bytes and NULs become '?', a cut never splits a
  * character. Used to quote rejected input. Caller frees. */
 char *st_utf8_sanitize(const char *buf, size_t len, size_t max);
+
+/* 1 when v is not NULL and of cJSON type t (cJSON_String, cJSON_Object...):
+ * cJSON_IsString and the like, inlined (they are calls into libcjson). */
+static inline int st_json_is(const cJSON *v, int t)
+{
+    return v && (v->type & 0xFF) == t;
+}
 
 /* Typed lookups: return NULL/0 when the member is absent or of another type. */
 /* obj's member key (case-sensitive), or NULL. The same as

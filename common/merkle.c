@@ -1,5 +1,6 @@
 /* merkle.c: RFC 6962 Merkle tree hashes (see merkle.h). */
 #include <assert.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,16 +9,42 @@
 #include "log.h"
 #include "merkle.h"
 
+/* SHA-256 as fetched once, and one digest context per thread, kept: an
+ * EVP_MD_CTX_new and an implicit fetch for every hash cost more than
+ * hashing a 400-byte event (every staged event is hashed, and every leaf
+ * costs node hashes). The key's destructor frees a thread's context when
+ * the thread ends. */
+static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
+static pthread_key_t sha_key;
+static EVP_MD *sha_md;
+
+static void ctx_free(void *ctx)
+{
+    EVP_MD_CTX_free(ctx);
+}
+
+static void sha_init(void)
+{
+    sha_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (!sha_md || pthread_key_create(&sha_key, ctx_free))
+        st_fatal("could not set up SHA-256");
+}
+
 static void sha256_prefixed(uint8_t prefix, const void *a, size_t alen, const void *b,
                             size_t blen, uint8_t out[ST_MERKLE_HASH])
 {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    pthread_once(&sha_once, sha_init);
+    EVP_MD_CTX *ctx = pthread_getspecific(sha_key);
+    if (!ctx) {
+        ctx = EVP_MD_CTX_new();
+        if (!ctx || pthread_setspecific(sha_key, ctx))
+            abort();
+    }
     unsigned int n = 0;
-    if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
-        !EVP_DigestUpdate(ctx, &prefix, 1) || !EVP_DigestUpdate(ctx, a, alen) ||
-        (blen && !EVP_DigestUpdate(ctx, b, blen)) || !EVP_DigestFinal_ex(ctx, out, &n))
+    if (!EVP_DigestInit_ex2(ctx, sha_md, NULL) || !EVP_DigestUpdate(ctx, &prefix, 1) ||
+        !EVP_DigestUpdate(ctx, a, alen) || (blen && !EVP_DigestUpdate(ctx, b, blen)) ||
+        !EVP_DigestFinal_ex(ctx, out, &n))
         abort(); /* SHA-256 cannot fail but for lack of memory */
-    EVP_MD_CTX_free(ctx);
 }
 
 void st_merkle_leaf_hash(const void *data, size_t len, uint8_t out[ST_MERKLE_HASH])

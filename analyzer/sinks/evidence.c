@@ -12,8 +12,9 @@
 #include "sinks/evidence.h"
 #include "timeutil.h"
 
-/* One consumed offset: an event to be stored (its leaf hash taken from the
- * exact payload at stage time) or a message that will not be stored. */
+/* One consumed offset: an event to be stored (its exact payload copied at
+ * stage time, its leaf hash taken by the writer) or a message that will
+ * not be stored. */
 struct item {
     int32_t partition;
     int64_t offset;
@@ -22,6 +23,8 @@ struct item {
     int skip;      /* 1: reason says why it holds no event */
     int dup;       /* this write found no row at the offset (set per write) */
     char reason[48];
+    size_t at, len;  /* the payload in the batch's payloads */
+    int hashed;      /* leaf holds its hash (a retried write hashes once) */
     uint8_t leaf[ST_MERKLE_HASH];
 };
 
@@ -45,6 +48,9 @@ struct tree {
 struct evidence_batch {
     struct item *items;
     size_t n, cap;
+    /* the staged payloads, end to end: SHA-256 is the writer's work, off
+     * the main thread, which only copies them */
+    struct st_buf payloads;
     int seal;          /* a seal is pending for this batch's write */
     int64_t seal_now;  /* its wall clock (0: everything) */
 };
@@ -109,6 +115,7 @@ static void evidence_batch_destroy(void *batch)
     if (!b)
         return;
     free(b->items);
+    st_buf_fini(&b->payloads);
     free(b);
 }
 
@@ -151,8 +158,11 @@ static void evidence_stage(void *state, void *batch, const struct st_sink_event 
     struct evidence_part *p = state;
     if (!p->on)
         return;
-    struct item *it = push(p, batch, se->msg);
-    st_merkle_leaf_hash(se->msg->payload, se->msg->len, it->leaf);
+    struct evidence_batch *b = batch;
+    struct item *it = push(p, b, se->msg);
+    it->at = b->payloads.len;
+    it->len = se->msg->len;
+    st_buf_add(&b->payloads, se->msg->payload, se->msg->len);
 }
 
 static void evidence_skip(void *state, void *batch, const rd_kafka_message_t *msg,
@@ -189,6 +199,7 @@ static void evidence_end(void *state, void *batch, int committed)
     if (committed) {
         b->n = 0;
         b->seal = 0;
+        st_buf_reset(&b->payloads);
     }
 }
 
@@ -208,49 +219,73 @@ static int exec_params(PGconn *pg, const char *sql, int n, const char *const *v,
     return rc == ST_SINK_OK && out ? ST_SINK_RETRY : rc;
 }
 
-static int tree_load(struct evidence_part *p, PGconn *pg, struct tree *t, char *errstr,
-                     size_t errsz)
+/* A tree not stored yet: empty. */
+static void tree_empty(struct tree *t)
 {
-    char part[16];
-    snprintf(part, sizeof(part), "%" PRId32, t->partition);
-    const char *v[2] = {p->topic, part};
-    PGresult *res = NULL;
-    int rc = exec_params(pg,
-                         "SELECT next_offset, encode(frontier, 'hex'), seq, last_hash,"
-                         " pending_leaves, pending_first, pending_since_ms,"
-                         " pending_last_ms FROM evidence_state"
-                         " WHERE kafka_topic = $1 AND kafka_partition = $2 FOR UPDATE",
-                         2, v, &res, "could not read evidence_state", errstr, errsz);
-    if (rc)
-        return rc;
     st_merkle_frontier_init(&t->f);
     st_buf_reset(&t->mem);
+    t->exists = 0;
     t->after_db = 1;
     t->next_offset = -1;
     t->seq = 0;
     memset(t->last_hash, '0', 64);
     t->last_hash[64] = '\0';
     t->pending_leaves = t->pending_first = t->pending_since_ms = t->pending_last_ms = 0;
-    if (PQntuples(res) == 1) {
-        const char *fhex = PQgetvalue(res, 0, 1);
+}
+
+/* Reads the stored state of the n trees in trees[] (partitions ascending)
+ * in one statement, and locks their rows in that order, so that two
+ * analyzers cannot deadlock. A partition without a row gets an empty tree. */
+static int trees_load(struct evidence_part *p, PGconn *pg, struct tree **trees, size_t n,
+                      char *errstr, size_t errsz)
+{
+    struct st_buf arr;
+    st_buf_init(&arr);
+    st_buf_addc(&arr, '{');
+    for (size_t i = 0; i < n; i++) {
+        tree_empty(trees[i]);
+        st_buf_printf(&arr, i ? ",%" PRId32 : "%" PRId32, trees[i]->partition);
+    }
+    st_buf_addc(&arr, '}');
+    const char *v[2] = {p->topic, arr.data};
+    PGresult *res = NULL;
+    int rc = exec_params(pg,
+                         "SELECT kafka_partition, next_offset, encode(frontier, 'hex'), seq,"
+                         " last_hash, pending_leaves, pending_first, pending_since_ms,"
+                         " pending_last_ms FROM evidence_state"
+                         " WHERE kafka_topic = $1 AND kafka_partition = ANY ($2::int[])"
+                         " ORDER BY kafka_partition FOR UPDATE",
+                         2, v, &res, "could not read evidence_state", errstr, errsz);
+    st_buf_fini(&arr);
+    if (rc)
+        return rc;
+    size_t j = 0;
+    for (int r = 0; r < PQntuples(res); r++) {
+        int32_t part = (int32_t)strtol(PQgetvalue(res, r, 0), NULL, 10);
+        while (j < n && trees[j]->partition < part)
+            j++;
+        if (j == n || trees[j]->partition != part)
+            continue; /* not asked for: cannot happen */
+        struct tree *t = trees[j];
+        const char *fhex = PQgetvalue(res, r, 2);
         size_t flen = strlen(fhex) / 2;
         uint8_t *fb = st_malloc(flen + 1);
         int bad = st_from_hex(fhex, fb, flen) || st_merkle_frontier_load(&t->f, fb, flen);
         free(fb);
         if (bad) {
             PQclear(res);
-            snprintf(errstr, errsz, "evidence_state of partition %s holds no valid frontier",
-                     part);
+            snprintf(errstr, errsz,
+                     "evidence_state of partition %" PRId32 " holds no valid frontier", part);
             return ST_SINK_DATA;
         }
         t->exists = 1;
-        t->next_offset = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        t->seq = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
-        snprintf(t->last_hash, sizeof(t->last_hash), "%s", PQgetvalue(res, 0, 3));
-        t->pending_leaves = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
-        t->pending_first = strtoll(PQgetvalue(res, 0, 5), NULL, 10);
-        t->pending_since_ms = strtoll(PQgetvalue(res, 0, 6), NULL, 10);
-        t->pending_last_ms = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
+        t->next_offset = strtoll(PQgetvalue(res, r, 1), NULL, 10);
+        t->seq = strtoll(PQgetvalue(res, r, 3), NULL, 10);
+        snprintf(t->last_hash, sizeof(t->last_hash), "%s", PQgetvalue(res, r, 4));
+        t->pending_leaves = strtoll(PQgetvalue(res, r, 5), NULL, 10);
+        t->pending_first = strtoll(PQgetvalue(res, r, 6), NULL, 10);
+        t->pending_since_ms = strtoll(PQgetvalue(res, r, 7), NULL, 10);
+        t->pending_last_ms = strtoll(PQgetvalue(res, r, 8), NULL, 10);
     }
     PQclear(res);
     return ST_SINK_OK;
@@ -271,11 +306,19 @@ static void frontier_hex(const struct st_merkle_frontier *f, struct st_buf *b)
 static void leaves_hex(const struct st_buf *raw, struct st_buf *out)
 {
     static const char digits[] = "0123456789abcdef";
+    size_t n = raw->len;
     st_buf_reset(out);
-    st_buf_adds(out, "\\x");
-    for (size_t i = 0; i < raw->len; i++) {
-        st_buf_addc(out, digits[(uint8_t)raw->data[i] >> 4]);
-        st_buf_addc(out, digits[(uint8_t)raw->data[i] & 15]);
+    st_buf_add(out, "\\x", 2);
+    if (n == 0)
+        return;
+    /* grown to its length (and NUL-terminated) by two copies of raw, then
+     * overwritten in place: two hex digits a byte */
+    st_buf_add(out, raw->data, n);
+    st_buf_add(out, raw->data, n);
+    char *h = out->data + 2;
+    for (size_t i = 0; i < n; i++) {
+        h[2 * i] = digits[(uint8_t)raw->data[i] >> 4];
+        h[2 * i + 1] = digits[(uint8_t)raw->data[i] & 15];
     }
 }
 
@@ -457,38 +500,79 @@ static int item_cmp(const void *a, const void *b)
     return x->order < y->order ? -1 : 1;
 }
 
-/* Which of items[0..n) (one partition, offsets ascending, from
- * next_offset on) have a row at their offset: the others were duplicates
- * of events already stored, and the events part did not insert them. */
-static int mark_duplicates(struct evidence_part *p, PGconn *pg, struct item *items,
-                           size_t n, char *errstr, size_t errsz)
+/* One partition's part of the batch: its tree and its items from the
+ * tree's next offset on (those before were leaves already: a replay, a
+ * redone batch). */
+struct span {
+    struct tree *t;
+    struct item *items;
+    size_t n;
+};
+
+/* Which items of the spans (offsets ascending in each) have a row at their
+ * offset: the others were duplicates of events already stored, and the
+ * events part did not insert them. One statement for all the partitions;
+ * each one's range is read through the events_kafka index (the LATERAL
+ * subquery, kept apart by OFFSET 0, is planned as one index scan per
+ * partition whatever the statistics say). */
+static int mark_duplicates(struct evidence_part *p, PGconn *pg, struct span *sp, size_t n,
+                           char *errstr, size_t errsz)
 {
-    char part[16], lo[24], hi[24];
-    if (n == 0)
-        return ST_SINK_OK;
-    snprintf(part, sizeof(part), "%" PRId32, items[0].partition);
-    snprintf(lo, sizeof(lo), "%" PRId64, items[0].offset);
-    snprintf(hi, sizeof(hi), "%" PRId64, items[n - 1].offset);
-    const char *v[4] = {p->topic, part, lo, hi};
+    struct st_buf parts, los, his;
+    size_t asked = 0;
+    st_buf_init(&parts);
+    st_buf_init(&los);
+    st_buf_init(&his);
+    st_buf_addc(&parts, '{');
+    st_buf_addc(&los, '{');
+    st_buf_addc(&his, '{');
+    for (size_t i = 0; i < n; i++) {
+        if (sp[i].n == 0)
+            continue;
+        const char *sep = asked++ ? "," : "";
+        st_buf_printf(&parts, "%s%" PRId32, sep, sp[i].t->partition);
+        st_buf_printf(&los, "%s%" PRId64, sep, sp[i].items[0].offset);
+        st_buf_printf(&his, "%s%" PRId64, sep, sp[i].items[sp[i].n - 1].offset);
+    }
+    st_buf_addc(&parts, '}');
+    st_buf_addc(&los, '}');
+    st_buf_addc(&his, '}');
     PGresult *res = NULL;
-    int rc = exec_params(pg,
-                         "SELECT kafka_offset FROM events WHERE kafka_topic = $1"
-                         " AND kafka_partition = $2 AND kafka_offset BETWEEN $3 AND $4"
-                         " ORDER BY kafka_offset",
+    int rc = ST_SINK_OK;
+    if (asked) {
+        const char *v[4] = {p->topic, parts.data, los.data, his.data};
+        rc = exec_params(pg,
+                         "SELECT r.p, e.kafka_offset FROM unnest($2::int[], $3::bigint[],"
+                         " $4::bigint[]) AS r (p, lo, hi) CROSS JOIN LATERAL"
+                         " (SELECT kafka_offset FROM events WHERE kafka_topic = $1"
+                         " AND kafka_partition = r.p AND kafka_offset BETWEEN r.lo AND r.hi"
+                         " OFFSET 0) e ORDER BY 1, 2",
                          4, v, &res, "could not read stored offsets", errstr, errsz);
-    if (rc)
+    }
+    st_buf_fini(&parts);
+    st_buf_fini(&los);
+    st_buf_fini(&his);
+    if (rc || !asked)
         return rc;
     int rows = PQntuples(res), r = 0;
-    for (size_t i = 0; i < n; i++) {
-        items[i].dup = 0;
-        if (items[i].skip)
-            continue;
-        while (r < rows && strtoll(PQgetvalue(res, r, 0), NULL, 10) < items[i].offset)
+    for (size_t s = 0; s < n; s++) {
+        int32_t part = sp[s].t->partition;
+        while (r < rows && strtol(PQgetvalue(res, r, 0), NULL, 10) < part)
             r++;
-        if (r < rows && strtoll(PQgetvalue(res, r, 0), NULL, 10) == items[i].offset)
-            continue;
-        /* not on the item for good: a redone batch asks again */
-        items[i].dup = 1;
+        for (size_t i = 0; i < sp[s].n; i++) {
+            struct item *it = &sp[s].items[i];
+            it->dup = 0;
+            if (it->skip)
+                continue;
+            while (r < rows && strtol(PQgetvalue(res, r, 0), NULL, 10) == part &&
+                   strtoll(PQgetvalue(res, r, 1), NULL, 10) < it->offset)
+                r++;
+            if (r < rows && strtol(PQgetvalue(res, r, 0), NULL, 10) == part &&
+                strtoll(PQgetvalue(res, r, 1), NULL, 10) == it->offset)
+                continue;
+            /* not on the item for good: a redone batch asks again */
+            it->dup = 1;
+        }
     }
     PQclear(res);
     return ST_SINK_OK;
@@ -498,14 +582,6 @@ static int write_partition(struct evidence_part *p, PGconn *pg, struct tree *t,
                            struct item *items, size_t n, char *errstr, size_t errsz)
 {
     int rc;
-    /* offsets already leaves (a replay, a redone batch) are passed over */
-    size_t k = 0;
-    while (k < n && t->next_offset >= 0 && items[k].offset < t->next_offset)
-        k++;
-    items += k;
-    n -= k;
-    if ((rc = mark_duplicates(p, pg, items, n, errstr, errsz)))
-        return rc;
     for (size_t i = 0; i < n; i++) {
         struct item *it = &items[i];
         if (i + 1 < n && items[i + 1].offset == it->offset)
@@ -534,16 +610,27 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
     int rc = ST_SINK_OK;
     if (!p->on || (b->n == 0 && !b->seal))
         return ST_SINK_OK;
+    for (size_t i = 0; i < b->n; i++) {
+        struct item *it = &b->items[i];
+        if (!it->skip && !it->hashed) {
+            st_merkle_leaf_hash(b->payloads.data + it->at, it->len, it->leaf);
+            it->hashed = 1;
+        }
+    }
     qsort(b->items, b->n, sizeof(*b->items), item_cmp);
     for (size_t i = 0; i < b->n; i++)
         if (i == 0 || b->items[i].partition != b->items[i - 1].partition)
             note_partition(p, b->items[i].partition);
 
-    /* every partition this analyzer has seen, locked in ascending order so
-     * that two analyzers cannot deadlock */
+    /* the trees of every partition this analyzer has seen that the batch
+     * touches (all of them when it seals), read and locked in ascending
+     * order in one statement; then which of the batch's events are
+     * duplicates, in one statement */
     struct tree *trees = st_calloc(p->nseen ? p->nseen : 1, sizeof(*trees));
-    size_t at = 0;
-    for (size_t j = 0; j < p->nseen && !rc; j++) {
+    struct tree **want = st_calloc(p->nseen ? p->nseen : 1, sizeof(*want));
+    struct span *sp = st_calloc(p->nseen ? p->nseen : 1, sizeof(*sp));
+    size_t nt = 0, at = 0;
+    for (size_t j = 0; j < p->nseen; j++) {
         struct tree *t = &trees[j];
         t->partition = p->seen[j];
         size_t from = at;
@@ -551,9 +638,26 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
             at++;
         if (from == at && !b->seal)
             continue;
-        if ((rc = tree_load(p, pg, t, errstr, errsz)))
-            break;
-        rc = write_partition(p, pg, t, b->items + from, at - from, errstr, errsz);
+        sp[nt].t = t;
+        sp[nt].items = b->items + from;
+        sp[nt].n = at - from;
+        want[nt++] = t;
+    }
+    if (nt)
+        rc = trees_load(p, pg, want, nt, errstr, errsz);
+    for (size_t j = 0; j < nt && !rc; j++) {
+        /* offsets already leaves (a replay, a redone batch) are passed over */
+        struct tree *t = sp[j].t;
+        while (sp[j].n > 0 && t->next_offset >= 0 && sp[j].items[0].offset < t->next_offset) {
+            sp[j].items++;
+            sp[j].n--;
+        }
+    }
+    if (!rc && nt)
+        rc = mark_duplicates(p, pg, sp, nt, errstr, errsz);
+    for (size_t j = 0; j < nt && !rc; j++) {
+        struct tree *t = sp[j].t;
+        rc = write_partition(p, pg, t, sp[j].items, sp[j].n, errstr, errsz);
         if (!rc && b->seal && t->pending_leaves > 0 &&
             (b->seal_now == 0 || b->seal_now - t->pending_since_ms >= p->every_ms))
             rc = tree_cut(p, pg, t, errstr, errsz);
@@ -562,6 +666,8 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
     }
     for (size_t j = 0; j < p->nseen; j++)
         st_buf_fini(&trees[j].mem);
+    free(sp);
+    free(want);
     free(trees);
     return rc;
 }

@@ -1,7 +1,10 @@
 /* test_timeutil.c: RFC 3339 parsing and formatting. */
 #include <check.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "timeutil.h"
 
@@ -57,6 +60,31 @@ START_TEST(time_format_round_trips)
 }
 END_TEST
 
+/* Formatted by hand for four-digit years: the bytes printf would write,
+ * checked against the civil date gmtime gives, over the whole range. */
+START_TEST(time_format_matches_gmtime)
+{
+    char buf[40], want[64];
+    uint64_t r = 88172645463325252u;
+    for (int i = 0; i < 200000; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        int64_t us = (int64_t)(r % (uint64_t)253402300800000000LL);
+        if (i < 1000)
+            us = (int64_t)i * 86399999999LL; /* day ends */
+        time_t secs = (time_t)(us / 1000000);
+        struct tm tm;
+        gmtime_r(&secs, &tm);
+        snprintf(want, sizeof(want), "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                 tm.tm_sec, (int)(us % 1000000));
+        st_time_format(us, buf, sizeof(buf));
+        ck_assert_str_eq(buf, want);
+    }
+    st_time_format(-1, buf, sizeof(buf)); /* before 1970: printf's path */
+    ck_assert_str_eq(buf, "1969-12-31T23:59:59.999999Z");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("timeutil");
@@ -64,6 +92,7 @@ int main(void)
     tcase_add_test(tc, time_parses_utc_offsets_and_fractions);
     tcase_add_test(tc, time_rejects_what_is_not_rfc3339);
     tcase_add_test(tc, time_format_round_trips);
+    tcase_add_test(tc, time_format_matches_gmtime);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

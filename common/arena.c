@@ -1,0 +1,148 @@
+/* arena.c: a bump allocator whose blocks are freed all at once (arena.h). */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "arena.h"
+#include "log.h"
+
+/* A block: its header, then its bytes. The arena's own header is the
+ * first thing in its first block, so that a small arena is one malloc. */
+struct block {
+    struct block *next; /* the block made before it */
+    size_t used, cap;   /* bytes of data[] */
+    _Alignas(8) unsigned char data[];
+};
+
+struct st_arena {
+    struct block *cur;   /* where allocations go */
+    struct block *first; /* holds the arena */
+};
+
+/* First blocks of STD_CAP bytes (an arena of up to about 4 KB: one event's
+ * document, for events of up to about 700 bytes) are not freed but kept
+ * for the next arena, up to CACHE_MAX per thread: a batch of events is
+ * freed and the next one parsed on one thread, and the allocator's own
+ * per-thread cache holds far fewer blocks of this size, so that every
+ * batch went through its shared bins. The key's destructor frees a
+ * thread's blocks when it ends. */
+#define STD_CAP (4096 - sizeof(struct block))
+#define CACHE_MAX 2048
+
+struct cache {
+    struct block *top; /* linked by next */
+    size_t n;
+};
+
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static pthread_key_t cache_key;
+
+static void cache_free(void *arg)
+{
+    struct cache *c = arg;
+    while (c->top) {
+        struct block *next = c->top->next;
+        free(c->top);
+        c->top = next;
+    }
+    free(c);
+}
+
+static void cache_init(void)
+{
+    if (pthread_key_create(&cache_key, cache_free))
+        st_fatal("could not set up the arenas' cache");
+}
+
+static struct cache *cache_get(void)
+{
+    pthread_once(&cache_once, cache_init);
+    struct cache *c = pthread_getspecific(cache_key);
+    if (!c) {
+        c = st_calloc(1, sizeof(*c));
+        if (pthread_setspecific(cache_key, c))
+            st_fatal("could not set up the arenas' cache");
+    }
+    return c;
+}
+
+struct st_arena *st_arena_new(size_t hint)
+{
+    size_t head = (sizeof(struct st_arena) + 7) & ~(size_t)7;
+    size_t cap = head + (hint < 256 ? 256 : (hint + 7) & ~(size_t)7);
+    struct block *b = NULL;
+    if (cap <= STD_CAP) {
+        struct cache *c = cache_get();
+        cap = STD_CAP;
+        if (c->top) {
+            b = c->top;
+            c->top = b->next;
+            c->n--;
+        }
+    }
+    if (!b)
+        b = st_malloc(sizeof(*b) + cap);
+    b->next = NULL;
+    b->used = head;
+    b->cap = cap;
+    struct st_arena *a = (struct st_arena *)(void *)b->data;
+    a->cur = a->first = b;
+    return a;
+}
+
+void st_arena_destroy(struct st_arena *a)
+{
+    if (!a)
+        return;
+    struct block *first = a->first, *b = a->cur;
+    while (b != first) {
+        struct block *next = b->next;
+        free(b);
+        b = next;
+    }
+    if (first->cap == STD_CAP) {
+        struct cache *c = cache_get();
+        if (c->n < CACHE_MAX) {
+            first->next = c->top; /* a, inside it, is dead from here */
+            c->top = first;
+            c->n++;
+            return;
+        }
+    }
+    free(first); /* a with it */
+}
+
+/* A new current block of at least n bytes (twice the last, at least). */
+static void grow(struct st_arena *a, size_t n)
+{
+    size_t cap = a->cur->cap * 2;
+    if (cap < n)
+        cap = (n + 7) & ~(size_t)7;
+    struct block *b = st_malloc(sizeof(*b) + cap);
+    b->next = a->cur;
+    b->used = 0;
+    b->cap = cap;
+    a->cur = b;
+}
+
+void *st_arena_alloc_bytes(struct st_arena *a, size_t n)
+{
+    if (a->cur->cap - a->cur->used < n)
+        grow(a, n);
+    void *p = a->cur->data + a->cur->used;
+    a->cur->used += n;
+    return p;
+}
+
+void *st_arena_alloc(struct st_arena *a, size_t n)
+{
+    struct block *b = a->cur;
+    size_t at = (b->used + 7) & ~(size_t)7;
+    if (at > b->cap || b->cap - at < n) {
+        grow(a, n);
+        b = a->cur;
+        at = 0;
+    }
+    b->used = at + n;
+    return b->data + at;
+}

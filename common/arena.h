@@ -1,0 +1,32 @@
+/* arena.h: a bump allocator whose blocks are freed all at once.
+ *
+ * For memory that lives and dies together (one event's parsed document:
+ * every node and string of it), so that building it is one malloc in the
+ * common case and freeing it is one free, instead of one malloc and one
+ * free per node. Not thread-safe: an arena belongs to one owner at a time
+ * (the event that holds it; the event may move between threads with it).
+ * A small arena's block, destroyed, is kept in a cache of the destroying
+ * thread's (at most 8 MB) for its next st_arena_new, and freed when the
+ * thread ends. */
+#ifndef ST_ARENA_H
+#define ST_ARENA_H
+
+#include <stddef.h>
+
+struct st_arena;
+
+/* A new arena whose first block holds about hint bytes (more blocks are
+ * added as needed). Cannot fail (out of memory aborts). */
+struct st_arena *st_arena_new(size_t hint);
+
+/* Frees every block, and so everything allocated from a. Accepts NULL. */
+void st_arena_destroy(struct st_arena *a);
+
+/* n bytes from a, aligned for any object of at most 8-byte alignment;
+ * valid until st_arena_destroy(a). Cannot fail. */
+void *st_arena_alloc(struct st_arena *a, size_t n);
+
+/* n bytes from a with no alignment (strings). */
+void *st_arena_alloc_bytes(struct st_arena *a, size_t n);
+
+#endif

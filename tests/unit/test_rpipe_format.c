@@ -1,0 +1,64 @@
+/* test_rpipe_format.c: st_rpipe_format writes the bytes hiredis's
+ * redisFormatCommandArgv writes, for commands of every shape a checkpoint
+ * sends (no argument to many, empty, binary-safe and long arguments). */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "rpipe.h"
+
+static void same(int argc, const char **argv)
+{
+    size_t lens[200];
+    char *want = NULL, *got = NULL;
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    int wn = redisFormatCommandArgv(&want, argc, argv, lens);
+    size_t gn = st_rpipe_format(argc, argv, &got);
+    ck_assert_int_ge(wn, 0);
+    ck_assert_uint_eq(gn, (size_t)wn);
+    ck_assert(memcmp(got, want, gn) == 0);
+    ck_assert_int_eq(got[gn], '\0');
+    redisFreeCommand(want);
+    free(got);
+}
+
+START_TEST(rpipe_format_same_bytes_as_hiredis)
+{
+    static char big[100001];
+    memset(big, 'x', sizeof(big) - 1);
+    const char *one[] = {"PING"};
+    const char *zadd[] = {"ZADD", "st:denial_burst:T-1:run-7", "1796129760000000",
+                          "m|0123|2026", "", "9", "\r\n$3\r\n"};
+    const char *huge[] = {"SET", "k", big};
+    same(1, one);
+    same(7, zadd);
+    same(3, huge);
+    const char *many[200];
+    char bufs[200][16];
+    for (int n = 1; n <= 200; n += 13) {
+        for (int i = 0; i < n; i++) {
+            snprintf(bufs[i], sizeof(bufs[i]), "%d", i * 7919);
+            many[i] = bufs[i];
+        }
+        same(n, many);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("rpipe_format");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, rpipe_format_same_bytes_as_hiredis);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
