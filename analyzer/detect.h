@@ -79,9 +79,23 @@ struct st_detect_ctx {
     int skewed;
 };
 
+/* Where a detector's state lives, which decides the thread that runs it
+ * (workers.h). */
+enum st_detector_scope {
+    /* Anything that spans runs (the registry, ctx->registry): run by the
+     * main thread over every event of the batch, one instance. The
+     * default, so that a detector that says nothing stays single-threaded. */
+    ST_DETECT_GLOBAL = 0,
+    /* Every piece of state keyed by one run (runwin.c, or none): one
+     * instance per worker, fed only the events of its partitions; never
+     * touches ctx->registry (NULL there). */
+    ST_DETECT_PER_RUN = 1,
+};
+
 struct st_detector_ops {
     const char *name;
     int version;
+    enum st_detector_scope scope;
     /* Returns the detector's state; NULL when it has none. */
     void *(*create)(const struct st_analyzer_conf *conf);
     void (*destroy)(void *state);
