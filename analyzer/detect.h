@@ -11,7 +11,17 @@
  * the event needs that is not in memory (nothing, in steady state). One
  * pipelined round trip runs them all. Then feed() once per event, in the
  * same order: synchronous, in memory, no Redis command; findings go to
- * ctx->findings. end_batch() appends to ctx->ckpt the commands that copy
+ * ctx->findings.
+ *
+ * Which events, and on which thread (workers.h), follows the detector's
+ * scope: a per-run detector (ST_DETECT_PER_RUN) has one instance per
+ * detection worker and sees only the events of that worker's partitions,
+ * on that worker's thread and Redis connection, with ctx->registry NULL;
+ * a global one (ST_DETECT_GLOBAL, the default) has one instance, sees
+ * every event and runs on the main thread. An instance is only ever used
+ * by one thread at a time; every call other than begin_batch, prefetch,
+ * feed and end_batch of a batch is made by the main thread. Two instances
+ * never write the same Redis key: keys name their detector and run. end_batch() appends to ctx->ckpt the commands that copy
  * what changed to Redis (checkpoint.h); the analyzer runs them after the
  * batch's PostgreSQL commit and before its Kafka commit. A batch is retried,
  * or replayed after a crash, until its offsets are committed, so what feed

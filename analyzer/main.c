@@ -907,14 +907,18 @@ int main(int argc, char **argv)
         for (int i = 0; i < st_workers_count(a.workers) && used < sizeof(per) - 24; i++)
             used += (size_t)snprintf(per + used, sizeof(per) - used, "%s%" PRId64,
                                      i ? "," : "", st_workers_events(a.workers, i));
+        int64_t det_us, wait_us;
+        st_workers_times(a.workers, &det_us, &wait_us);
         st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
                 "findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
-                " state_evictions=%" PRId64 " state_runs=%" PRId64 " worker_events=%s",
+                " state_evictions=%" PRId64 " state_runs=%" PRId64
+                " worker_events=%s detect_ms=%" PRId64 " detect_wait_ms=%" PRId64,
                 a.events, a.invalid, a.refused, a.late, a.skewed, a.batches,
                 a.findings_written,
                 st_rpipe_sent(a.redis) + st_rpipe_sent(a.store_redis) +
                     st_workers_redis_sent(a.workers),
-                a.stats.loads, a.stats.evictions, a.stats.runs, per);
+                a.stats.loads, a.stats.evictions, a.stats.runs, per, det_us / 1000,
+                wait_us / 1000);
     }
 
     /* closing the consumer revokes its partitions, and the rebalance

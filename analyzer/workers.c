@@ -53,6 +53,9 @@ struct st_workers {
     uint64_t gen;
     int ndone;
     struct st_metric *m_wait;
+    /* the main thread's time in st_workers_detect, and of it the time
+     * spent waiting for the workers */
+    int64_t detect_us, wait_us;
 };
 
 static int is_mine(const struct part *p, const struct st_detector_ops *ops)
@@ -310,7 +313,7 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
                       uint64_t seq, struct st_findings *findings, struct st_checkpoint *ckpt,
                       char *errstr, size_t errsz)
 {
-    int64_t wait_us = 0;
+    int64_t wait_us = 0, t0 = st_time_mono_us();
     struct part *failed = NULL;
 
     st_workers_reset(w);
@@ -330,6 +333,8 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
     }
     if (failed) {
         snprintf(errstr, errsz, "%s", failed->errstr);
+        w->wait_us += wait_us;
+        w->detect_us += st_time_mono_us() - t0;
         return -1;
     }
     run_job(w, JOB_FEED, &wait_us);
@@ -342,6 +347,8 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
     }
     if (w->threaded)
         st_metric_observe(w->m_wait, (double)wait_us / 1e6);
+    w->wait_us += wait_us;
+    w->detect_us += st_time_mono_us() - t0;
     for (int i = 0; i <= w->k; i++) {
         struct part *p = &w->parts[i];
         st_metric_add(p->m_events, p->events - p->events_published);
@@ -413,6 +420,12 @@ int st_workers_count(const struct st_workers *w)
 int64_t st_workers_events(const struct st_workers *w, int i)
 {
     return w->parts[i].events;
+}
+
+void st_workers_times(const struct st_workers *w, int64_t *detect_us, int64_t *wait_us)
+{
+    *detect_us = w->detect_us;
+    *wait_us = w->wait_us;
 }
 
 unsigned long st_workers_redis_sent(const struct st_workers *w)

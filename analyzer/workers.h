@@ -92,6 +92,10 @@ void st_workers_stats(const struct st_workers *w, struct st_detect_stats *sum);
 int st_workers_count(const struct st_workers *w);
 int64_t st_workers_events(const struct st_workers *w, int i);
 
+/* The caller's time in st_workers_detect since start, and of it the time
+ * it waited for the workers once its own (global) detectors were done. */
+void st_workers_times(const struct st_workers *w, int64_t *detect_us, int64_t *wait_us);
+
 /* Redis commands sent on the workers' own connections (not the global
  * part's, which is the caller's). */
 unsigned long st_workers_redis_sent(const struct st_workers *w);
