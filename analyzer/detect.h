@@ -18,7 +18,7 @@
  * detection worker and sees only the events of that worker's partitions,
  * on that worker's thread and Redis connection, with ctx->registry NULL;
  * a global one (ST_DETECT_GLOBAL, the default) has one instance, sees
- * every event and runs on the main thread. An instance is only ever used
+ * every event and runs on the main thread (which is also worker 0). An instance is only ever used
  * by one thread at a time; every call other than begin_batch, prefetch,
  * feed and end_batch of a batch is made by the main thread. Two instances
  * never write the same Redis key: keys name their detector and run. end_batch() appends to ctx->ckpt the commands that copy

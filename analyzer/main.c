@@ -125,10 +125,10 @@ static const struct st_conf_prop analyzer_props[] = {
      "its next event; must be below state.ttl_s (0: after every batch, tests)"},
     {"detect.workers", "SANDTRAIL_DETECT_WORKERS", ST_CONF_INT, A(detect_workers), 1, 64,
      "2",
-     "detection threads: worker w runs the per-run detectors over the partitions p "
-     "with p % workers == w, while the main thread runs the cross-run ones "
-     "(scope_drift, token_write) over every event; 1: no thread, all on the main "
-     "thread. The findings and Redis state do not depend on it"},
+     "detection workers: worker w runs the per-run detectors over the partitions p "
+     "with p % workers == w; worker 0 is the main thread, which also runs the "
+     "cross-run ones (scope_drift, token_write) over every event, the others are "
+     "threads (1: none). The findings and Redis state do not depend on it"},
     {"detect.lateness_s", NULL, ST_CONF_INT, A(lateness_s), 0, 86400, "30",
      "how late (event time) an event may arrive and still count in its window"},
     {"detect.max_future_s", NULL, ST_CONF_INT, A(max_future_s), 0, 30 * 86400, "300",
@@ -904,21 +904,29 @@ int main(int argc, char **argv)
         char per[256];
         size_t used = 0;
         per[0] = '\0';
+        char cpu[256];
+        size_t cused = 0;
+        cpu[0] = '\0';
         for (int i = 0; i < st_workers_count(a.workers) && used < sizeof(per) - 24; i++)
             used += (size_t)snprintf(per + used, sizeof(per) - used, "%s%" PRId64,
                                      i ? "," : "", st_workers_events(a.workers, i));
+        /* the workers', then the global detectors' */
+        for (int i = 0; i <= st_workers_count(a.workers) && cused < sizeof(cpu) - 24; i++)
+            cused += (size_t)snprintf(cpu + cused, sizeof(cpu) - cused, "%s%" PRId64,
+                                      i ? "," : "", st_workers_cpu_us(a.workers, i) / 1000);
         int64_t det_us, wait_us;
         st_workers_times(a.workers, &det_us, &wait_us);
         st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
                 "findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
                 " state_evictions=%" PRId64 " state_runs=%" PRId64
-                " worker_events=%s detect_ms=%" PRId64 " detect_wait_ms=%" PRId64,
+                " worker_events=%s detect_ms=%" PRId64 " detect_wait_ms=%" PRId64
+                " detect_cpu_ms=%s",
                 a.events, a.invalid, a.refused, a.late, a.skewed, a.batches,
                 a.findings_written,
                 st_rpipe_sent(a.redis) + st_rpipe_sent(a.store_redis) +
                     st_workers_redis_sent(a.workers),
                 a.stats.loads, a.stats.evictions, a.stats.runs, per, det_us / 1000,
-                wait_us / 1000);
+                wait_us / 1000, cpu);
     }
 
     /* closing the consumer revokes its partitions, and the rebalance

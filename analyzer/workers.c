@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "registry.h"
@@ -30,6 +31,7 @@ struct part {
     int64_t events;             /* events fed, every batch */
     int64_t events_published;   /* of them, added to m_events */
     int64_t redis_us;           /* the last prefetch round trip */
+    int64_t cpu_us;             /* CPU time of its thread in its jobs, every batch */
     int rc;
     char errstr[512];
     struct st_metric *m_events;
@@ -38,8 +40,9 @@ struct part {
 
 struct st_workers {
     struct st_workers_conf wc;
-    int k, threaded;
-    int nparts;         /* k + 1, kept should a failed start lower k */
+    int k;
+    int nthreads;       /* threads started: they run workers 1 .. nthreads */
+    int nparts;         /* k + 1 */
     struct part *parts; /* k workers, then the global part */
     /* the batch being detected: set by the main thread before a hand-off */
     const struct st_reorder_item *rel;
@@ -78,6 +81,14 @@ static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
     return ctx;
 }
 
+/* The calling thread's CPU time. */
+static int64_t thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /* Whether the released event goes to p. */
 static int feeds(const struct part *p, const struct st_reorder_item *it)
 {
@@ -89,6 +100,7 @@ static void part_prefetch(struct part *p)
 {
     struct st_workers *w = p->w;
     struct st_detect_ctx ctx = part_ctx(p, p->ckpt);
+    int64_t cpu0 = thread_cpu_us();
 
     st_findings_reset(&p->findings);
     st_checkpoint_clear(p->ckpt);
@@ -111,6 +123,7 @@ static void part_prefetch(struct part *p)
     int64_t t0 = st_time_mono_us();
     p->rc = st_rpipe_exec(p->redis, p->errstr, sizeof(p->errstr));
     p->redis_us = st_time_mono_us() - t0;
+    p->cpu_us += thread_cpu_us() - cpu0;
 }
 
 /* Feeds the part's events and builds its checkpoint part. */
@@ -118,6 +131,7 @@ static void part_feed(struct part *p)
 {
     struct st_workers *w = p->w;
     struct st_detect_ctx ctx = part_ctx(p, p->ckpt);
+    int64_t cpu0 = thread_cpu_us();
 
     ctx.seq = w->seq;
     for (size_t i = 0; i < w->nrel; i++) {
@@ -135,6 +149,7 @@ static void part_feed(struct part *p)
             st_detectors[d]->end_batch(p->det[d], &ctx);
     if (p->global)
         st_registry_end_batch(w->wc.registry, &ctx);
+    p->cpu_us += thread_cpu_us() - cpu0;
 }
 
 static void *worker_main(void *arg)
@@ -180,25 +195,23 @@ static void await(struct st_workers *w, int64_t *wait_us)
 {
     int64_t t0 = st_time_mono_us();
     pthread_mutex_lock(&w->mu);
-    while (w->ndone < w->k)
+    while (w->ndone < w->nthreads)
         pthread_cond_wait(&w->done, &w->mu);
     pthread_mutex_unlock(&w->mu);
     *wait_us += st_time_mono_us() - t0;
 }
 
-/* Runs job on every part: the workers' on their threads (or here, K ==
- * 1), the global part here meanwhile. */
+/* Runs job on every part: workers 1 .. K-1 on their threads, worker 0
+ * and then the global part here meanwhile. */
 static void run_job(struct st_workers *w, enum job job, int64_t *wait_us)
 {
     void (*fn)(struct part *) = job == JOB_PREFETCH ? part_prefetch : part_feed;
-    if (w->threaded) {
+    if (w->nthreads)
         post(w, job);
-        fn(&w->parts[w->k]);
+    fn(&w->parts[0]);
+    fn(&w->parts[w->k]);
+    if (w->nthreads)
         await(w, wait_us);
-    } else {
-        for (int i = 0; i <= w->k; i++)
-            fn(&w->parts[i]);
-    }
 }
 
 struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr,
@@ -219,8 +232,9 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
     pthread_cond_init(&w->done, NULL);
     w->m_wait = st_metric_get(wc->metrics, ST_METRIC_HISTOGRAM,
                               "sandtrail_analyzer_detect_wait_seconds",
-                              "time the main thread waited, per batch, for the detection "
-                              "workers after its own (global) detectors",
+                              "time the main thread waited, per batch, for the other "
+                              "detection workers once its own part (worker 0 and the "
+                              "global detectors) was done",
                               "");
     for (int i = 0; i <= w->k; i++) {
         struct part *p = &w->parts[i];
@@ -251,21 +265,15 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
                                     "(\"global\": the registry's detectors, every event)",
                                     labels);
     }
-    /* one worker needs no thread: its part runs on the caller's */
-    if (w->k >= 2) {
-        for (int i = 0; i < w->k; i++) {
-            int rc = pthread_create(&w->parts[i].thread, NULL, worker_main, &w->parts[i]);
-            if (rc) {
-                snprintf(errstr, errsz, "could not start detection worker %d: %s", i,
-                         strerror(rc));
-                /* those started are stopped by destroy */
-                w->k = i;
-                w->threaded = i > 0;
-                st_workers_destroy(w);
-                return NULL;
-            }
+    /* worker 0 is the caller's thread */
+    for (int i = 1; i < w->k; i++) {
+        int rc = pthread_create(&w->parts[i].thread, NULL, worker_main, &w->parts[i]);
+        if (rc) {
+            snprintf(errstr, errsz, "could not start detection worker %d: %s", i,
+                     strerror(rc));
+            goto err; /* those started are stopped by destroy */
         }
-        w->threaded = 1;
+        w->nthreads = i;
     }
     return w;
 err:
@@ -277,9 +285,9 @@ void st_workers_destroy(struct st_workers *w)
 {
     if (!w)
         return;
-    if (w->threaded) {
+    if (w->nthreads) {
         post(w, JOB_QUIT);
-        for (int i = 0; i < w->k; i++)
+        for (int i = 1; i <= w->nthreads; i++)
             pthread_join(w->parts[i].thread, NULL);
     }
     /* after a failed start some parts are still zeroed: freeing those is
@@ -345,7 +353,7 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
         st_findings_take(findings, &p->findings);
         st_checkpoint_take(ckpt, p->ckpt);
     }
-    if (w->threaded)
+    if (w->nthreads)
         st_metric_observe(w->m_wait, (double)wait_us / 1e6);
     w->wait_us += wait_us;
     w->detect_us += st_time_mono_us() - t0;
@@ -420,6 +428,11 @@ int st_workers_count(const struct st_workers *w)
 int64_t st_workers_events(const struct st_workers *w, int i)
 {
     return w->parts[i].events;
+}
+
+int64_t st_workers_cpu_us(const struct st_workers *w, int i)
+{
+    return w->parts[i].cpu_us;
 }
 
 void st_workers_times(const struct st_workers *w, int64_t *detect_us, int64_t *wait_us)

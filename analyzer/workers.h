@@ -7,9 +7,9 @@
  * events of a run reach one worker, in the order the reorder buffer
  * released them. A global detector (ST_DETECT_GLOBAL: it uses the registry,
  * which spans partitions) has one instance, fed every event of the batch
- * in release order by the calling thread while the workers run, so the
- * registry stays single-threaded and a batch's findings do not depend on
- * K. Each worker has its own Redis connection for its prefetch, its own
+ * in release order by the calling thread (after its worker 0 part) while
+ * the other workers run, so the registry stays single-threaded and a
+ * batch's findings do not depend on K. Each worker has its own Redis connection for its prefetch, its own
  * st_detect_stats and its own findings and checkpoint part; once every
  * part is done they are joined into the batch's, in a fixed order (worker
  * 0 .. K-1, then the global part). Their Redis keys are disjoint: a run's
@@ -25,14 +25,15 @@
  * the caller retries (every instance is reset first).
  *
  * Threading: every function here is called by one thread, the analyzer's
- * main thread. With K >= 2 the workers are K threads started by
- * st_workers_new; they run only inside st_workers_detect and are parked
- * (waiting on a condition variable) at every other time, so the other
- * calls use their instances with no lock, and what one side wrote is seen
- * by the other through the hand-off's mutex. With K == 1 there is no
- * thread: the one worker's part runs on the calling thread, before the
- * global part (today's single-threaded analyzer). No lock is taken per
- * event. */
+ * main thread, which is also worker 0 (the global part is cheap: on a
+ * denial stream a seventh of the detection CPU, so a main thread that only
+ * waited for K threads would leave a core idle). Workers 1 .. K-1 are
+ * threads started by st_workers_new; they run only inside
+ * st_workers_detect and are parked (waiting on a condition variable) at
+ * every other time, so the other calls use their instances with no lock,
+ * and what one side wrote is seen by the other through the hand-off's
+ * mutex. With K == 1 there is no thread: the single-threaded analyzer. No
+ * lock is taken per event. */
 #ifndef ST_WORKERS_H
 #define ST_WORKERS_H
 
@@ -60,8 +61,8 @@ struct st_workers_conf {
 
 struct st_workers;
 
-/* Creates every detector instance, connects each worker to Redis and, for
- * K >= 2, starts the threads. Returns NULL with errstr set (a connection
+/* Creates every detector instance, connects each worker to Redis and
+ * starts the K - 1 threads. Returns NULL with errstr set (a connection
  * failed). */
 struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr,
                                   size_t errsz);
@@ -88,12 +89,16 @@ void st_workers_forget(struct st_workers *w);
 /* The sum of every part's counters. */
 void st_workers_stats(const struct st_workers *w, struct st_detect_stats *sum);
 
-/* K; and the events worker i (0 <= i < K) has fed since start. */
+/* K; the events worker i (0 <= i < K) has fed since start; the CPU time
+ * worker i (K: the global part) spent in its batches' prefetch and feed,
+ * Redis replies included. */
 int st_workers_count(const struct st_workers *w);
 int64_t st_workers_events(const struct st_workers *w, int i);
+int64_t st_workers_cpu_us(const struct st_workers *w, int i);
 
 /* The caller's time in st_workers_detect since start, and of it the time
- * it waited for the workers once its own (global) detectors were done. */
+ * it waited for the other workers once its own part (worker 0, then the
+ * global detectors) was done. */
 void st_workers_times(const struct st_workers *w, int64_t *detect_us, int64_t *wait_us);
 
 /* Redis commands sent on the workers' own connections (not the global
