@@ -272,7 +272,7 @@ struct slot {
 struct analyzer {
     struct st_analyzer_conf conf;
     struct st_consumer *consumer;
-    struct st_rpipe *redis;        /* global detectors' prefetch, idle trims (this thread) */
+    struct st_rpipe *redis;        /* global detectors' prefetch, idle trims */
     struct st_rpipe *store_redis;  /* checkpoints (the store thread only) */
     struct st_registry *registry;  /* cross-run detector state */
     struct st_workers *workers;    /* every detector instance (workers.h) */

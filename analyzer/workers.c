@@ -318,8 +318,8 @@ void st_workers_reset(struct st_workers *w)
 }
 
 int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, size_t nrel,
-                      uint64_t seq, struct st_findings *findings, struct st_checkpoint *ckpt,
-                      char *errstr, size_t errsz)
+                      uint64_t seq, struct st_findings *findings,
+                      struct st_checkpoint *ckpt, char *errstr, size_t errsz)
 {
     int64_t wait_us = 0, t0 = st_time_mono_us();
     struct part *failed = NULL;

@@ -9,8 +9,9 @@
  * which spans partitions) has one instance, fed every event of the batch
  * in release order by the calling thread (after its worker 0 part) while
  * the other workers run, so the registry stays single-threaded and a
- * batch's findings do not depend on K. Each worker has its own Redis connection for its prefetch, its own
- * st_detect_stats and its own findings and checkpoint part; once every
+ * batch's findings do not depend on K. Each worker has its own Redis
+ * connection for its prefetch, its own st_detect_stats and its own
+ * findings and checkpoint part; once every
  * part is done they are joined into the batch's, in a fixed order (worker
  * 0 .. K-1, then the global part). Their Redis keys are disjoint: a run's
  * keys are built from its detector's name and run (detect.h), and the
