@@ -99,13 +99,12 @@ END_TEST
 START_TEST(findings_take_moves_every_finding_in_order)
 {
     struct st_findings dst, src;
+    char id[33] = "a"; /* ids are 33 bytes (findings.h) */
     st_findings_init(&dst);
     st_findings_init(&src);
     st_finding_add_event(
-        st_findings_update(&dst, "a", "d", 1, ST_SEV_LOW, "t", "r1", 1, 1, "one"), "s", "e1",
-        0);
+        st_findings_update(&dst, id, "d", 1, ST_SEV_LOW, "t", "r1", 1, 1, "one"), "s", "e1", 0);
     for (int i = 0; i < 20; i++) {
-        char id[8];
         snprintf(id, sizeof(id), "b%d", i);
         st_finding_add_event(st_findings_update(&src, id, "d", 1, ST_SEV_HIGH, "t", "r2", 2,
                                                 3, "two"),
@@ -119,7 +118,8 @@ START_TEST(findings_take_moves_every_finding_in_order)
     ck_assert_str_eq(dst.items[20].id, "b19");
     ck_assert_str_eq(dst.items[20].events[0].event_id, "e2");
     /* the emptied part is filled again for the next batch */
-    st_findings_update(&src, "c", "d", 1, ST_SEV_LOW, "t", "r3", 1, 1, "three");
+    snprintf(id, sizeof(id), "c");
+    st_findings_update(&src, id, "d", 1, ST_SEV_LOW, "t", "r3", 1, 1, "three");
     ck_assert_int_eq(src.n, 1);
     st_findings_fini(&src);
     st_findings_fini(&dst);
