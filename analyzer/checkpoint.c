@@ -51,6 +51,8 @@ void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv)
 
 void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src)
 {
+    if (src->n == 0)
+        return; /* and its arrays may not exist yet */
     if (dst->n + src->n > dst->cap) {
         dst->cap = dst->n + src->n > 2 * dst->cap ? dst->n + src->n : 2 * dst->cap;
         dst->cmds = st_realloc(dst->cmds, dst->cap * sizeof(*dst->cmds));

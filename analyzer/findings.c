@@ -47,6 +47,8 @@ void st_findings_fini(struct st_findings *fs)
 
 void st_findings_take(struct st_findings *dst, struct st_findings *src)
 {
+    if (src->n == 0)
+        return; /* and its arrays may not exist yet */
     if (dst->n + src->n > dst->cap) {
         dst->cap = dst->n + src->n > 2 * dst->cap ? dst->n + src->n : 2 * dst->cap;
         dst->items = st_realloc(dst->items, dst->cap * sizeof(*dst->items));
