@@ -49,6 +49,21 @@ void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv)
     c->n++;
 }
 
+void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src)
+{
+    if (src->n == 0)
+        return; /* and its arrays may not exist yet */
+    if (dst->n + src->n > dst->cap) {
+        dst->cap = dst->n + src->n > 2 * dst->cap ? dst->n + src->n : 2 * dst->cap;
+        dst->cmds = st_realloc(dst->cmds, dst->cap * sizeof(*dst->cmds));
+        dst->lens = st_realloc(dst->lens, dst->cap * sizeof(*dst->lens));
+    }
+    memcpy(dst->cmds + dst->n, src->cmds, src->n * sizeof(*src->cmds));
+    memcpy(dst->lens + dst->n, src->lens, src->n * sizeof(*src->lens));
+    dst->n += src->n;
+    src->n = 0;
+}
+
 size_t st_checkpoint_len(const struct st_checkpoint *c)
 {
     return c->n;

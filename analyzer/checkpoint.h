@@ -31,6 +31,10 @@ void st_checkpoint_destroy(struct st_checkpoint *c); /* accepts NULL */
  * number of arguments. */
 void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv);
 
+/* Moves every command of src to the end of dst, in order; src is left
+ * empty (workers.c joins the parts its threads built). */
+void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src);
+
 /* Commands held. */
 size_t st_checkpoint_len(const struct st_checkpoint *c);
 

@@ -11,7 +11,17 @@
  * the event needs that is not in memory (nothing, in steady state). One
  * pipelined round trip runs them all. Then feed() once per event, in the
  * same order: synchronous, in memory, no Redis command; findings go to
- * ctx->findings. end_batch() appends to ctx->ckpt the commands that copy
+ * ctx->findings.
+ *
+ * Which events, and on which thread (workers.h), follows the detector's
+ * scope: a per-run detector (ST_DETECT_PER_RUN) has one instance per
+ * detection worker and sees only the events of that worker's partitions,
+ * on that worker's thread and Redis connection, with ctx->registry NULL;
+ * a global one (ST_DETECT_GLOBAL, the default) has one instance, sees
+ * every event and runs on the main thread (which is also worker 0). An instance is only ever used
+ * by one thread at a time; every call other than begin_batch, prefetch,
+ * feed and end_batch of a batch is made by the main thread. Two instances
+ * never write the same Redis key: keys name their detector and run. end_batch() appends to ctx->ckpt the commands that copy
  * what changed to Redis (checkpoint.h); the analyzer runs them after the
  * batch's PostgreSQL commit and before its Kafka commit. A batch is retried,
  * or replayed after a crash, until its offsets are committed, so what feed
@@ -79,9 +89,23 @@ struct st_detect_ctx {
     int skewed;
 };
 
+/* Where a detector's state lives, which decides the thread that runs it
+ * (workers.h). */
+enum st_detector_scope {
+    /* Anything that spans runs (the registry, ctx->registry): run by the
+     * main thread over every event of the batch, one instance. The
+     * default, so that a detector that says nothing stays single-threaded. */
+    ST_DETECT_GLOBAL = 0,
+    /* Every piece of state keyed by one run (runwin.c, or none): one
+     * instance per worker, fed only the events of its partitions; never
+     * touches ctx->registry (NULL there). */
+    ST_DETECT_PER_RUN = 1,
+};
+
 struct st_detector_ops {
     const char *name;
     int version;
+    enum st_detector_scope scope;
     /* Returns the detector's state; NULL when it has none. */
     void *(*create)(const struct st_analyzer_conf *conf);
     void (*destroy)(void *state);

@@ -45,6 +45,20 @@ void st_findings_fini(struct st_findings *fs)
     memset(fs, 0, sizeof(*fs));
 }
 
+void st_findings_take(struct st_findings *dst, struct st_findings *src)
+{
+    if (src->n == 0)
+        return; /* and its arrays may not exist yet */
+    if (dst->n + src->n > dst->cap) {
+        dst->cap = dst->n + src->n > 2 * dst->cap ? dst->n + src->n : 2 * dst->cap;
+        dst->items = st_realloc(dst->items, dst->cap * sizeof(*dst->items));
+    }
+    /* the items own their strings: moved, not copied */
+    memcpy(dst->items + dst->n, src->items, src->n * sizeof(*src->items));
+    dst->n += src->n;
+    src->n = 0;
+}
+
 void st_finding_id(char out[33], const char *detector, const char *task_id,
                    const char *run_id, const char *key)
 {

@@ -42,6 +42,11 @@ void st_findings_init(struct st_findings *fs);
 void st_findings_fini(struct st_findings *fs);
 void st_findings_reset(struct st_findings *fs); /* empties, keeps memory */
 
+/* Moves every finding of src to the end of dst; src is left empty. The
+ * two must hold different ids (workers.c: a run's findings come from one
+ * worker, and each detector's ids start with its name). */
+void st_findings_take(struct st_findings *dst, struct st_findings *src);
+
 /* Makes a finding id: the first 128 bits of SHA-256 over the parts, hex. */
 void st_finding_id(char out[33], const char *detector, const char *task_id,
                    const char *run_id, const char *key);

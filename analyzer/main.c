@@ -55,6 +55,7 @@
 #include "sources.h"
 #include "store.h"
 #include "timeutil.h"
+#include "workers.h"
 
 #ifndef SANDTRAIL_SQL_DIR
 #define SANDTRAIL_SQL_DIR "sql"
@@ -134,6 +135,12 @@ static const struct st_conf_prop analyzer_props[] = {
      "detector state of a run (or credential, destination) not used for this long "
      "(wall clock) is dropped from memory once Redis holds it, and read back on "
      "its next event; must be below state.ttl_s (0: after every batch, tests)"},
+    {"detect.workers", "SANDTRAIL_DETECT_WORKERS", ST_CONF_INT, A(detect_workers), 1, 64,
+     "2",
+     "detection workers: worker w runs the per-run detectors over the partitions p "
+     "with p % workers == w; worker 0 is the main thread, which also runs the "
+     "cross-run ones (scope_drift, token_write) over every event, the others are "
+     "threads (1: none). The findings and Redis state do not depend on it"},
     {"detect.lateness_s", NULL, ST_CONF_INT, A(lateness_s), 0, 86400, "30",
      "how late (event time) an event may arrive and still count in its window"},
     {"detect.max_future_s", NULL, ST_CONF_INT, A(max_future_s), 0, 30 * 86400, "300",
@@ -277,10 +284,11 @@ struct slot {
 struct analyzer {
     struct st_analyzer_conf conf;
     struct st_consumer *consumer;
-    struct st_rpipe *redis;        /* prefetch (this thread) */
+    struct st_rpipe *redis;        /* global detectors' prefetch, idle trims */
     struct st_rpipe *store_redis;  /* checkpoints (the store thread only) */
     struct st_registry *registry;  /* cross-run detector state */
-    struct st_detect_stats stats;
+    struct st_workers *workers;    /* every detector instance (workers.h) */
+    struct st_detect_stats stats;  /* the workers' sum, read between batches */
     /* checkpoints built; the newest that ran and whose batch's offsets
      * Kafka took (what after_commit may trim and evict up to) */
     uint64_t ck_seq, committed_seq;
@@ -295,7 +303,6 @@ struct analyzer {
     int fill;
     struct slot *detected; /* the slot whose batch the detectors hold */
     int gave_up; /* the store gave up during a revocation (asked to stop) */
-    void *det_state[16];
     struct st_deadletter *dlq;
     long events, invalid, refused, late, skewed, batches, findings_written;
     struct st_metrics *metrics;
@@ -345,27 +352,13 @@ static void metrics_init(struct analyzer *a)
 
 static void metrics_state(struct analyzer *a)
 {
+    st_workers_stats(a->workers, &a->stats);
     st_metric_set(a->m_runs, a->stats.runs);
     st_metric_set(a->m_entries, a->stats.entries);
     st_metric_add(a->m_loads, a->stats.loads - a->loads_seen);
     st_metric_add(a->m_evictions, a->stats.evictions - a->evictions_seen);
     a->loads_seen = a->stats.loads;
     a->evictions_seen = a->stats.evictions;
-}
-
-/* The detectors' context for the slot being detected (sl = NULL: between
- * batches). */
-static struct st_detect_ctx detect_ctx(struct analyzer *a, struct slot *sl)
-{
-    struct st_detect_ctx ctx = {
-        .redis = a->redis,
-        .ckpt = sl ? sl->ckpt : NULL,
-        .findings = sl ? &sl->b->findings : NULL,
-        .conf = &a->conf,
-        .registry = a->registry,
-        .stats = &a->stats,
-    };
-    return ctx;
 }
 
 static void metrics_findings(struct analyzer *a, const struct st_findings *fs)
@@ -417,55 +410,23 @@ static void metrics_lag(struct analyzer *a, const int32_t *parts, const int64_t 
 
 static void detectors_reset(struct analyzer *a)
 {
-    if (!a->registry)
-        return; /* analyzer.role=store, or not started */
-    for (int i = 0; st_detectors[i]; i++)
-        st_detectors[i]->reset_batch(a->det_state[i]);
+    if (a->workers) /* none in analyzer.role=store */
+        st_workers_reset(a->workers);
 }
 
-/* Runs the detectors over the slot's released events, recording findings
+/* Runs the detectors over the slot's released events (workers.h: per-run
+ * detectors on the workers, the others on this thread), recording findings
  * in its batch and the write-back in its checkpoint. Redis is read only for
- * state not in memory: one round trip, or none. Returns 0, or -1 with
- * errstr (nothing was fed: the detection is simply tried again). */
+ * state not in memory: one round trip per worker, or none. Returns 0, or -1
+ * with errstr (nothing was fed: the detection is simply tried again). */
 static int detect_try(struct analyzer *a, struct slot *sl, char *errstr, size_t errsz)
 {
-    struct st_detect_ctx ctx = detect_ctx(a, sl);
-
-    detectors_reset(a);
     st_findings_reset(&sl->b->findings);
     st_checkpoint_clear(sl->ckpt);
     a->detected = sl;
-    ctx.seq = a->ck_seq + 1;
-    for (int d = 0; st_detectors[d]; d++)
-        st_detectors[d]->begin_batch(a->det_state[d], sl->nrel);
-    st_registry_begin(a->registry, &ctx);
-    for (size_t i = 0; i < sl->nrel; i++) {
-        ctx.late = sl->rel[i].late;
-        ctx.skewed = sl->rel[i].skewed;
-        for (int d = 0; st_detectors[d]; d++)
-            if (st_detectors[d]->prefetch)
-                st_detectors[d]->prefetch(a->det_state[d], &ctx, &sl->rel[i].ev);
-    }
-    st_registry_prefetch_end(a->registry, &ctx);
-    int64_t t0 = st_time_mono_us();
-    int rc = st_rpipe_exec(a->redis, errstr, errsz);
-    int64_t t1 = st_time_mono_us();
-    if (t1 - t0 > 1)
-        st_metric_observe(a->m_redis_s, (double)(t1 - t0) / 1e6);
-    if (rc) {
-        st_metric_add(a->m_redis_err, 1);
+    if (st_workers_detect(a->workers, sl->rel, sl->nrel, a->ck_seq + 1, &sl->b->findings,
+                          sl->ckpt, errstr, errsz))
         return -1;
-    }
-    for (size_t i = 0; i < sl->nrel; i++) {
-        ctx.late = sl->rel[i].late;
-        ctx.skewed = sl->rel[i].skewed;
-        for (int d = 0; st_detectors[d]; d++)
-            st_detectors[d]->feed(a->det_state[d], &ctx, &sl->rel[i].ev);
-    }
-    for (int d = 0; st_detectors[d]; d++)
-        if (st_detectors[d]->end_batch)
-            st_detectors[d]->end_batch(a->det_state[d], &ctx);
-    st_registry_end_batch(a->registry, &ctx);
     sl->seq = ++a->ck_seq;
     return 0;
 }
@@ -549,14 +510,9 @@ static int store_checkpoint(void *arg, const struct st_store_batch *b, char *err
  * their own commit. */
 static void detectors_after_commit(struct analyzer *a)
 {
-    struct st_detect_ctx ctx = detect_ctx(a, NULL);
-    if (!a->registry)
+    if (!a->workers)
         return; /* analyzer.role=store */
-    ctx.seq = a->committed_seq;
-    for (int d = 0; st_detectors[d]; d++)
-        if (st_detectors[d]->after_commit)
-            st_detectors[d]->after_commit(a->det_state[d], &ctx);
-    st_registry_after_commit(a->registry, &ctx);
+    st_workers_after_commit(a->workers, a->committed_seq);
     metrics_state(a);
 }
 
@@ -566,17 +522,12 @@ static void detectors_after_commit(struct analyzer *a)
  * checkpoint. sl is a free slot whose checkpoint is borrowed. */
 static void detectors_idle(struct analyzer *a, struct slot *sl)
 {
-    struct st_detect_ctx ctx = detect_ctx(a, sl);
     char errstr[512];
 
-    if (!a->registry || st_store_busy(a->store))
+    if (!a->workers || st_store_busy(a->store))
         return;
     st_checkpoint_clear(sl->ckpt);
-    ctx.seq = a->ck_seq + 1;
-    for (int d = 0; st_detectors[d]; d++)
-        if (st_detectors[d]->end_batch)
-            st_detectors[d]->end_batch(a->det_state[d], &ctx);
-    st_registry_end_batch(a->registry, &ctx);
+    st_workers_end_batch(a->workers, sl->ckpt, a->ck_seq + 1);
     if (st_checkpoint_len(sl->ckpt) > 0) {
         a->ck_seq++;
         int rc = st_checkpoint_exec(sl->ckpt, a->redis, errstr, sizeof(errstr));
@@ -600,13 +551,9 @@ static void detectors_idle(struct analyzer *a, struct slot *sl)
  * partitions' runs: simpler, and it only costs reloads). */
 static void detectors_forget(struct analyzer *a)
 {
-    struct st_detect_ctx ctx = detect_ctx(a, NULL);
-    if (!a->registry)
+    if (!a->workers)
         return; /* not started yet, or shut down */
-    for (int d = 0; st_detectors[d]; d++)
-        if (st_detectors[d]->forget)
-            st_detectors[d]->forget(a->det_state[d], &ctx);
-    st_registry_forget(a->registry, &ctx);
+    st_workers_forget(a->workers);
     metrics_state(a);
 }
 
@@ -786,7 +733,7 @@ static int run(struct analyzer *a, int drain)
                 a->late += sl->rel[i].late;
                 st_metric_add(a->m_late, sl->rel[i].late);
             }
-            if (a->registry && detect(a, sl)) { /* the store role has none */
+            if (a->workers && detect(a, sl)) { /* the store role has none */
                 failed = 1;
                 break;
             }
@@ -832,6 +779,37 @@ static int run(struct analyzer *a, int drain)
         detectors_idle(a, &a->slots[a->fill]);
     slot_clear(&a->slots[a->fill]);
     return rc || failed ? -1 : 0;
+}
+
+/* The last log line: what this run did (the store is idle now: its
+ * connection's counter is read safely). */
+static void log_totals(struct analyzer *a)
+{
+    char per[256] = "", cpu[256] = "";
+    size_t used = 0, cused = 0;
+    int64_t det_us = 0, wait_us = 0;
+    unsigned long sent = a->redis ? st_rpipe_sent(a->redis) + st_rpipe_sent(a->store_redis) : 0;
+
+    if (a->workers) {
+        st_workers_stats(a->workers, &a->stats);
+        for (int i = 0; i < st_workers_count(a->workers) && used < sizeof(per) - 24; i++)
+            used += (size_t)snprintf(per + used, sizeof(per) - used, "%s%" PRId64,
+                                     i ? "," : "", st_workers_events(a->workers, i));
+        /* the workers', then the global detectors' */
+        for (int i = 0; i <= st_workers_count(a->workers) && cused < sizeof(cpu) - 24; i++)
+            cused += (size_t)snprintf(cpu + cused, sizeof(cpu) - cused, "%s%" PRId64,
+                                      i ? "," : "", st_workers_cpu_us(a->workers, i) / 1000);
+        st_workers_times(a->workers, &det_us, &wait_us);
+        sent += st_workers_redis_sent(a->workers);
+    }
+    st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
+            "findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
+            " state_evictions=%" PRId64 " state_runs=%" PRId64
+            " worker_events=%s detect_ms=%" PRId64 " detect_wait_ms=%" PRId64
+            " detect_cpu_ms=%s",
+            a->events, a->invalid, a->refused, a->late, a->skewed, a->batches,
+            a->findings_written, sent, a->stats.loads, a->stats.evictions, a->stats.runs,
+            per, det_us / 1000, wait_us / 1000, cpu);
 }
 
 int main(int argc, char **argv)
@@ -971,28 +949,35 @@ int main(int argc, char **argv)
     a.reorder = st_reorder_new(a.conf.lateness_s * 1000000);
     if (st_role_detects(a.conf.role)) {
         a.registry = st_registry_new(&a.conf);
-        for (int i = 0; st_detectors[i]; i++)
-            a.det_state[i] = st_detectors[i]->create(&a.conf);
+        struct st_workers_conf wc = {
+            .conf = &a.conf,
+            .registry = a.registry,
+            .redis = a.redis,
+            .metrics = a.metrics,
+            .redis_s = a.m_redis_s,
+            .redis_err = a.m_redis_err,
+        };
+        if (!(a.workers = st_workers_new(&wc, errstr, sizeof(errstr)))) {
+            st_error("%s", errstr);
+            st_registry_destroy(a.registry);
+            a.registry = NULL;
+            st_reorder_destroy(a.reorder);
+            a.reorder = NULL;
+            goto out;
+        }
     }
 
     st_info("consuming \"%s\" as group \"%s\" (analyzer.role=%s)%s", a.conf.topic_events,
             a.conf.group, st_role_name(a.conf.role), drain ? " until caught up" : "");
     status = run(&a, drain) ? 1 : 0;
-    /* the store is idle now: its connection's counter is read safely */
-    st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
-            "findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
-            " state_evictions=%" PRId64 " state_runs=%" PRId64,
-            a.events, a.invalid, a.refused, a.late, a.skewed, a.batches,
-            a.findings_written,
-            a.redis ? st_rpipe_sent(a.redis) + st_rpipe_sent(a.store_redis) : 0,
-            a.stats.loads, a.stats.evictions, a.stats.runs);
+    log_totals(&a);
 
     /* closing the consumer revokes its partitions, and the rebalance
      * callback drops them from the reorder buffer: close it first */
     st_consumer_destroy(a.consumer);
     a.consumer = NULL;
-    for (int i = 0; a.registry && st_detectors[i]; i++)
-        st_detectors[i]->destroy(a.det_state[i]);
+    st_workers_destroy(a.workers); /* accepts NULL */
+    a.workers = NULL;
     st_registry_destroy(a.registry);
     a.registry = NULL;
     st_reorder_destroy(a.reorder);

@@ -132,6 +132,8 @@ static void db_forget(void *state, struct st_detect_ctx *ctx)
 const struct st_detector_ops st_denial_burst_ops = {
     .name = NAME,
     .version = VERSION,
+    /* all its state is keyed by run: one instance per worker */
+    .scope = ST_DETECT_PER_RUN,
     .create = db_create,
     .destroy = db_destroy,
     .begin_batch = db_begin,

@@ -177,6 +177,8 @@ static void pd_reset_batch(void *state)
 const struct st_detector_ops st_private_destination_ops = {
     .name = NAME,
     .version = VERSION,
+    /* no state: any worker may run it */
+    .scope = ST_DETECT_PER_RUN,
     .create = pd_create,
     .destroy = pd_destroy,
     .begin_batch = pd_begin_batch,

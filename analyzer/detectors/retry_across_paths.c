@@ -188,6 +188,8 @@ static void rp_forget(void *state, struct st_detect_ctx *ctx)
 const struct st_detector_ops st_retry_across_paths_ops = {
     .name = NAME,
     .version = VERSION,
+    /* all its state is keyed by run: one instance per worker */
+    .scope = ST_DETECT_PER_RUN,
     .create = rp_create,
     .destroy = rp_destroy,
     .begin_batch = rp_begin,

@@ -396,6 +396,8 @@ static void sd_forget(void *state, struct st_detect_ctx *ctx)
 const struct st_detector_ops st_scope_drift_ops = {
     .name = NAME,
     .version = VERSION,
+    /* the registry spans partitions: the main thread only */
+    .scope = ST_DETECT_GLOBAL,
     .create = sd_create,
     .destroy = sd_destroy,
     .begin_batch = sd_begin,

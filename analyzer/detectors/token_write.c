@@ -246,6 +246,8 @@ static void tw_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
 const struct st_detector_ops st_token_write_ops = {
     .name = NAME,
     .version = VERSION,
+    /* the registry spans partitions: the main thread only */
+    .scope = ST_DETECT_GLOBAL,
     .create = tw_create,
     .destroy = tw_destroy,
     .begin_batch = tw_begin,

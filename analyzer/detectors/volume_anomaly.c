@@ -156,6 +156,8 @@ static void va_forget(void *state, struct st_detect_ctx *ctx)
 const struct st_detector_ops st_volume_anomaly_ops = {
     .name = NAME,
     .version = VERSION,
+    /* all its state is keyed by run: one instance per worker */
+    .scope = ST_DETECT_PER_RUN,
     .create = va_create,
     .destroy = va_destroy,
     .begin_batch = va_begin,

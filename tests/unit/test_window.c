@@ -1,8 +1,11 @@
-/* test_window.c: event-time window arithmetic and finding ids. */
+/* test_window.c: event-time window arithmetic, finding ids, and the
+ * joining of the detection workers' parts (findings, checkpoints). */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "findings.h"
 #include "window.h"
 
@@ -90,6 +93,57 @@ START_TEST(findings_merge_updates_in_a_batch)
 }
 END_TEST
 
+/* workers.c joins each worker's findings into the batch's: moved, in
+ * order, the source emptied and reusable (ASan would see a double free or a
+ * leak) */
+START_TEST(findings_take_moves_every_finding_in_order)
+{
+    struct st_findings dst, src;
+    char id[33] = "a"; /* ids are 33 bytes (findings.h) */
+    st_findings_init(&dst);
+    st_findings_init(&src);
+    st_finding_add_event(
+        st_findings_update(&dst, id, "d", 1, ST_SEV_LOW, "t", "r1", 1, 1, "one"), "s", "e1", 0);
+    for (int i = 0; i < 20; i++) {
+        snprintf(id, sizeof(id), "b%d", i);
+        st_finding_add_event(st_findings_update(&src, id, "d", 1, ST_SEV_HIGH, "t", "r2", 2,
+                                                3, "two"),
+                             "s", "e2", 1);
+    }
+    st_findings_take(&dst, &src);
+    ck_assert_int_eq(dst.n, 21);
+    ck_assert_int_eq(src.n, 0);
+    ck_assert_str_eq(dst.items[0].id, "a");
+    ck_assert_str_eq(dst.items[1].id, "b0");
+    ck_assert_str_eq(dst.items[20].id, "b19");
+    ck_assert_str_eq(dst.items[20].events[0].event_id, "e2");
+    /* the emptied part is filled again for the next batch */
+    snprintf(id, sizeof(id), "c");
+    st_findings_update(&src, id, "d", 1, ST_SEV_LOW, "t", "r3", 1, 1, "three");
+    ck_assert_int_eq(src.n, 1);
+    st_findings_fini(&src);
+    st_findings_fini(&dst);
+}
+END_TEST
+
+START_TEST(checkpoint_take_appends_and_empties)
+{
+    struct st_checkpoint *dst = st_checkpoint_new(), *src = st_checkpoint_new();
+    const char *a[] = {"SET", "k", "v"};
+    st_checkpoint_cmd(dst, 3, a);
+    for (int i = 0; i < 100; i++)
+        st_checkpoint_cmd(src, 3, a);
+    st_checkpoint_take(dst, src);
+    ck_assert_uint_eq(st_checkpoint_len(dst), 101);
+    ck_assert_uint_eq(st_checkpoint_len(src), 0);
+    st_checkpoint_cmd(src, 3, a);
+    st_checkpoint_take(dst, src);
+    ck_assert_uint_eq(st_checkpoint_len(dst), 102);
+    st_checkpoint_destroy(src);
+    st_checkpoint_destroy(dst);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("window");
@@ -99,6 +153,8 @@ int main(void)
     tcase_add_test(tc, episode_continues_only_within_one_window);
     tcase_add_test(tc, finding_id_is_deterministic_and_separates_parts);
     tcase_add_test(tc, findings_merge_updates_in_a_batch);
+    tcase_add_test(tc, findings_take_moves_every_finding_in_order);
+    tcase_add_test(tc, checkpoint_take_appends_and_empties);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,450 @@
+/* workers.c: the detection stage, one part per worker and one global part
+ * (see workers.h for the design and the threading rules). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "registry.h"
+#include "timeutil.h"
+#include "workers.h"
+
+#define MAX_DETECTORS 16
+#define MAX_WORKERS 64
+
+enum job { JOB_NONE, JOB_PREFETCH, JOB_FEED, JOB_QUIT };
+
+/* One worker's share (index < K) or the global part (index == K). Written
+ * by its thread only between a hand-off and its answer; by the main thread
+ * otherwise. */
+struct part {
+    struct st_workers *w;
+    int index;
+    int global;
+    void *det[MAX_DETECTORS];   /* instances of the detectors of its scope */
+    struct st_rpipe *redis;     /* owned, except the global part's */
+    struct st_checkpoint *ckpt; /* this batch's write-back, joined after */
+    struct st_findings findings;
+    struct st_detect_stats stats;
+    int64_t events;             /* events fed, every batch */
+    int64_t events_published;   /* of them, added to m_events */
+    int64_t redis_us;           /* the last prefetch round trip */
+    int64_t cpu_us;             /* CPU time of its thread in its jobs, every batch */
+    int rc;
+    char errstr[512];
+    struct st_metric *m_events;
+    pthread_t thread;
+};
+
+struct st_workers {
+    struct st_workers_conf wc;
+    int k;
+    int nthreads;       /* threads started: they run workers 1 .. nthreads */
+    int nparts;         /* k + 1 */
+    struct part *parts; /* k workers, then the global part */
+    /* the batch being detected: set by the main thread before a hand-off */
+    const struct st_reorder_item *rel;
+    size_t nrel;
+    uint64_t seq;
+    /* the hand-off: job and gen set under mu, then go broadcast; each
+     * worker answers with ndone++ and done */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    enum job job;
+    uint64_t gen;
+    int ndone;
+    struct st_metric *m_wait;
+    /* the main thread's time in st_workers_detect, and of it the time
+     * spent waiting for the workers */
+    int64_t detect_us, wait_us;
+};
+
+static int is_mine(const struct part *p, const struct st_detector_ops *ops)
+{
+    return p->global ? ops->scope == ST_DETECT_GLOBAL : ops->scope == ST_DETECT_PER_RUN;
+}
+
+static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
+{
+    struct st_detect_ctx ctx = {
+        .redis = p->redis,
+        .ckpt = ckpt,
+        .findings = &p->findings,
+        .conf = p->w->wc.conf,
+        /* a per-run detector has no business there: NULL makes a wrong
+         * classification crash at once rather than race */
+        .registry = p->global ? p->w->wc.registry : NULL,
+        .stats = &p->stats,
+    };
+    return ctx;
+}
+
+/* The calling thread's CPU time. */
+static int64_t thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Whether the released event goes to p. */
+static int feeds(const struct part *p, const struct st_reorder_item *it)
+{
+    return p->global || (uint32_t)it->partition % (uint32_t)p->w->k == (uint32_t)p->index;
+}
+
+/* Queues the loads of the part's events and runs its round trip. */
+static void part_prefetch(struct part *p)
+{
+    struct st_workers *w = p->w;
+    struct st_detect_ctx ctx = part_ctx(p, p->ckpt);
+    int64_t cpu0 = thread_cpu_us();
+
+    st_findings_reset(&p->findings);
+    st_checkpoint_clear(p->ckpt);
+    for (int d = 0; st_detectors[d]; d++)
+        if (is_mine(p, st_detectors[d]))
+            st_detectors[d]->begin_batch(p->det[d], w->nrel);
+    if (p->global)
+        st_registry_begin(w->wc.registry, &ctx);
+    for (size_t i = 0; i < w->nrel; i++) {
+        if (!feeds(p, &w->rel[i]))
+            continue;
+        ctx.late = w->rel[i].late;
+        ctx.skewed = w->rel[i].skewed;
+        for (int d = 0; st_detectors[d]; d++)
+            if (is_mine(p, st_detectors[d]) && st_detectors[d]->prefetch)
+                st_detectors[d]->prefetch(p->det[d], &ctx, &w->rel[i].ev);
+    }
+    if (p->global)
+        st_registry_prefetch_end(w->wc.registry, &ctx);
+    int64_t t0 = st_time_mono_us();
+    p->rc = st_rpipe_exec(p->redis, p->errstr, sizeof(p->errstr));
+    p->redis_us = st_time_mono_us() - t0;
+    p->cpu_us += thread_cpu_us() - cpu0;
+}
+
+/* Feeds the part's events and builds its checkpoint part. */
+static void part_feed(struct part *p)
+{
+    struct st_workers *w = p->w;
+    struct st_detect_ctx ctx = part_ctx(p, p->ckpt);
+    int64_t cpu0 = thread_cpu_us();
+
+    ctx.seq = w->seq;
+    for (size_t i = 0; i < w->nrel; i++) {
+        if (!feeds(p, &w->rel[i]))
+            continue;
+        ctx.late = w->rel[i].late;
+        ctx.skewed = w->rel[i].skewed;
+        for (int d = 0; st_detectors[d]; d++)
+            if (is_mine(p, st_detectors[d]))
+                st_detectors[d]->feed(p->det[d], &ctx, &w->rel[i].ev);
+        p->events++;
+    }
+    for (int d = 0; st_detectors[d]; d++)
+        if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
+            st_detectors[d]->end_batch(p->det[d], &ctx);
+    if (p->global)
+        st_registry_end_batch(w->wc.registry, &ctx);
+    p->cpu_us += thread_cpu_us() - cpu0;
+}
+
+static void *worker_main(void *arg)
+{
+    struct part *p = arg;
+    struct st_workers *w = p->w;
+    uint64_t seen = 0;
+
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        while (w->gen == seen)
+            pthread_cond_wait(&w->go, &w->mu);
+        seen = w->gen;
+        enum job job = w->job;
+        pthread_mutex_unlock(&w->mu);
+        if (job == JOB_QUIT)
+            return NULL;
+        if (job == JOB_PREFETCH)
+            part_prefetch(p);
+        else if (job == JOB_FEED)
+            part_feed(p);
+        pthread_mutex_lock(&w->mu);
+        w->ndone++;
+        pthread_cond_signal(&w->done);
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+/* Hands job to every worker thread. */
+static void post(struct st_workers *w, enum job job)
+{
+    pthread_mutex_lock(&w->mu);
+    w->job = job;
+    w->gen++;
+    w->ndone = 0;
+    pthread_cond_broadcast(&w->go);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Waits until every worker thread answered the last post; the time the
+ * main thread waited goes to *wait_us. */
+static void await(struct st_workers *w, int64_t *wait_us)
+{
+    int64_t t0 = st_time_mono_us();
+    pthread_mutex_lock(&w->mu);
+    while (w->ndone < w->nthreads)
+        pthread_cond_wait(&w->done, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    *wait_us += st_time_mono_us() - t0;
+}
+
+/* Runs job on every part: workers 1 .. K-1 on their threads, worker 0
+ * and then the global part here meanwhile. */
+static void run_job(struct st_workers *w, enum job job, int64_t *wait_us)
+{
+    void (*fn)(struct part *) = job == JOB_PREFETCH ? part_prefetch : part_feed;
+    if (w->nthreads)
+        post(w, job);
+    fn(&w->parts[0]);
+    fn(&w->parts[w->k]);
+    if (w->nthreads)
+        await(w, wait_us);
+}
+
+struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr,
+                                  size_t errsz)
+{
+    const struct st_analyzer_conf *conf = wc->conf;
+    struct st_workers *w = st_calloc(1, sizeof(*w));
+    char labels[64];
+
+    w->wc = *wc;
+    w->k = conf->detect_workers > 0 ? (int)conf->detect_workers : 1;
+    if (w->k > MAX_WORKERS)
+        w->k = MAX_WORKERS;
+    w->nparts = w->k + 1;
+    w->parts = st_calloc((size_t)w->nparts, sizeof(*w->parts));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->go, NULL);
+    pthread_cond_init(&w->done, NULL);
+    w->m_wait = st_metric_get(wc->metrics, ST_METRIC_HISTOGRAM,
+                              "sandtrail_analyzer_detect_wait_seconds",
+                              "time the main thread waited, per batch, for the other "
+                              "detection workers once its own part (worker 0 and the "
+                              "global detectors) was done",
+                              "");
+    for (int i = 0; i <= w->k; i++) {
+        struct part *p = &w->parts[i];
+        p->w = w;
+        p->index = i;
+        p->global = i == w->k;
+        p->ckpt = st_checkpoint_new();
+        st_findings_init(&p->findings);
+        for (int d = 0; st_detectors[d]; d++) {
+            if (d >= MAX_DETECTORS)
+                st_fatal("more than %d detectors", MAX_DETECTORS);
+            if (is_mine(p, st_detectors[d]))
+                p->det[d] = st_detectors[d]->create(conf);
+        }
+        if (p->global) {
+            p->redis = wc->redis;
+            snprintf(labels, sizeof(labels), "worker=\"global\"");
+        } else {
+            p->redis = st_rpipe_new(conf->redis_url, conf->redis_password_file, errstr,
+                                    errsz);
+            if (!p->redis)
+                goto err;
+            snprintf(labels, sizeof(labels), "worker=\"%d\"", i);
+        }
+        p->m_events = st_metric_get(wc->metrics, ST_METRIC_COUNTER,
+                                    "sandtrail_analyzer_detect_events_total",
+                                    "released events fed to the detectors, by worker "
+                                    "(\"global\": the registry's detectors, every event)",
+                                    labels);
+    }
+    /* worker 0 is the caller's thread */
+    for (int i = 1; i < w->k; i++) {
+        int rc = pthread_create(&w->parts[i].thread, NULL, worker_main, &w->parts[i]);
+        if (rc) {
+            snprintf(errstr, errsz, "could not start detection worker %d: %s", i,
+                     strerror(rc));
+            goto err; /* those started are stopped by destroy */
+        }
+        w->nthreads = i;
+    }
+    return w;
+err:
+    st_workers_destroy(w);
+    return NULL;
+}
+
+void st_workers_destroy(struct st_workers *w)
+{
+    if (!w)
+        return;
+    if (w->nthreads) {
+        post(w, JOB_QUIT);
+        for (int i = 1; i <= w->nthreads; i++)
+            pthread_join(w->parts[i].thread, NULL);
+    }
+    /* after a failed start some parts are still zeroed: freeing those is
+     * freeing NULLs */
+    for (int i = 0; i < w->nparts; i++) {
+        struct part *p = &w->parts[i];
+        for (int d = 0; st_detectors[d]; d++)
+            if (p->det[d])
+                st_detectors[d]->destroy(p->det[d]);
+        if (!p->global)
+            st_rpipe_destroy(p->redis);
+        st_checkpoint_destroy(p->ckpt);
+        st_findings_fini(&p->findings);
+    }
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->go);
+    pthread_cond_destroy(&w->done);
+    free(w->parts);
+    free(w);
+}
+
+void st_workers_reset(struct st_workers *w)
+{
+    for (int i = 0; i <= w->k; i++)
+        for (int d = 0; st_detectors[d]; d++)
+            if (is_mine(&w->parts[i], st_detectors[d]))
+                st_detectors[d]->reset_batch(w->parts[i].det[d]);
+}
+
+int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, size_t nrel,
+                      uint64_t seq, struct st_findings *findings,
+                      struct st_checkpoint *ckpt, char *errstr, size_t errsz)
+{
+    int64_t wait_us = 0, t0 = st_time_mono_us();
+    struct part *failed = NULL;
+
+    st_workers_reset(w);
+    w->rel = rel;
+    w->nrel = nrel;
+    w->seq = seq;
+    run_job(w, JOB_PREFETCH, &wait_us);
+    for (int i = 0; i <= w->k; i++) {
+        struct part *p = &w->parts[i];
+        if (p->redis_us > 1)
+            st_metric_observe(w->wc.redis_s, (double)p->redis_us / 1e6);
+        if (p->rc) {
+            st_metric_add(w->wc.redis_err, 1);
+            if (!failed)
+                failed = p;
+        }
+    }
+    if (failed) {
+        snprintf(errstr, errsz, "%s", failed->errstr);
+        w->wait_us += wait_us;
+        w->detect_us += st_time_mono_us() - t0;
+        return -1;
+    }
+    run_job(w, JOB_FEED, &wait_us);
+    /* fixed order, whatever the threads' timing: the batch's rows and
+     * commands are the same from one run to the next */
+    for (int i = 0; i <= w->k; i++) {
+        struct part *p = &w->parts[i];
+        st_findings_take(findings, &p->findings);
+        st_checkpoint_take(ckpt, p->ckpt);
+    }
+    if (w->nthreads)
+        st_metric_observe(w->m_wait, (double)wait_us / 1e6);
+    w->wait_us += wait_us;
+    w->detect_us += st_time_mono_us() - t0;
+    for (int i = 0; i <= w->k; i++) {
+        struct part *p = &w->parts[i];
+        st_metric_add(p->m_events, p->events - p->events_published);
+        p->events_published = p->events;
+    }
+    return 0;
+}
+
+void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq)
+{
+    for (int i = 0; i <= w->k; i++) {
+        struct part *p = &w->parts[i];
+        struct st_detect_ctx ctx = part_ctx(p, ckpt);
+        ctx.seq = seq;
+        for (int d = 0; st_detectors[d]; d++)
+            if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
+                st_detectors[d]->end_batch(p->det[d], &ctx);
+        if (p->global)
+            st_registry_end_batch(w->wc.registry, &ctx);
+    }
+}
+
+void st_workers_after_commit(struct st_workers *w, uint64_t seq)
+{
+    for (int i = 0; i <= w->k; i++) {
+        struct part *p = &w->parts[i];
+        struct st_detect_ctx ctx = part_ctx(p, NULL);
+        ctx.findings = NULL;
+        ctx.seq = seq;
+        for (int d = 0; st_detectors[d]; d++)
+            if (is_mine(p, st_detectors[d]) && st_detectors[d]->after_commit)
+                st_detectors[d]->after_commit(p->det[d], &ctx);
+        if (p->global)
+            st_registry_after_commit(w->wc.registry, &ctx);
+    }
+}
+
+void st_workers_forget(struct st_workers *w)
+{
+    for (int i = 0; i <= w->k; i++) {
+        struct part *p = &w->parts[i];
+        struct st_detect_ctx ctx = part_ctx(p, NULL);
+        ctx.findings = NULL;
+        for (int d = 0; st_detectors[d]; d++)
+            if (is_mine(p, st_detectors[d]) && st_detectors[d]->forget)
+                st_detectors[d]->forget(p->det[d], &ctx);
+        if (p->global)
+            st_registry_forget(w->wc.registry, &ctx);
+    }
+}
+
+void st_workers_stats(const struct st_workers *w, struct st_detect_stats *sum)
+{
+    memset(sum, 0, sizeof(*sum));
+    for (int i = 0; i <= w->k; i++) {
+        const struct st_detect_stats *s = &w->parts[i].stats;
+        sum->runs += s->runs;
+        sum->entries += s->entries;
+        sum->loads += s->loads;
+        sum->evictions += s->evictions;
+    }
+}
+
+int st_workers_count(const struct st_workers *w)
+{
+    return w->k;
+}
+
+int64_t st_workers_events(const struct st_workers *w, int i)
+{
+    return w->parts[i].events;
+}
+
+int64_t st_workers_cpu_us(const struct st_workers *w, int i)
+{
+    return w->parts[i].cpu_us;
+}
+
+void st_workers_times(const struct st_workers *w, int64_t *detect_us, int64_t *wait_us)
+{
+    *detect_us = w->detect_us;
+    *wait_us = w->wait_us;
+}
+
+unsigned long st_workers_redis_sent(const struct st_workers *w)
+{
+    unsigned long n = 0;
+    for (int i = 0; i < w->k; i++)
+        n += st_rpipe_sent(w->parts[i].redis);
+    return n;
+}

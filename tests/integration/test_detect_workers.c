@@ -1,0 +1,310 @@
+/* test_detect_workers.c: detection workers (detect.workers, analyzer/
+ * workers.c) change nothing but the speed, against the real Kafka,
+ * PostgreSQL and Redis.
+ *
+ * One stream over four partitions -- every detector scenario of
+ * tests/data/scenarios, forty more runs with a denial burst each, a
+ * credential issued in one partition and used (and its fingerprint written)
+ * in another, allowlist drift across platforms whose requests sit in
+ * different partitions -- is drained by one analyzer with detect.workers=1
+ * and by another with detect.workers=3 (so that worker 0 gets two of the
+ * partitions), in two drains each (the second extends what the first
+ * left in Redis). Both must give the same findings, evidence and Redis
+ * state; the three workers must each have detected events. */
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "buf.h"
+#include "kafka.h"
+#include "world.h"
+
+#define ANALYZER BIN "/analyzer/sandtrail-analyzer"
+#define SCENARIOS SANDTRAIL_SOURCE_DIR "/tests/data/scenarios"
+#define PARTS 4
+
+static const char *q_findings =
+    "SELECT finding_id, detector, severity, task_id, run_id, first_seen, last_seen,"
+    " event_count, late_event_count, evidence::text, summary FROM findings ORDER BY 1";
+static const char *q_evidence =
+    "SELECT finding_id, source_name, event_id, late FROM finding_events ORDER BY 1, 2, 3";
+
+/* The partition of a task: the sum of its bytes, so that tasks differing in
+ * their last character (T-AL0, T-AL1, T-AL2; T-XA, T-XB) land apart. */
+static int partition_of(const char *task)
+{
+    unsigned sum = 0;
+    for (const unsigned char *p = (const unsigned char *)task; *p; p++)
+        sum += *p;
+    return (int)(sum % PARTS);
+}
+
+/* The value of "task_id" in an event line. */
+static void task_of(const char *line, char *out, size_t outsz)
+{
+    const char *p = strstr(line, "\"task_id\":\"");
+    ck_assert_ptr_nonnull(p);
+    p += strlen("\"task_id\":\"");
+    size_t n = strcspn(p, "\"");
+    ck_assert_uint_lt(n, outsz);
+    memcpy(out, p, n);
+    out[n] = '\0';
+}
+
+/* The stream, one event a line: first what is drained before the rest
+ * (the issue of a credential that the second part uses: across partitions
+ * the order of a batch's events depends on Kafka's fetches, so a use in
+ * the same drain could come first), then the rest. */
+static void build_stream(struct st_buf *s, struct st_buf *later)
+{
+    DIR *d = opendir(SCENARIOS);
+    struct dirent *de;
+    char path[512];
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 7 || strcmp(de->d_name + len - 7, ".ndjson"))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", SCENARIOS, de->d_name);
+        char *text = world_slurp(path);
+        /* requests of one platform to one host from two partitions: which
+         * is the destination's first is Redis's choice, made in the order
+         * Kafka's fetches happen to bring them, with one worker or many.
+         * Only the allowlist scenario keeps its platforms (one request per
+         * platform and host). */
+        const char *plat = "\"name\":\"squid\",\"platform\":\"squid\"}";
+        for (char *p = text; strncmp(de->d_name, "agg_", 4) && (p = strstr(p, plat));)
+            memmove(p + strlen("\"name\":\"squid\""), p + strlen(plat) - 1,
+                    strlen(p + strlen(plat) - 1) + 1);
+        st_buf_adds(s, text);
+        free(text);
+    }
+    closedir(d);
+    /* a burst in forty more runs, so that every partition has runs; the
+     * last denials of each come in the second part, extending the state
+     * a new process reads back */
+    for (int t = 0; t < 40; t++)
+        for (int i = 0; i < 12; i++)
+            st_buf_printf(i < 9 ? s : later,
+                          "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"g%d-%d\","
+                          "\"ts\":\"2026-11-29T14:%02d:%02d.000Z\",\"source\":{\"kind\":"
+                          "\"proxy\",\"name\":\"squid\"},"
+                          "\"task_id\":\"T-G%d\",\"run_id\":\"run-g%d\",\"type\":"
+                          "\"request\",\"decision\":\"deny\",\"attrs\":{\"method\":"
+                          "\"GET\",\"host\":\"h%d.example\",\"port\":443,\"status\":403}}\n",
+                          t, i, t % 60, i * 3, t, t % 3, i % 4);
+    /* issued in T-XA's partition, used and written in T-XB's */
+    st_buf_adds(s, "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"x-issue\","
+                   "\"ts\":\"2026-11-29T15:00:00.000Z\",\"source\":{\"kind\":\"broker\","
+                   "\"name\":\"vault\"},\"task_id\":\"T-XA\",\"run_id\":\"run-xa\","
+                   "\"type\":\"token_issue\",\"identity\":{\"subject\":\"agent\","
+                   "\"scopes\":[\"repo:read\"],\"audience\":\"github.com\","
+                   "\"credential_id\":\"x-cred\",\"credential_fp\":\"00aa11bb22cc33dd\"},"
+                   "\"attrs\":{\"expires_at\":\"2026-11-29T16:00:00.000Z\"}}\n");
+    st_buf_adds(later, "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"x-use\","
+                   "\"ts\":\"2026-11-29T15:00:20.000Z\",\"source\":{\"kind\":\"broker\","
+                   "\"name\":\"vault\"},\"task_id\":\"T-XB\",\"run_id\":\"run-xb\","
+                   "\"type\":\"token_use\",\"identity\":{\"credential_id\":\"x-cred\"},"
+                   "\"attrs\":{\"operation\":\"repo:read\",\"audience\":\"github.com\"}}\n");
+    st_buf_adds(later, "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"x-write\","
+                   "\"ts\":\"2026-11-29T15:00:30.000Z\",\"source\":{\"kind\":\"sandbox\","
+                   "\"name\":\"sbx\"},\"task_id\":\"T-XB\",\"run_id\":\"run-xb\","
+                   "\"type\":\"file_write\",\"attrs\":{\"path\":\"/work/x\"},\"content\":"
+                   "\"key [REDACTED:github_token:00aa11bb22cc33dd]\"}\n");
+}
+
+/* Produces every line of the stream to its task's partition of w's topic
+ * (created with PARTS partitions); counts[p] gets each partition's. */
+static void produce(const struct world *w, const char *stream, int counts[PARTS])
+{
+    char err[512], task[128];
+    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
+                                            sizeof(err));
+    ck_assert_ptr_nonnull(kc);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
+    ck_assert_ptr_nonnull(rk);
+    const char *topics[1] = {w->topic};
+    ck_assert_int_eq(
+        st_kafka_ensure_topics(rk, topics, 1, PARTS, 1, 30000, err, sizeof(err)), 0);
+    memset(counts, 0, PARTS * sizeof(*counts));
+    for (const char *l = stream; *l;) {
+        size_t n = strcspn(l, "\n");
+        char *line = strndup(l, n);
+        task_of(line, task, sizeof(task));
+        int p = partition_of(task);
+        counts[p]++;
+        ck_assert_int_eq(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(w->topic),
+                                           RD_KAFKA_V_PARTITION(p),
+                                           RD_KAFKA_V_KEY(task, strlen(task)),
+                                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                           RD_KAFKA_V_VALUE(line, n), RD_KAFKA_V_END),
+                         0);
+        free(line);
+        l += n + (l[n] == '\n');
+    }
+    ck_assert_int_eq(rd_kafka_flush(rk, 30000), 0);
+    rd_kafka_destroy(rk);
+}
+
+/* Every key under the world's prefix, the prefix cut, with its type and
+ * contents (hash fields sorted); no TTLs, which follow the wall clock. */
+static char *redis_state(const struct world *w)
+{
+    return world_shf(
+        "u=\"$SANDTRAIL_REDIS_URL\"; "
+        "redis-cli -u \"$u\" --scan --pattern '%s:*' | sort | while read -r k; do "
+        "t=$(redis-cli -u \"$u\" type \"$k\"); echo \"== ${k#%s:} $t\"; "
+        "case $t in "
+        "zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 withscores;; "
+        "hash) redis-cli -u \"$u\" hgetall \"$k\" | paste - - | sort;; "
+        "string) redis-cli -u \"$u\" get \"$k\";; "
+        "esac; done",
+        w->name, w->name);
+}
+
+static void redis_drop(const struct world *w)
+{
+    free(world_shf("redis-cli -u \"$SANDTRAIL_REDIS_URL\" --scan --pattern '%s:*' | "
+                   "xargs -r redis-cli -u \"$SANDTRAIL_REDIS_URL\" del >/dev/null",
+                   w->name));
+}
+
+/* The per-worker counts of the analyzer's last log line
+ * ("worker_events=a,b,c"). */
+static int worker_events(const char *log, long *out, int max)
+{
+    char *text = world_slurp(log);
+    const char *p = strstr(text, " worker_events=");
+    ck_assert_msg(p, "no worker_events in %s", text);
+    p += strlen(" worker_events=");
+    int n = 0;
+    while (n < max) {
+        char *end;
+        out[n++] = strtol(p, &end, 10);
+        if (*end != ',')
+            break;
+        p = end + 1;
+    }
+    free(text);
+    return n;
+}
+
+/* Fails with the first line where a and b differ (check's messages are
+ * too short for whole tables). */
+static void assert_same(const char *what, const char *a, const char *b)
+{
+    size_t i = 0, line = 1, start = 0;
+    while (a[i] && a[i] == b[i]) {
+        if (a[i] == '\n') {
+            line++;
+            start = i + 1;
+        }
+        i++;
+    }
+    if (!a[i] && !b[i])
+        return;
+    ck_abort_msg("%s differ at line %zu: workers=1 \"%.300s\" workers=3 \"%.300s\"", what,
+                 line, a + start, b + start);
+}
+
+static void drain(const struct world *w, int workers, const char *log)
+{
+    ck_assert_int_eq(run(w, w->name, w->name,
+                         "timeout 180 " ANALYZER " --drain -X batch.max_events=64 "
+                         "-X detect.workers=%d 2>%s",
+                         workers, log),
+                     0);
+}
+
+START_TEST(detect_workers_give_the_findings_and_state_of_one)
+{
+    struct world one, three;
+    struct st_buf stream, later;
+    int counts[PARTS], counts2[PARTS];
+    char log1[128], log3[128];
+    long ev[8];
+
+    world_init(&one, "dw1");
+    world_init(&three, "dw3");
+    snprintf(log1, sizeof(log1), "/tmp/%s.log", one.name);
+    snprintf(log3, sizeof(log3), "/tmp/%s.log", three.name);
+    st_buf_init(&stream);
+    st_buf_init(&later);
+    build_stream(&stream, &later);
+    ck_assert_int_ne(partition_of("T-XA"), partition_of("T-XB"));
+    ck_assert_int_ne(partition_of("T-AL0"), partition_of("T-AL1"));
+
+    produce(&one, stream.data, counts);
+    produce(&three, stream.data, counts);
+    for (int p = 0; p < PARTS; p++)
+        ck_assert_msg(counts[p] > 0, "partition %d has no event", p);
+    drain(&one, 1, log1);
+    drain(&three, 3, log3);
+    produce(&one, later.data, counts2);
+    produce(&three, later.data, counts2);
+    drain(&one, 1, log1);
+    drain(&three, 3, log3);
+
+    /* the cross-partition findings are there at all */
+    char *r = rows(one.dsn, "SELECT detector, run_id, severity FROM findings WHERE run_id "
+                            "IN ('run-xb', '*') ORDER BY 1");
+    ck_assert_msg(strstr(r, "scope_drift|*|medium\n") &&
+                      strstr(r, "scope_drift|run-xb|critical\n") &&
+                      strstr(r, "token_write|run-xb|critical\n"),
+                  "cross-partition findings missing: %s", r);
+    free(r);
+    char *fa = rows(one.dsn, q_findings), *fb = rows(three.dsn, q_findings);
+    ck_assert_uint_gt(strlen(fa), 0);
+    assert_same("findings", fa, fb);
+    free(fa);
+    free(fb);
+    fa = rows(one.dsn, q_evidence);
+    fb = rows(three.dsn, q_evidence);
+    assert_same("finding_events", fa, fb);
+    free(fa);
+    free(fb);
+    fa = redis_state(&one);
+    fb = redis_state(&three);
+    ck_assert_ptr_nonnull(strstr(fa, "== denial_burst:w:"));
+    ck_assert_ptr_nonnull(strstr(fa, "== scope_drift:cred:"));
+    ck_assert_ptr_nonnull(strstr(fa, "== credfp:"));
+    assert_same("Redis keys", fa, fb);
+    free(fa);
+    free(fb);
+
+    /* one worker: all on it; three: every one had partitions, and events */
+    ck_assert_int_eq(worker_events(log1, ev, 8), 1);
+    long total = ev[0];
+    ck_assert_int_gt(total, 0);
+    ck_assert_int_eq(worker_events(log3, ev, 8), 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(ev[i] > 0, "worker %d detected nothing", i);
+    ck_assert_int_eq(ev[0] + ev[1] + ev[2], total);
+
+    st_buf_fini(&stream);
+    st_buf_fini(&later);
+    redis_drop(&one);
+    redis_drop(&three);
+    unlink(log1);
+    unlink(log3);
+    world_drop(&one);
+    world_drop(&three);
+}
+END_TEST
+
+int main(void)
+{
+    if (world_setup())
+        return EXIT_FAILURE;
+    Suite *s = suite_create("detect_workers");
+    TCase *tc = tcase_create("detect_workers");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, detect_workers_give_the_findings_and_state_of_one);
+    suite_add_tcase(s, tc);
+    return world_run(s);
+}
