@@ -617,7 +617,8 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
             it->hashed = 1;
         }
     }
-    qsort(b->items, b->n, sizeof(*b->items), item_cmp);
+    if (b->n) /* a seal alone: no items (qsort wants an array) */
+        qsort(b->items, b->n, sizeof(*b->items), item_cmp);
     for (size_t i = 0; i < b->n; i++)
         if (i == 0 || b->items[i].partition != b->items[i - 1].partition)
             note_partition(p, b->items[i].partition);
