@@ -43,25 +43,9 @@ static const char *sql_finding_events =
     " DO UPDATE SET late = finding_events.late OR EXCLUDED.late";
 
 /* count, window and evidence follow from finding_events, so they come out
- * the same however often and in whatever batches the events were seen */
-static const char *sql_finding_refresh =
-    "UPDATE findings f SET event_count = s.n, late_event_count = s.late,"
-    " skewed_event_count = s.skewed,"
-    " first_seen = LEAST(f.first_seen, s.first),"
-    " last_seen = GREATEST(f.last_seen, s.last),"
-    " evidence = jsonb_build_object('event_ids', s.ids, 'trace_ids', s.traces,"
-    "   'targets', s.targets)"
-    " FROM (SELECT count(*)::int AS n, (count(*) FILTER (WHERE fe.late))::int AS late,"
-    "   (count(*) FILTER (WHERE e.skewed))::int AS skewed,"
-    "   min(e.ts) AS first, max(e.ts) AS last,"
-    "   jsonb_agg(fe.event_id ORDER BY e.ts, fe.event_id) AS ids,"
-    "   coalesce(jsonb_agg(DISTINCT e.trace_id) FILTER (WHERE e.trace_id IS NOT NULL),"
-    "     '[]') AS traces,"
-    "   coalesce(jsonb_agg(DISTINCT e.target) FILTER (WHERE e.target <> ''),"
-    "     '[]') AS targets"
-    "  FROM finding_events fe LEFT JOIN events e USING (source_name, event_id)"
-    "  WHERE fe.finding_id = $1) s"
-    " WHERE f.finding_id = $1";
+ * the same however often and in whatever batches the events were seen
+ * (sql/009_finding_refresh.sql) */
+static const char *sql_finding_refresh = "SELECT sandtrail_refresh_findings($1::text[])";
 
 static void *findings_create(const struct st_analyzer_conf *conf, char *errstr,
                              size_t errsz)
@@ -120,7 +104,10 @@ static int queue_finding(struct findings_part *s, PGconn *pg, const struct st_fi
     const char *pe[4] = {f->id, s->a1.data, s->a2.data, s->a3.data};
     if (!PQsendQueryParams(pg, sql_finding_events, 4, NULL, pe, NULL, NULL, 0))
         return -1;
-    const char *pr[1] = {f->id};
+    st_buf_reset(&s->a1);
+    st_pg_array_add(&s->a1, f->id);
+    st_pg_array_end(&s->a1);
+    const char *pr[1] = {s->a1.data};
     return PQsendQueryParams(pg, sql_finding_refresh, 1, NULL, pr, NULL, NULL, 0) ? 0 : -1;
 }
 

@@ -21,31 +21,15 @@ struct refresh_part {
     struct st_buf sources, ids;
 };
 
-/* sinks/findings.c's refresh for every finding naming one of the events:
- * the same values, computed the same way (test_roles compares the result
- * with an analyzer of the all role). */
+/* The refresh sinks/findings.c runs for the findings of a batch
+ * (sql/009_finding_refresh.sql), for every finding naming one of the
+ * events (test_roles compares the result with an analyzer of the all
+ * role). */
 static const char *sql_refresh =
-    "UPDATE findings f SET event_count = s.n, late_event_count = s.late,"
-    " skewed_event_count = s.skewed,"
-    " first_seen = LEAST(f.first_seen, s.first),"
-    " last_seen = GREATEST(f.last_seen, s.last),"
-    " evidence = jsonb_build_object('event_ids', s.ids, 'trace_ids', s.traces,"
-    "   'targets', s.targets)"
-    " FROM (SELECT fe.finding_id, count(*)::int AS n,"
-    "   (count(*) FILTER (WHERE fe.late))::int AS late,"
-    "   (count(*) FILTER (WHERE e.skewed))::int AS skewed,"
-    "   min(e.ts) AS first, max(e.ts) AS last,"
-    "   jsonb_agg(fe.event_id ORDER BY e.ts, fe.event_id) AS ids,"
-    "   coalesce(jsonb_agg(DISTINCT e.trace_id) FILTER (WHERE e.trace_id IS NOT NULL),"
-    "     '[]') AS traces,"
-    "   coalesce(jsonb_agg(DISTINCT e.target) FILTER (WHERE e.target <> ''),"
-    "     '[]') AS targets"
-    "  FROM finding_events fe LEFT JOIN events e USING (source_name, event_id)"
-    "  WHERE fe.finding_id IN (SELECT t.finding_id FROM finding_events t"
-    "   JOIN unnest($1::text[], $2::text[]) AS u(s, e)"
-    "   ON t.source_name = u.s AND t.event_id = u.e)"
-    "  GROUP BY fe.finding_id) s"
-    " WHERE f.finding_id = s.finding_id";
+    "SELECT sandtrail_refresh_findings(ARRAY("
+    " SELECT DISTINCT t.finding_id FROM finding_events t"
+    " JOIN unnest($1::text[], $2::text[]) AS u(s, e)"
+    " ON t.source_name = u.s AND t.event_id = u.e))";
 
 static void *refresh_create(const struct st_analyzer_conf *conf, char *errstr,
                             size_t errsz)
