@@ -36,6 +36,10 @@ struct st_producer {
     const struct st_collector_conf *conf; /* not copied: it outlives the producer */
     const char *topic_events;
     const char *topic_dlq;
+    /* handles of the two topics, made at their first message and destroyed
+     * before rk: producing by name looks the topic up (a lock, a search by
+     * name, a reference taken and dropped) for every message */
+    rd_kafka_topic_t *rkt_events, *rkt_dlq;
     const char *input_name; /* in dead-letter records of refused messages */
     int64_t queued, delivered, failed, retried, refused, replayed;
     int64_t refused_queued; /* of refused: those refused after being queued */
@@ -315,6 +319,10 @@ void st_producer_destroy(struct st_producer *p)
         rd_kafka_flush(p->rk, p->spool ? 500 : 5000);
         if (p->spool)
             rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        if (p->rkt_events)
+            rd_kafka_topic_destroy(p->rkt_events);
+        if (p->rkt_dlq)
+            rd_kafka_topic_destroy(p->rkt_dlq);
         rd_kafka_destroy(p->rk);
     }
     /* what Kafka has not acknowledged stays in the spool for the next run */
@@ -355,11 +363,38 @@ static void create_topics(struct st_producer *p);
  * A message librdkafka refuses as it is (too large, ...) is noted for the
  * dead-letter topic. Returns 0, 1 when it was left in the spool, -1 on a
  * fatal error. */
+/* The handle of topic when it is one of the producer's two (made at its
+ * first use, kept until st_producer_destroy), NULL for another name (a
+ * spool written under another configuration). Under p->lock. */
+static rd_kafka_topic_t *topic_handle(struct st_producer *p, const char *topic)
+{
+    rd_kafka_topic_t **h;
+
+    if (topic == p->topic_events || strcmp(topic, p->topic_events) == 0)
+        h = &p->rkt_events;
+    else if (topic == p->topic_dlq || strcmp(topic, p->topic_dlq) == 0)
+        h = &p->rkt_dlq;
+    else
+        return NULL;
+    /* NULL on failure (never with a valid name): then by name, as before */
+    if (!*h)
+        *h = rd_kafka_topic_new(p->rk, topic, NULL);
+    return *h;
+}
+
 static int hand_over(struct st_producer *p, int64_t seg, const char *topic,
                      const char *key, size_t keylen, const char *value, size_t len)
 {
+    rd_kafka_topic_t *rkt = topic_handle(p, topic);
+
     for (;;) {
-        rd_kafka_resp_err_t err = rd_kafka_producev(
+        rd_kafka_resp_err_t err =
+            rkt ? rd_kafka_producev(
+                      p->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                      RD_KAFKA_V_KEY(keylen ? (void *)key : NULL, keylen),
+                      RD_KAFKA_V_VALUE((void *)value, len),
+                      RD_KAFKA_V_OPAQUE((void *)(intptr_t)seg), RD_KAFKA_V_END)
+                : rd_kafka_producev(
             p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_KEY(keylen ? (void *)key : NULL, keylen),
             RD_KAFKA_V_VALUE((void *)value, len),
