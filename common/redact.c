@@ -864,50 +864,49 @@ static int forms_pairs(const struct st_redactor *r, const unsigned char *p,
 }
 
 #ifdef __SSE2__
-/* Bytes of v in lo..hi, as 0xFF lanes: v - lo, unsigned, at most hi - lo
- * (shifted by 128 to compare signed). */
-static inline __m128i in_range(__m128i v, unsigned char lo, unsigned char hi)
-{
-    __m128i t = _mm_sub_epi8(v, _mm_set1_epi8((char)(unsigned char)(lo + 128)));
-    return _mm_cmplt_epi8(t, _mm_set1_epi8((char)(unsigned char)(hi - lo + 1 + 128)));
-}
-
 /* A run of base64 pairs inside one 16-byte block (between two pairs that
  * are not base64) is 6 pairs at most: too short to count on its own. */
 _Static_assert(6 * 2 + 2 < ST_REDACT_B64_MIN,
-               "forms_sse2 skips the runs inside a block");
+               "forms_runs skips the runs inside a block");
 
-/* forms_pairs with r->step == 2, sixteen bytes (eight pairs) at a time:
- * the classes of cls (init_classes) as SSE2 compares, the pairs' bits made
- * from them, and only the runs that touch a block's edges followed (a run
- * inside a block is too short). The last block's remainder goes to
- * forms_pairs with the state so far. */
-static int forms_sse2(const struct st_redactor *r, const unsigned char *p,
-                      size_t len)
+/* forms_pairs's runs with r->step == 2 for a string with no byte that
+ * starts a decoding, sixteen bytes (eight pairs) at a time: cls's classes
+ * (init_classes) as SSE2 compares, the pairs' bits made from them, and
+ * only the runs that touch a block's edges followed (one inside a block is
+ * too short). The last bytes are copied into a block of zeros, which are
+ * not base64: the pair of an odd last byte ends a run, as in forms_pairs,
+ * which never looks at that byte's pair. */
+static int forms_runs(const unsigned char *p, size_t len)
 {
-    size_t i = 0, run = 0;
+    const __m128i d0 = _mm_set1_epi8((char)('0' + 128)),
+                  d1 = _mm_set1_epi8((char)(10 - 128)),
+                  lo0 = _mm_set1_epi8((char)('a' + 128)),
+                  lo1 = _mm_set1_epi8((char)(26 - 128)),
+                  hx1 = _mm_set1_epi8((char)(6 - 128)),
+                  up0 = _mm_set1_epi8((char)('A' + 128)),
+                  plus = _mm_set1_epi8('+'), slash = _mm_set1_epi8('/'),
+                  dash = _mm_set1_epi8('-'), under = _mm_set1_epi8('_');
+    unsigned char last[16];
+    size_t run = 0;
     unsigned nh = 0;
 
-    for (; i + 16 <= len; i += 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
-        /* decode_trigger's bytes */
-        __m128i trig = _mm_or_si128(
-            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('%')),
-                         _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)0xC2)),
-                         _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)0xE2)),
-                                      _mm_cmpeq_epi8(v, _mm_set1_epi8((char)0xEF)))));
-        if (_mm_movemask_epi8(trig))
-            return 1;
-        __m128i digit = in_range(v, '0', '9');
-        __m128i hex = _mm_or_si128(digit, in_range(v, 'a', 'f'));
+    for (size_t i = 0; i < len; i += 16) {
+        __m128i v;
+        if (len - i >= 16) {
+            v = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+        } else {
+            memset(last, 0, sizeof(last));
+            memcpy(last, p + i, len - i);
+            v = _mm_loadu_si128((const __m128i *)(const void *)last);
+        }
+        __m128i digit = _mm_cmplt_epi8(_mm_sub_epi8(v, d0), d1);
+        __m128i lower = _mm_sub_epi8(v, lo0);
+        __m128i hex = _mm_or_si128(digit, _mm_cmplt_epi8(lower, hx1));
         __m128i b64 = _mm_or_si128(
-            _mm_or_si128(digit, _mm_or_si128(in_range(v, 'A', 'Z'),
-                                             in_range(v, 'a', 'z'))),
-            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('+')),
-                                      _mm_cmpeq_epi8(v, _mm_set1_epi8('/'))),
-                         _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('-')),
-                                      _mm_cmpeq_epi8(v, _mm_set1_epi8('_')))));
+            _mm_or_si128(digit, _mm_or_si128(_mm_cmplt_epi8(_mm_sub_epi8(v, up0), lo1),
+                                             _mm_cmplt_epi8(lower, lo1))),
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, plus), _mm_cmpeq_epi8(v, slash)),
+                         _mm_or_si128(_mm_cmpeq_epi8(v, dash), _mm_cmpeq_epi8(v, under))));
         unsigned bm = (unsigned)_mm_movemask_epi8(b64);
         unsigned hm = (unsigned)_mm_movemask_epi8(hex);
         /* bit 2j: pair j (bytes 2j, 2j+1) is base64 (P_B64), or has a
@@ -929,23 +928,27 @@ static int forms_sse2(const struct st_redactor *r, const unsigned char *p,
         if (run + 2 >= ST_REDACT_B64_MIN && nh)
             return 1;
         /* those after the last gap start the run the next block goes on */
-        unsigned last = 31u - (unsigned)__builtin_clz(gap);
-        run = 14 - last;
-        nh = pn >> (last + 2);
+        unsigned lastgap = 31u - (unsigned)__builtin_clz(gap);
+        run = 14 - lastgap;
+        nh = pn >> (lastgap + 2);
     }
-    return forms_pairs(r, p + i, len - i, run, nh ? P_NONHEX : 0);
+    return 0;
 }
 #endif
 
 /* The set of rules (bits) whose keywords occur in s[0..len); *forms (when
  * forms is not NULL) is set to whether s may have another form to scan: a
  * byte that starts a decoding, or a run of base64 chars that may be
- * ST_REDACT_B64_MIN long (scan_forms looks closer). */
+ * ST_REDACT_B64_MIN long (scan_forms looks closer). The pass over the
+ * keywords' pairs also sees whether a pair holds a byte that starts a
+ * decoding, or is base64; the runs are looked for (forms_runs) only in a
+ * string long enough to hold one, with a base64 pair, and no such byte. */
 static uint64_t prefilter(const struct st_redactor *r, const char *s,
                           size_t len, int *forms)
 {
     const unsigned char *p = (const unsigned char *)s;
     uint64_t mask = 0;
+    unsigned any = 0;
 
     /* every start is 2 bytes (asserted in build_prefilter) */
     if (len >= 2 && (r->pairs[PAIR(p[0], p[1])] & P_START))
@@ -957,32 +960,59 @@ static uint64_t prefilter(const struct st_redactor *r, const char *s,
      * first pair at an even offset, one starting at an odd offset its
      * second pair */
     if (r->step == 2) {
-        for (size_t i = 0; i + 1 < len; i += 2) {
-            unsigned t = r->pairs[PAIR(p[i], p[i + 1])] & 3;
-            if (!t)
+        size_t i = 0;
+        /* two pairs at a time, one load: most pairs start no keyword */
+        for (; i + 3 < len; i += 4) {
+            uint32_t w;
+            memcpy(&w, p + i, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            w = __builtin_bswap32(w);
+#endif
+            unsigned t0 = r->pairs[w & 0xFFFF], t1 = r->pairs[w >> 16];
+            any |= t0 | t1;
+            if (!((t0 | t1) & 3))
                 continue;
+            if ((t0 & 2) && i > 0)
+                keyword_at(r, p, len, i - 1, &mask);
+            if (t0 & 1)
+                keyword_at(r, p, len, i, &mask);
+            if (t1 & 2)
+                keyword_at(r, p, len, i + 1, &mask);
+            if (t1 & 1)
+                keyword_at(r, p, len, i + 2, &mask);
+        }
+        if (i + 1 < len) {
+            unsigned t = r->pairs[PAIR(p[i], p[i + 1])];
+            any |= t;
             if ((t & 2) && i > 0)
                 keyword_at(r, p, len, i - 1, &mask);
             if (t & 1)
                 keyword_at(r, p, len, i, &mask);
         }
     } else {
-        for (size_t i = 0; i + 1 < len; i++)
-            if (r->pairs[PAIR(p[i], p[i + 1])] & 1)
+        for (size_t i = 0; i + 1 < len; i++) {
+            unsigned t = r->pairs[PAIR(p[i], p[i + 1])];
+            any |= t;
+            if (t & 1)
                 keyword_at(r, p, len, i, &mask);
+        }
     }
-    if (forms) {
+    if (!forms)
+        return mask;
+    if ((any & P_TRIGGER) || (len % 2 && (cls[p[len - 1]] & C_TRIGGER)))
+        *forms = 1;
+    else if (!(any & P_B64) || len + 2 < ST_REDACT_B64_MIN)
+        *forms = 0; /* no run long enough */
+    else
 #ifdef __SSE2__
-        *forms = r->step == 2 ? forms_sse2(r, p, len)
-                              : forms_pairs(r, p, len, 0, 0);
-#ifdef ST_PREFILTER_CHECK
-        if (*forms != forms_pairs(r, p, len, 0, 0))
-            abort();
-#endif
+        *forms = r->step == 2 ? forms_runs(p, len) : forms_pairs(r, p, len, 0, 0);
 #else
         *forms = forms_pairs(r, p, len, 0, 0);
 #endif
-    }
+#ifdef ST_PREFILTER_CHECK
+    if (*forms != forms_pairs(r, p, len, 0, 0))
+        abort();
+#endif
     return mask;
 }
 
