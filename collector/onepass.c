@@ -640,6 +640,10 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
 {
     size_t k0 = p->nk, keys0 = p->keys.len;
     int wrote = 0;
+    /* a bit per key of this object, from its length and end bytes: a key
+     * whose bit is not set yet cannot be a duplicate, so the keys before it
+     * are compared only when it is (equal keys have equal bits) */
+    uint64_t seen = 0;
 
     if (depth >= ST_JSON_MAX_DEPTH)
         return bail(p);
@@ -660,11 +664,18 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
         /* a duplicate is the tree path's to name */
         if (p->nk - k0 >= ONEPASS_KEYS)
             return bail(p);
-        for (size_t i = k0; i < p->nk; i++) {
-            const char *o = p->keys.data + p->kref[i].off;
-            if (p->kref[i].len == klen && memcmp(o, key, klen) == 0)
-                return bail(p);
-        }
+        uint64_t bit = (uint64_t)1
+                       << ((klen * 7u + (klen ? (unsigned char)key[0] * 3u +
+                                                    (unsigned char)key[klen - 1]
+                                              : 0u)) &
+                           63u);
+        if (seen & bit)
+            for (size_t i = k0; i < p->nk; i++) {
+                const char *o = p->keys.data + p->kref[i].off;
+                if (p->kref[i].len == klen && memcmp(o, key, klen) == 0)
+                    return bail(p);
+            }
+        seen |= bit;
         if (p->nk == p->capk) {
             p->capk = p->capk ? p->capk * 2 : 64;
             p->kref = st_realloc(p->kref, p->capk * sizeof(*p->kref));
