@@ -31,6 +31,11 @@ struct refusal {
     char topic[256];
 };
 
+/* a spool record's token (spool.h: segment and offset, 64 bits) travels
+ * as the message's opaque */
+_Static_assert(sizeof(intptr_t) >= sizeof(int64_t),
+               "a spool token must fit in a message's opaque");
+
 struct st_producer {
     rd_kafka_t *rk;
     const struct st_collector_conf *conf; /* not copied: it outlives the producer */
@@ -42,6 +47,7 @@ struct st_producer {
     rd_kafka_topic_t *rkt_events, *rkt_dlq;
     const char *input_name; /* in dead-letter records of refused messages */
     int64_t queued, delivered, failed, retried, refused, replayed;
+    int64_t maybe_twice; /* of retried: possibly stored by the broker already */
     int64_t refused_queued; /* of refused: those refused after being queued */
     struct refusal *refusals;
     size_t nrefusals, refusals_cap;
@@ -144,8 +150,8 @@ static void settle(struct st_producer *p, struct st_delivery *d, int failed)
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct st_producer *p = opaque;
-    /* the opaque is the spool segment, or without a spool the tracked
-     * request's st_delivery (NULL when untracked) */
+    /* the opaque is the spool record's token, or without a spool the
+     * tracked request's st_delivery (NULL when untracked) */
     int64_t seg = p->spool ? (int64_t)(intptr_t)m->_private : 0;
     struct st_delivery *d = p->spool ? NULL : m->_private;
     const char *reason = m->err ? refusal_reason(m->err) : NULL;
@@ -174,10 +180,17 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         int64_t now = st_time_mono_ms();
         if (topic_missing(m->err))
             p->topics_missing = 1;
-        if (p->spool)
+        if (p->spool) {
             p->retried++; /* produced again from the spool: not lost */
-        else
+            /* sent but not acknowledged (a timeout in flight): the broker
+             * may have stored it, and the copy produced again from the
+             * spool is then a second one in the topic (README's failure
+             * model; the analyzer keeps one per source and event id) */
+            if (rd_kafka_message_status(m) == RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED)
+                p->maybe_twice++;
+        } else {
             p->failed++;
+        }
         if (m->err != p->last_err || now - p->last_err_ms > 10000) {
             st_error("could not deliver to \"%s\": %s (%" PRId64 " so far)%s",
                      rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err),
@@ -559,11 +572,11 @@ int st_producer_dlq(struct st_producer *p, const char *reason,
     return produce(p, 1, NULL, value, len);
 }
 
-static int replay_one(void *arg, int64_t seg, int dlq, const char *topic, const char *key,
+static int replay_one(void *arg, int64_t tok, int dlq, const char *topic, const char *key,
                       size_t keylen, const char *value, size_t len)
 {
     struct st_producer *p = arg;
-    int rc = hand_over(p, seg, topic, key, keylen, value, len);
+    int rc = hand_over(p, tok, topic, key, keylen, value, len);
     if (rc == 0)
         p->replayed++;
     return rc != 0;
@@ -716,6 +729,7 @@ void st_producer_stats(const struct st_producer *p, struct st_producer_stats *s)
     s->delivered = p->delivered;
     s->failed = p->failed;
     s->retried = p->retried;
+    s->maybe_twice = p->maybe_twice;
     s->refused = p->refused;
     s->replayed = p->replayed;
     s->spool_bytes = p->spool ? st_spool_bytes(p->spool) : 0;
