@@ -358,6 +358,11 @@ struct st_redactor {
      * at least 3 bytes (step 2), looking at every other pair finds every
      * start: most of a string is dismissed by one lookup per two bytes */
     uint8_t pairs[65536];
+    /* a bit per hash of the first three bytes of each keyword (TRI, both
+     * cases when icase): with step 2 every keyword has three, and a place
+     * whose three bytes' bit is clear starts none. Most places a pair
+     * points at (English pairs such as "ke", "to", "ea") stop here. */
+    uint8_t tri[65536 / 8];
     unsigned step; /* 2, or 1 when a keyword is shorter than 3 bytes */
     uint64_t keyed; /* rules with rule_def.keyed */
     struct keyword starts[4]; /* rule_def.starts */
@@ -441,6 +446,9 @@ static void add_keyword(struct keyword **v, size_t *n, size_t *cap,
     (*v)[(*n)++] = (struct keyword){s, len, icase, rule};
 }
 
+#define TRI(a, b, c) \
+    ((((unsigned)(a) << 8 | (unsigned)(b)) ^ (unsigned)(c) * 0x9E5u) & 0xFFFFu)
+
 /* Lays the keywords out by first byte so the prefilter looks at one bucket
  * per byte of input. */
 static void build_prefilter(struct st_redactor *r)
@@ -509,6 +517,18 @@ static void build_prefilter(struct st_redactor *r)
             if (!(cls[a] & C_HEX) || !(cls[b] & C_HEX))
                 *t |= P_NONHEX;
         }
+    for (size_t k = 0; k < r->nkws && r->step == 2; k++) {
+        const unsigned char *w = (const unsigned char *)r->kws[k].s;
+        for (unsigned v = 0; v < 8; v++) {
+            unsigned char c[3];
+            for (int j = 0; j < 3; j++)
+                c[j] = !r->kws[k].icase ? w[j]
+                       : v >> j & 1     ? ascii_upper(w[j])
+                                        : ascii_lower(w[j]);
+            unsigned h = TRI(c[0], c[1], c[2]);
+            r->tri[h >> 3] |= (uint8_t)(1u << (h & 7));
+        }
+    }
     for (size_t k = 0; k < r->nkws; k++) {
         const unsigned char *w = (const unsigned char *)r->kws[k].s;
         /* bytes 0,1 mark a start here; bytes 1,2 a start one byte before */
@@ -822,6 +842,13 @@ void st_redact_fingerprint(const struct st_redactor *r, const char *v,
 static void keyword_at(const struct st_redactor *r, const unsigned char *p, size_t len,
                        size_t i, uint64_t *mask)
 {
+    if (r->step == 2) {
+        if (len - i < 3)
+            return;
+        unsigned h = TRI(p[i], p[i + 1], p[i + 2]);
+        if (!(r->tri[h >> 3] >> (h & 7) & 1))
+            return;
+    }
     uint32_t n = r->bucket_len[p[i]];
     const struct keyword *k = r->kws + r->bucket_start[p[i]];
     for (uint32_t j = 0; j < n; j++) {
