@@ -1898,6 +1898,17 @@ static void build(struct st_redactor *r, const char *s, size_t len)
 
 /* Redacts s[0..len) into r->out; returns the number of redactions (r->m
  * holds them), 0 when s has no secret (r->out is then not set). */
+/* Whether nothing can match in a string whose prefilter gave mask and
+ * forms, stored under a name whose keywords are kmask (0 without a name):
+ * no rule's keyword, no other form, no keyed rule, and neither a
+ * credential to remove nor issued credentials to look for. */
+static inline int nothing_to_run(const struct st_redactor *r, uint64_t mask,
+                                 int forms, uint64_t kmask)
+{
+    return !mask && !forms && !(kmask & r->keyed) &&
+           !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !issued_on(r);
+}
+
 static size_t redact_string(struct st_redactor *r, const char *s, size_t len,
                             uint64_t mask, int forms, const char *name,
                             size_t namelen, uint64_t kmask)
@@ -1905,11 +1916,7 @@ static size_t redact_string(struct st_redactor *r, const char *s, size_t len,
     if (!name)
         kmask = 0;
     r->nm = 0;
-    if (too_short(r, len, name, kmask))
-        return 0;
-    if (!mask && !(kmask & r->keyed) &&
-        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !forms &&
-        !issued_on(r))
+    if (too_short(r, len, name, kmask) || nothing_to_run(r, mask, forms, kmask))
         return 0;
     scan_forms(r, s, len, mask, name, namelen, kmask, 0);
     if (!r->nm)
@@ -2112,6 +2119,10 @@ size_t st_redact_value(struct st_redactor *r, const char *s, size_t len,
         return 0;
     }
     uint64_t mask = prefilter(r, s, len, &forms);
+    if (nothing_to_run(r, mask, forms, name ? kmask : 0)) { /* most values */
+        r->nm = 0;
+        return 0;
+    }
     size_t k = redact_string(r, s, len, mask, forms, name, namelen, kmask);
     if (k) {
         *out = r->out.data;
