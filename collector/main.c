@@ -426,10 +426,12 @@ int main(int argc, char **argv)
     /* replayed records are not failures: "retried" counts the deliveries
      * that failed and were kept in the spool, "failed" what is lost */
     st_info("lines=%ld accepted=%ld rejected=%ld skipped=%ld delivered=%" PRId64
-            " refused=%" PRId64 " retried=%" PRId64 " replayed=%" PRId64 " failed=%" PRId64
-            " undelivered=%" PRId64 " spool_bytes=%" PRId64,
+            " refused=%" PRId64 " retried=%" PRId64 " maybe_twice=%" PRId64
+            " replayed=%" PRId64 " failed=%" PRId64 " undelivered=%" PRId64
+            " spool_bytes=%" PRId64,
             rs.lines, rs.accepted, rs.rejected, rs.skipped, ps.delivered, ps.refused,
-            ps.retried, ps.replayed, ps.failed, undelivered, ps.spool_bytes);
+            ps.retried, ps.maybe_twice, ps.replayed, ps.failed, undelivered,
+            ps.spool_bytes);
     log_redactions(&ing);
     st_ingest_fini(&ing);
     st_producer_destroy(prod);

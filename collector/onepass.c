@@ -7,6 +7,7 @@
  * cJSON_PrintUnformatted's (libcjson 1.7.15: print_string_ptr, print_number) and
  * the checks at the end are event.c's (event_validate). A case that one of
  * them handles and this reader does not is given back undecided (bail). */
+#include <assert.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -148,9 +149,9 @@ struct st_onepass {
     size_t nred;  /* redactions made */
 
     unsigned char vt[F__COUNT]; /* enum vt of each slot */
+    unsigned char vctl[F__COUNT]; /* an id (is_id) holds a control character */
     size_t voff[F__COUNT], vlen[F__COUNT];
     double vnum[F__COUNT];
-    unsigned char vctl[F__COUNT]; /* the string holds a control character */
     int scopes_strings; /* identity.scopes holds only strings */
 
     size_t nstr;          /* strings read so far in this pass */
@@ -523,6 +524,13 @@ static int read_number(struct st_onepass *p, double *out)
 }
 
 /* 1 when s[0..n) holds a byte below 0x20 or 0x7f (event.c's get_id). */
+/* The fields get_id reads. */
+static int is_id(int f)
+{
+    return f == F_EVENT_ID || f == F_NAME || f == F_TASK_ID || f == F_RUN_ID ||
+           f == F_TRACE_ID;
+}
+
 static int has_control(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -640,6 +648,10 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
 {
     size_t k0 = p->nk, keys0 = p->keys.len;
     int wrote = 0;
+    /* a bit per key of this object, from its length and end bytes: a key
+     * whose bit is not set yet cannot be a duplicate, so the keys before it
+     * are compared only when it is (equal keys have equal bits) */
+    uint64_t seen = 0;
 
     if (depth >= ST_JSON_MAX_DEPTH)
         return bail(p);
@@ -660,11 +672,18 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
         /* a duplicate is the tree path's to name */
         if (p->nk - k0 >= ONEPASS_KEYS)
             return bail(p);
-        for (size_t i = k0; i < p->nk; i++) {
-            const char *o = p->keys.data + p->kref[i].off;
-            if (p->kref[i].len == klen && memcmp(o, key, klen) == 0)
-                return bail(p);
-        }
+        uint64_t bit = (uint64_t)1
+                       << ((klen * 7u + (klen ? (unsigned char)key[0] * 3u +
+                                                    (unsigned char)key[klen - 1]
+                                              : 0u)) &
+                           63u);
+        if (seen & bit)
+            for (size_t i = k0; i < p->nk; i++) {
+                const char *o = p->keys.data + p->kref[i].off;
+                if (p->kref[i].len == klen && memcmp(o, key, klen) == 0)
+                    return bail(p);
+            }
+        seen |= bit;
         if (p->nk == p->capk) {
             p->capk = p->capk ? p->capk * 2 : 64;
             p->kref = st_realloc(p->kref, p->capk * sizeof(*p->kref));
@@ -825,9 +844,12 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
                 n = rlen;
             }
             if (field >= 0) {
-                /* a string without escapes has no byte below 0x20 */
-                p->vctl[field] = plain && !k ? memchr(s, 0x7f, n) != NULL
-                                             : has_control(s, n);
+                /* only ids are held to having no control character
+                 * (get_id); a string without escapes has no byte below
+                 * 0x20 */
+                if (is_id(field))
+                    p->vctl[field] = plain && !k ? memchr(s, 0x7f, n) != NULL
+                                                 : has_control(s, n);
                 p->voff[field] = p->vals.len;
                 p->vlen[field] = n;
                 add(&p->vals, s, n);
@@ -917,6 +939,7 @@ static int get_id(const struct st_onepass *p, int f, int required, size_t max,
 {
     if (get_str(p, f, required, max, out))
         return -1;
+    assert(is_id(f));
     return *out && p->vctl[f] ? -1 : 0;
 }
 

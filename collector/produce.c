@@ -31,13 +31,23 @@ struct refusal {
     char topic[256];
 };
 
+/* a spool record's token (spool.h: segment and offset, 64 bits) travels
+ * as the message's opaque */
+_Static_assert(sizeof(intptr_t) >= sizeof(int64_t),
+               "a spool token must fit in a message's opaque");
+
 struct st_producer {
     rd_kafka_t *rk;
     const struct st_collector_conf *conf; /* not copied: it outlives the producer */
     const char *topic_events;
     const char *topic_dlq;
+    /* handles of the two topics, made at their first message and destroyed
+     * before rk: producing by name looks the topic up (a lock, a search by
+     * name, a reference taken and dropped) for every message */
+    rd_kafka_topic_t *rkt_events, *rkt_dlq;
     const char *input_name; /* in dead-letter records of refused messages */
     int64_t queued, delivered, failed, retried, refused, replayed;
+    int64_t maybe_twice; /* of retried: possibly stored by the broker already */
     int64_t refused_queued; /* of refused: those refused after being queued */
     struct refusal *refusals;
     size_t nrefusals, refusals_cap;
@@ -140,8 +150,8 @@ static void settle(struct st_producer *p, struct st_delivery *d, int failed)
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct st_producer *p = opaque;
-    /* the opaque is the spool segment, or without a spool the tracked
-     * request's st_delivery (NULL when untracked) */
+    /* the opaque is the spool record's token, or without a spool the
+     * tracked request's st_delivery (NULL when untracked) */
     int64_t seg = p->spool ? (int64_t)(intptr_t)m->_private : 0;
     struct st_delivery *d = p->spool ? NULL : m->_private;
     const char *reason = m->err ? refusal_reason(m->err) : NULL;
@@ -170,10 +180,17 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         int64_t now = st_time_mono_ms();
         if (topic_missing(m->err))
             p->topics_missing = 1;
-        if (p->spool)
+        if (p->spool) {
             p->retried++; /* produced again from the spool: not lost */
-        else
+            /* sent but not acknowledged (a timeout in flight): the broker
+             * may have stored it, and the copy produced again from the
+             * spool is then a second one in the topic (README's failure
+             * model; the analyzer keeps one per source and event id) */
+            if (rd_kafka_message_status(m) == RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED)
+                p->maybe_twice++;
+        } else {
             p->failed++;
+        }
         if (m->err != p->last_err || now - p->last_err_ms > 10000) {
             st_error("could not deliver to \"%s\": %s (%" PRId64 " so far)%s",
                      rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err),
@@ -315,6 +332,10 @@ void st_producer_destroy(struct st_producer *p)
         rd_kafka_flush(p->rk, p->spool ? 500 : 5000);
         if (p->spool)
             rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        if (p->rkt_events)
+            rd_kafka_topic_destroy(p->rkt_events);
+        if (p->rkt_dlq)
+            rd_kafka_topic_destroy(p->rkt_dlq);
         rd_kafka_destroy(p->rk);
     }
     /* what Kafka has not acknowledged stays in the spool for the next run */
@@ -355,11 +376,38 @@ static void create_topics(struct st_producer *p);
  * A message librdkafka refuses as it is (too large, ...) is noted for the
  * dead-letter topic. Returns 0, 1 when it was left in the spool, -1 on a
  * fatal error. */
+/* The handle of topic when it is one of the producer's two (made at its
+ * first use, kept until st_producer_destroy), NULL for another name (a
+ * spool written under another configuration). Under p->lock. */
+static rd_kafka_topic_t *topic_handle(struct st_producer *p, const char *topic)
+{
+    rd_kafka_topic_t **h;
+
+    if (topic == p->topic_events || strcmp(topic, p->topic_events) == 0)
+        h = &p->rkt_events;
+    else if (topic == p->topic_dlq || strcmp(topic, p->topic_dlq) == 0)
+        h = &p->rkt_dlq;
+    else
+        return NULL;
+    /* NULL on failure (never with a valid name): then by name, as before */
+    if (!*h)
+        *h = rd_kafka_topic_new(p->rk, topic, NULL);
+    return *h;
+}
+
 static int hand_over(struct st_producer *p, int64_t seg, const char *topic,
                      const char *key, size_t keylen, const char *value, size_t len)
 {
+    rd_kafka_topic_t *rkt = topic_handle(p, topic);
+
     for (;;) {
-        rd_kafka_resp_err_t err = rd_kafka_producev(
+        rd_kafka_resp_err_t err =
+            rkt ? rd_kafka_producev(
+                      p->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                      RD_KAFKA_V_KEY(keylen ? (void *)key : NULL, keylen),
+                      RD_KAFKA_V_VALUE((void *)value, len),
+                      RD_KAFKA_V_OPAQUE((void *)(intptr_t)seg), RD_KAFKA_V_END)
+                : rd_kafka_producev(
             p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_KEY(keylen ? (void *)key : NULL, keylen),
             RD_KAFKA_V_VALUE((void *)value, len),
@@ -524,11 +572,11 @@ int st_producer_dlq(struct st_producer *p, const char *reason,
     return produce(p, 1, NULL, value, len);
 }
 
-static int replay_one(void *arg, int64_t seg, int dlq, const char *topic, const char *key,
+static int replay_one(void *arg, int64_t tok, int dlq, const char *topic, const char *key,
                       size_t keylen, const char *value, size_t len)
 {
     struct st_producer *p = arg;
-    int rc = hand_over(p, seg, topic, key, keylen, value, len);
+    int rc = hand_over(p, tok, topic, key, keylen, value, len);
     if (rc == 0)
         p->replayed++;
     return rc != 0;
@@ -681,6 +729,7 @@ void st_producer_stats(const struct st_producer *p, struct st_producer_stats *s)
     s->delivered = p->delivered;
     s->failed = p->failed;
     s->retried = p->retried;
+    s->maybe_twice = p->maybe_twice;
     s->refused = p->refused;
     s->replayed = p->replayed;
     s->spool_bytes = p->spool ? st_spool_bytes(p->spool) : 0;

@@ -94,6 +94,8 @@ struct st_producer_stats {
     int64_t queued, delivered;
     int64_t failed;      /* lost: no spool, or a refused dead-letter record */
     int64_t retried;     /* failed deliveries kept in the spool, produced again */
+    int64_t maybe_twice; /* of retried: sent but not acknowledged, so perhaps
+                          * stored already (a second copy in the topic) */
     int64_t refused;     /* refused by Kafka for good, dead-lettered */
     int64_t replayed;    /* records produced again from the spool */
     int64_t spool_bytes; /* still in the spool */

@@ -30,12 +30,25 @@
 #define MAGIC 0x31535453u /* "STS1" */
 #define SEGMENT_BYTES (4 << 20)
 
+/* A record's token (what st_spool_append returns and the producer hands to
+ * Kafka as the message's opaque): its segment's id in the high 32 bits,
+ * its offset in the segment in the low 32. A segment ends at its first
+ * record past SEGMENT_BYTES, a record is at most 64 MiB (input.max_line_
+ * bytes), so offsets fit; ids count segments from 1. */
+#define TOKEN(id, off) ((int64_t)(id) << 32 | (int64_t)(off))
+#define TOKEN_SEG(t) ((t) >> 32)
+#define TOKEN_OFF(t) ((t) & 0xFFFFFFFF)
+
 struct segment {
     int64_t id;
     int64_t bytes;
     int64_t records;
     int64_t outstanding; /* queued in the producer, not yet reported */
-    int failed;          /* a delivery failed: all of it is produced again */
+    int failed;          /* found at start: all of it is produced again */
+    /* offsets of the records whose delivery failed: those are produced
+     * again, not the records Kafka acknowledged beside them */
+    int64_t *redo;
+    size_t nredo, capredo;
     int unsent;          /* records from offset resume on were never queued
                           * (a full producer queue): produced from there */
     int64_t resume;
@@ -165,6 +178,7 @@ void st_spool_close(struct st_spool *s)
     }
     for (struct segment *g = s->segs, *n; g; g = n) {
         n = g->next;
+        free(g->redo);
         free(g);
     }
     if (s->lock_fd >= 0)
@@ -266,7 +280,7 @@ int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const ch
     s->cur->bytes += (int64_t)s->rec.len;
     s->cur->records++;
     s->total += (int64_t)s->rec.len;
-    return s->cur->id;
+    return TOKEN(s->cur->id, s->last_off);
 }
 
 int st_spool_sync(struct st_spool *s)
@@ -284,9 +298,9 @@ int st_spool_sync(struct st_spool *s)
     return 0;
 }
 
-void st_spool_queued(struct st_spool *s, int64_t seg, int queued)
+void st_spool_queued(struct st_spool *s, int64_t tok, int queued)
 {
-    struct segment *g = seg_find(s, seg);
+    struct segment *g = seg_find(s, TOKEN_SEG(tok));
     if (!g)
         return;
     if (queued)
@@ -298,37 +312,60 @@ void st_spool_queued(struct st_spool *s, int64_t seg, int queued)
     }
 }
 
-int st_spool_unsent(const struct st_spool *s, int64_t seg)
+int st_spool_unsent(const struct st_spool *s, int64_t tok)
 {
-    const struct segment *g = s->cur && s->cur->id == seg ? s->cur : NULL;
+    const struct segment *g = s->cur && s->cur->id == TOKEN_SEG(tok) ? s->cur : NULL;
     return g && g->unsent;
 }
 
-void st_spool_delivered(struct st_spool *s, int64_t seg, int ok)
+static void redo_add(struct segment *g, int64_t off)
 {
-    struct segment *g = seg_find(s, seg);
+    if (g->nredo == g->capredo) {
+        g->capredo = g->capredo ? 2 * g->capredo : 16;
+        g->redo = st_realloc(g->redo, g->capredo * sizeof(*g->redo));
+    }
+    g->redo[g->nredo++] = off;
+}
+
+void st_spool_delivered(struct st_spool *s, int64_t tok, int ok)
+{
+    struct segment *g = seg_find(s, TOKEN_SEG(tok));
     if (!g)
         return;
     g->outstanding--;
     if (!ok)
-        g->failed = 1;
+        redo_add(g, TOKEN_OFF(tok));
 }
 
-/* Produces g again: all of it after a failed delivery, else from the first
- * record never queued. Stops at the first fn that returns non-zero, and
- * remembers where (returns that value); -1 when g cannot be read. */
+/* Produces g again: all of it when it was found at start, the records
+ * whose delivery failed, and the records never queued (from g->resume on).
+ * Stops at the first fn that returns non-zero, and remembers where (returns
+ * that value); -1 when g cannot be read. What it produces is taken out of
+ * g first: the reports of these records, which can come while it runs
+ * (hand_over polls), note their failures afresh. */
 static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *arg)
 {
     char path[4096];
     struct st_buf data;
-    int rc = 0;
+    int rc = 0, all = g->failed, unsent = g->unsent;
+    int64_t resume = g->resume, *redo = g->redo;
+    size_t nredo = g->nredo, r = 0;
+
+    g->redo = NULL;
+    g->nredo = g->capredo = 0;
+    g->failed = g->unsent = 0;
+    if (nredo > 1)
+        qsort(redo, nredo, sizeof(*redo), cmp_i64);
+    int64_t from = all ? 0 : unsent ? resume : INT64_MAX;
+    if (nredo && redo[0] < from)
+        from = redo[0];
 
     seg_path(s, g->id, path, sizeof(path));
     FILE *f = fopen(path, "rb");
     if (!f) {
         /* removed by hand, or unreadable: nothing more can come of it */
         st_error("spool segment \"%s\" cannot be read (%s): skipped", path, strerror(errno));
-        g->failed = g->unsent = 0;
+        free(redo);
         return -1;
     }
     st_buf_init(&data);
@@ -339,10 +376,8 @@ static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *a
     fclose(f);
     const unsigned char *start = (const unsigned char *)data.data, *end = start + data.len;
     const unsigned char *p = start;
-    if (!g->failed && g->resume > 0 && g->resume <= (int64_t)data.len)
-        p += g->resume;
-    g->failed = 0;
-    g->unsent = 0;
+    if (from > 0 && from <= (int64_t)data.len)
+        p += from;
     while (p && end - p >= 12) {
         uint32_t magic = get32(p), plen = get32(p + 4), crc = get32(p + 8);
         if (magic != MAGIC || (size_t)(end - p - 12) < plen || plen < 7 ||
@@ -353,20 +388,37 @@ static int replay(struct st_spool *s, struct segment *g, st_spool_fn fn, void *a
         uint32_t tlen = (uint32_t)p[13] | (uint32_t)p[14] << 8;
         if (plen < 7 + tlen || get32(p + 15 + tlen) > plen - 7 - tlen)
             break;
+        int64_t off = (int64_t)(p - start);
+        while (r < nredo && redo[r] < off)
+            r++;
+        int whole = all || (unsent && off >= resume);
+        if (!whole && !(r < nredo && redo[r] == off)) {
+            p += 12 + plen;
+            continue;
+        }
         uint32_t klen = get32(p + 15 + tlen);
         char topic[256];
         snprintf(topic, sizeof(topic), "%.*s", (int)(tlen < 255 ? tlen : 255),
                  (const char *)p + 15);
         const char *key = (const char *)p + 19 + tlen;
-        rc = fn(arg, g->id, p[12], topic, key, klen, key + klen, plen - 7 - tlen - klen);
+        rc = fn(arg, TOKEN(g->id, off), p[12], topic, key, klen, key + klen,
+                plen - 7 - tlen - klen);
         if (rc) {
-            g->unsent = 1;
-            g->resume = (int64_t)(p - start);
+            /* the next call goes on from this record: every record from
+             * here when all of it, or the never-queued ones, were due;
+             * else the failed ones left, and the never-queued ones from
+             * where they were */
+            g->unsent = whole || unsent;
+            g->resume = whole ? off : resume;
+            for (size_t k = r; k < nredo; k++)
+                if (!whole)
+                    redo_add(g, redo[k]);
             break;
         }
         p += 12 + plen;
     }
     st_buf_fini(&data);
+    free(redo);
     return rc;
 }
 
@@ -375,19 +427,22 @@ void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg)
     struct segment **pp = &s->segs;
     while (*pp) {
         struct segment *g = *pp;
-        if (g->closed && g->outstanding == 0 && !g->failed && !g->unsent) {
+        if (g->closed && g->outstanding == 0 && !g->failed && !g->unsent && !g->nredo) {
             char path[4096];
             seg_path(s, g->id, path, sizeof(path));
             unlink(path);
             s->total -= g->bytes;
             s->nospace_ms = 0; /* room again, perhaps: the next append says */
             *pp = g->next;
+            free(g->redo);
             free(g);
             continue;
         }
-        /* a failed delivery waits for every report of the segment (it is
-         * produced again whole); records never queued go at once */
-        if (g->closed && fn && (g->failed ? g->outstanding == 0 : g->unsent) &&
+        /* failed deliveries wait for every report of the segment (its
+         * failed records are produced again together, in order); records
+         * never queued go at once */
+        if (g->closed && fn &&
+            (g->failed || g->nredo ? g->outstanding == 0 : g->unsent) &&
             replay(s, g, fn, arg) > 0)
             break; /* the queue is full: later segments wait their turn */
         pp = &g->next;

@@ -5,10 +5,14 @@
  * point (an HTTP answer, a tail checkpoint, the end of an input), which is
  * when the input may consider its lines safe, whether or not Kafka has
  * acknowledged them yet. A segment is deleted once Kafka has acknowledged
- * every record in it; a segment with a failed or unsent record is produced
- * again later, and every segment found at start (a crash, or Kafka down at
- * exit) is produced again. Kafka may so see a message twice; its event_id
- * makes the copy a duplicate that PostgreSQL drops. When the spool holds
+ * every record in it; a record whose delivery failed, and every record
+ * never handed to Kafka (a full queue), is produced again later (the
+ * records Kafka acknowledged beside them are not), and every segment found
+ * at start (a crash, or Kafka down at exit) is produced again whole. Kafka
+ * may so see a message twice: a delivery that failed after the broker
+ * stored it (librdkafka's RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED: a
+ * timeout in flight), or an acknowledged record of a segment found at
+ * start; its event_id makes the copy a duplicate that PostgreSQL drops. When the spool holds
  * spool.max_bytes, or its disk is full (ENOSPC, EDQUOT), the inputs push
  * back (HTTP 503 with Retry-After, the tail and --input wait); nothing is
  * dropped and the collector does not exit. */
@@ -28,8 +32,8 @@ struct st_spool *st_spool_open(const char *dir, int64_t max_bytes, int64_t min_f
                                char *errstr, size_t errsz);
 void st_spool_close(struct st_spool *s); /* accepts NULL */
 
-/* Appends one message; returns the id of its segment (> 0), -2 when the
- * disk is full (nothing of the record is kept: append it again later), or
+/* Appends one message; returns its token (> 0: its segment and its place
+ * there, which the calls below take), -2 when the disk is full (nothing of the record is kept: append it again later), or
  * -1 on another I/O error. Not yet durable: see st_spool_sync. */
 int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const char *key,
                         size_t keylen, const char *value, size_t len);
@@ -37,22 +41,24 @@ int64_t st_spool_append(struct st_spool *s, int dlq, const char *topic, const ch
 /* Makes everything appended durable and starts a new segment. 0 or -1. */
 int st_spool_sync(struct st_spool *s);
 
-/* A message of segment seg was handed to Kafka (queued) or not. */
-void st_spool_queued(struct st_spool *s, int64_t seg, int queued);
+/* The message of token tok was handed to Kafka (queued) or not. */
+void st_spool_queued(struct st_spool *s, int64_t tok, int queued);
 
-/* 1 when a record of seg (the open segment) was left unqueued: later
- * records wait behind it, in order, for the replay. */
-int st_spool_unsent(const struct st_spool *s, int64_t seg);
+/* 1 when a record of tok's segment (the open segment) was left unqueued:
+ * later records wait behind it, in order, for the replay. */
+int st_spool_unsent(const struct st_spool *s, int64_t tok);
 
-/* Kafka's delivery report for a message of segment seg. */
-void st_spool_delivered(struct st_spool *s, int64_t seg, int ok);
+/* Kafka's delivery report for the message of token tok: a failed one is
+ * produced again (st_spool_maintain). */
+void st_spool_delivered(struct st_spool *s, int64_t tok, int ok);
 
-/* Deletes finished segments; for each segment that must be produced again
- * (all of it after a failed delivery, once every report is in; from its
- * first unqueued record otherwise), calls fn for each of its records, in
- * order, and stops at the first fn that returns non-zero (the segment goes
- * on from that record at the next call). */
-typedef int (*st_spool_fn)(void *arg, int64_t seg, int dlq, const char *topic,
+/* Deletes finished segments; for each segment with records to produce
+ * again (all of it when found at start; the records whose delivery failed,
+ * once every report of the segment is in; the records from its first
+ * unqueued one on), calls fn for each of those records, in order, with the
+ * record's token, and stops at the first fn that returns non-zero (the
+ * segment goes on from that record at the next call). */
+typedef int (*st_spool_fn)(void *arg, int64_t tok, int dlq, const char *topic,
                            const char *key, size_t keylen, const char *value, size_t len);
 void st_spool_maintain(struct st_spool *s, st_spool_fn fn, void *arg);
 

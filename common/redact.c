@@ -19,6 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <openssl/core_names.h>
@@ -350,11 +353,16 @@ struct st_redactor {
     struct keyword *kws; /* grouped by first byte */
     size_t nkws;
     uint32_t bucket_start[256], bucket_len[256];
-    /* pairs[a << 8 | b]: bit 0 when some keyword starts with bytes a, b,
+    /* pairs[PAIR(a, b)]: bit 0 when some keyword starts with bytes a, b,
      * bit 1 when some keyword's bytes 1 and 2 are a, b. Every keyword being
      * at least 3 bytes (step 2), looking at every other pair finds every
      * start: most of a string is dismissed by one lookup per two bytes */
     uint8_t pairs[65536];
+    /* a bit per hash of the first three bytes of each keyword (TRI, both
+     * cases when icase): with step 2 every keyword has three, and a place
+     * whose three bytes' bit is clear starts none. Most places a pair
+     * points at (English pairs such as "ke", "to", "ea") stop here. */
+    uint8_t tri[65536 / 8];
     unsigned step; /* 2, or 1 when a keyword is shorter than 3 bytes */
     uint64_t keyed; /* rules with rule_def.keyed */
     struct keyword starts[4]; /* rule_def.starts */
@@ -362,6 +370,9 @@ struct st_redactor {
     char **kwstore; /* keywords made at set-up (kw_hex) */
     size_t nkwstore;
     int off[NRULES]; /* fault.redact_rule_off */
+    /* No form of a string shorter than this holds a match of any rule, a
+     * canary, the credential or an issued credential (set_min_len) */
+    size_t min_len;
 
     pcre2_match_data *md;
     pcre2_match_context *mctx;
@@ -405,8 +416,13 @@ enum { C_B64 = 0x7F, C_HEX = 0x80, C_TRIGGER = 0x100 };
 static uint16_t cls[256];
 static void init_classes(void);
 /* prefilter's pair bits beyond the keywords' 1 and 2: either byte starts a
- * decoding; both are base64 chars. */
-enum { P_TRIGGER = 4, P_B64 = 8, P_NONHEX = 16 };
+ * decoding; both are base64 chars; either is not lowercase hex; a rule's
+ * starts[] begins with these two bytes. */
+enum { P_TRIGGER = 4, P_B64 = 8, P_NONHEX = 16, P_START = 32 };
+/* The index in pairs[] of bytes a, b (in that order): b in the high byte,
+ * so that the pair at p is one 16-bit little-endian load, p[0] | p[1] << 8,
+ * which compilers emit as such on x86. */
+#define PAIR(a, b) ((unsigned)(a) | (unsigned)(b) << 8)
 
 /* ---- set-up ------------------------------------------------------------ */
 
@@ -429,6 +445,9 @@ static void add_keyword(struct keyword **v, size_t *n, size_t *cap,
     }
     (*v)[(*n)++] = (struct keyword){s, len, icase, rule};
 }
+
+#define TRI(a, b, c) \
+    ((((unsigned)(a) << 8 | (unsigned)(b)) ^ (unsigned)(c) * 0x9E5u) & 0xFFFFu)
 
 /* Lays the keywords out by first byte so the prefilter looks at one bucket
  * per byte of input. */
@@ -460,6 +479,8 @@ static void build_prefilter(struct st_redactor *r)
         for (size_t k = 0; k < 2 && d->starts[k]; k++) {
             assert(r->nstarts < sizeof(r->starts) / sizeof(r->starts[0]));
             assert(strlen(d->starts[k]) == 2);
+            r->pairs[PAIR((unsigned char)d->starts[k][0],
+                          (unsigned char)d->starts[k][1])] |= P_START;
             r->starts[r->nstarts++] = (struct keyword){
                 d->starts[k], strlen(d->starts[k]), 0, i};
         }
@@ -488,7 +509,7 @@ static void build_prefilter(struct st_redactor *r)
             r->step = 1;
     for (unsigned a = 0; a < 256; a++)
         for (unsigned b = 0; b < 256; b++) {
-            uint8_t *t = &r->pairs[a << 8 | b];
+            uint8_t *t = &r->pairs[PAIR(a, b)];
             if ((cls[a] | cls[b]) & C_TRIGGER)
                 *t |= P_TRIGGER;
             if ((cls[a] & C_B64) && (cls[b] & C_B64))
@@ -496,6 +517,18 @@ static void build_prefilter(struct st_redactor *r)
             if (!(cls[a] & C_HEX) || !(cls[b] & C_HEX))
                 *t |= P_NONHEX;
         }
+    for (size_t k = 0; k < r->nkws && r->step == 2; k++) {
+        const unsigned char *w = (const unsigned char *)r->kws[k].s;
+        for (unsigned v = 0; v < 8; v++) {
+            unsigned char c[3];
+            for (int j = 0; j < 3; j++)
+                c[j] = !r->kws[k].icase ? w[j]
+                       : v >> j & 1     ? ascii_upper(w[j])
+                                        : ascii_lower(w[j]);
+            unsigned h = TRI(c[0], c[1], c[2]);
+            r->tri[h >> 3] |= (uint8_t)(1u << (h & 7));
+        }
+    }
     for (size_t k = 0; k < r->nkws; k++) {
         const unsigned char *w = (const unsigned char *)r->kws[k].s;
         /* bytes 0,1 mark a start here; bytes 1,2 a start one byte before */
@@ -507,7 +540,7 @@ static void build_prefilter(struct st_redactor *r)
             }
             for (int i = 0; i < 2; i++)
                 for (int j = 0; j < 2; j++)
-                    r->pairs[(unsigned)a[i] << 8 | b[j]] |= (uint8_t)(1u << at);
+                    r->pairs[PAIR(a[i], b[j])] |= (uint8_t)(1u << at);
         }
     }
     free(all);
@@ -573,6 +606,53 @@ static int setup_hmac(struct st_redactor *r, const unsigned char *key,
     return 0;
 }
 
+/* r->min_len: the shortest string any matcher can find something in. A
+ * pattern's is PCRE2's own lower bound on the subject a match needs
+ * (PCRE2_INFO_MINLENGTH, which pcre2_match uses to give up at once); a
+ * scanner runs only when one of its keywords is in the string; canaries,
+ * the credential and issued credentials have their own minimum lengths.
+ * Decoded forms and base64 content are shorter than the string, never
+ * longer. A keyed rule, run over "<name>=<value>", is not bounded by the
+ * value's length: redact_string does not take this shortcut for it. */
+static void set_min_len(struct st_redactor *r)
+{
+    size_t min = ST_REDACT_CANARY_MIN; /* canaries and the credential */
+
+    if (r->issued && ST_CREDSET_MIN_LEN < min)
+        min = ST_CREDSET_MIN_LEN;
+    for (unsigned i = 0; i < NRULES; i++) {
+        const struct rule_def *d = &rule_defs[i];
+        size_t m = 0;
+        if (r->rules[i].code) {
+            uint32_t ml = 0;
+            if (pcre2_pattern_info(r->rules[i].code, PCRE2_INFO_MINLENGTH, &ml))
+                ml = 0;
+            m = ml;
+        } else if (d->scan) {
+            m = SIZE_MAX;
+            for (size_t k = 0; k < MAX_KEYWORDS && d->keywords[k]; k++)
+                if (strlen(d->keywords[k]) < m)
+                    m = strlen(d->keywords[k]);
+            if (m == SIZE_MAX)
+                m = 0;
+        } else {
+            continue; /* canary, credential, issued: above */
+        }
+        if (m < min)
+            min = m;
+    }
+    r->min_len = min;
+}
+
+/* Whether nothing can be found in s of len bytes stored under name, whose
+ * keywords are kmask: shorter than any match, and no keyed rule to run
+ * over "<name>=<value>". */
+static int too_short(const struct st_redactor *r, size_t len, const char *name,
+                     uint64_t kmask)
+{
+    return len < r->min_len && !(name && (kmask & r->keyed));
+}
+
 struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
                                     char *errstr, size_t errsz)
 {
@@ -622,6 +702,7 @@ struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
     if (compile_rules(r, errstr, errsz) < 0 ||
         setup_hmac(r, conf->key, conf->keylen, errstr, errsz) < 0)
         goto err;
+    set_min_len(r);
     if (conf->fault_rule_off && *conf->fault_rule_off) {
         unsigned i = 0;
         while (i < NRULES &&
@@ -761,6 +842,13 @@ void st_redact_fingerprint(const struct st_redactor *r, const char *v,
 static void keyword_at(const struct st_redactor *r, const unsigned char *p, size_t len,
                        size_t i, uint64_t *mask)
 {
+    if (r->step == 2) {
+        if (len - i < 3)
+            return;
+        unsigned h = TRI(p[i], p[i + 1], p[i + 2]);
+        if (!(r->tri[h >> 3] >> (h & 7) & 1))
+            return;
+    }
     uint32_t n = r->bucket_len[p[i]];
     const struct keyword *k = r->kws + r->bucket_start[p[i]];
     for (uint32_t j = 0; j < n; j++) {
@@ -780,45 +868,178 @@ static void keyword_at(const struct st_redactor *r, const unsigned char *p, size
     }
 }
 
+/* Whether s[0..len) may have another form to scan (prefilter's *forms):
+ * a byte that starts a decoding, or a run of base64 chars that may be
+ * ST_REDACT_B64_MIN long and is not lowercase hex only. Pairs of bytes are
+ * looked at every r->step bytes, from the state (run, nonhex) of the pairs
+ * before s: run bytes of base64 pairs, nonhex their P_NONHEX. This is the
+ * reference; forms_sse2 gives the same answer sixteen bytes at a time. */
+static int forms_pairs(const struct st_redactor *r, const unsigned char *p,
+                       size_t len, size_t run, unsigned nonhex)
+{
+    for (size_t i = 0; i + 1 < len; i += r->step) {
+        unsigned t = r->pairs[PAIR(p[i], p[i + 1])];
+        if (t & P_TRIGGER)
+            return 1;
+        /* a run of lowercase hex only is not worth decoding */
+        run = t & P_B64 ? run + r->step : 0;
+        nonhex = t & P_B64 ? nonhex | t : 0;
+        if (run + 2 >= ST_REDACT_B64_MIN && (nonhex & P_NONHEX))
+            return 1;
+    }
+    return len % 2 && (cls[p[len - 1]] & C_TRIGGER);
+}
+
+#ifdef __SSE2__
+/* A run of base64 pairs inside one 16-byte block (between two pairs that
+ * are not base64) is 6 pairs at most: too short to count on its own. */
+_Static_assert(6 * 2 + 2 < ST_REDACT_B64_MIN,
+               "forms_runs skips the runs inside a block");
+
+/* forms_pairs's runs with r->step == 2 for a string with no byte that
+ * starts a decoding, sixteen bytes (eight pairs) at a time: cls's classes
+ * (init_classes) as SSE2 compares, the pairs' bits made from them, and
+ * only the runs that touch a block's edges followed (one inside a block is
+ * too short). The last bytes are copied into a block of zeros, which are
+ * not base64: the pair of an odd last byte ends a run, as in forms_pairs,
+ * which never looks at that byte's pair. */
+static int forms_runs(const unsigned char *p, size_t len)
+{
+    const __m128i d0 = _mm_set1_epi8((char)('0' + 128)),
+                  d1 = _mm_set1_epi8((char)(10 - 128)),
+                  lo0 = _mm_set1_epi8((char)('a' + 128)),
+                  lo1 = _mm_set1_epi8((char)(26 - 128)),
+                  hx1 = _mm_set1_epi8((char)(6 - 128)),
+                  up0 = _mm_set1_epi8((char)('A' + 128)),
+                  plus = _mm_set1_epi8('+'), slash = _mm_set1_epi8('/'),
+                  dash = _mm_set1_epi8('-'), under = _mm_set1_epi8('_');
+    unsigned char last[16];
+    size_t run = 0;
+    unsigned nh = 0;
+
+    for (size_t i = 0; i < len; i += 16) {
+        __m128i v;
+        if (len - i >= 16) {
+            v = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+        } else {
+            memset(last, 0, sizeof(last));
+            memcpy(last, p + i, len - i);
+            v = _mm_loadu_si128((const __m128i *)(const void *)last);
+        }
+        __m128i digit = _mm_cmplt_epi8(_mm_sub_epi8(v, d0), d1);
+        __m128i lower = _mm_sub_epi8(v, lo0);
+        __m128i hex = _mm_or_si128(digit, _mm_cmplt_epi8(lower, hx1));
+        __m128i b64 = _mm_or_si128(
+            _mm_or_si128(digit, _mm_or_si128(_mm_cmplt_epi8(_mm_sub_epi8(v, up0), lo1),
+                                             _mm_cmplt_epi8(lower, lo1))),
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, plus), _mm_cmpeq_epi8(v, slash)),
+                         _mm_or_si128(_mm_cmpeq_epi8(v, dash), _mm_cmpeq_epi8(v, under))));
+        unsigned bm = (unsigned)_mm_movemask_epi8(b64);
+        unsigned hm = (unsigned)_mm_movemask_epi8(hex);
+        /* bit 2j: pair j (bytes 2j, 2j+1) is base64 (P_B64), or has a
+         * byte that is not lowercase hex (P_NONHEX) */
+        unsigned pb = bm & bm >> 1 & 0x5555u;
+        unsigned pn = (~hm | ~hm >> 1) & 0x5555u;
+        unsigned gap = ~pb & 0x5555u; /* pairs that end a run */
+        if (!gap) {
+            run += 16;
+            nh |= pn;
+            if (run + 2 >= ST_REDACT_B64_MIN && nh)
+                return 1;
+            continue;
+        }
+        /* the pairs before the first gap go on with the run so far */
+        unsigned first = (unsigned)__builtin_ctz(gap);
+        run += first;
+        nh |= pn & ((1u << first) - 1);
+        if (run + 2 >= ST_REDACT_B64_MIN && nh)
+            return 1;
+        /* those after the last gap start the run the next block goes on */
+        unsigned lastgap = 31u - (unsigned)__builtin_clz(gap);
+        run = 14 - lastgap;
+        nh = pn >> (lastgap + 2);
+    }
+    return 0;
+}
+#endif
+
 /* The set of rules (bits) whose keywords occur in s[0..len); *forms (when
  * forms is not NULL) is set to whether s may have another form to scan: a
  * byte that starts a decoding, or a run of base64 chars that may be
- * ST_REDACT_B64_MIN long (scan_forms looks closer). One pass over the pairs
- * of bytes serves both. */
+ * ST_REDACT_B64_MIN long (scan_forms looks closer). The pass over the
+ * keywords' pairs also sees whether a pair holds a byte that starts a
+ * decoding, or is base64; the runs are looked for (forms_runs) only in a
+ * string long enough to hold one, with a base64 pair, and no such byte. */
 static uint64_t prefilter(const struct st_redactor *r, const char *s,
                           size_t len, int *forms)
 {
     const unsigned char *p = (const unsigned char *)s;
     uint64_t mask = 0;
-    size_t run = 0;
-    unsigned any = 0, nonhex = 0;
+    unsigned any = 0;
 
     /* every start is 2 bytes (asserted in build_prefilter) */
-    for (size_t k = 0; k < r->nstarts && len >= 2; k++)
-        if (p[0] == (unsigned char)r->starts[k].s[0] &&
-            p[1] == (unsigned char)r->starts[k].s[1])
-            mask |= BIT(r->starts[k].rule);
+    if (len >= 2 && (r->pairs[PAIR(p[0], p[1])] & P_START))
+        for (size_t k = 0; k < r->nstarts; k++)
+            if (p[0] == (unsigned char)r->starts[k].s[0] &&
+                p[1] == (unsigned char)r->starts[k].s[1])
+                mask |= BIT(r->starts[k].rule);
     /* a keyword of 3 or more bytes starting at an even offset shows its
      * first pair at an even offset, one starting at an odd offset its
      * second pair */
-    for (size_t i = 0; i + 1 < len; i += r->step) {
-        unsigned t = r->pairs[(unsigned)p[i] << 8 | p[i + 1]];
-        any |= t;
-        /* a run of lowercase hex only is not worth decoding */
-        run = t & P_B64 ? run + r->step : 0;
-        nonhex = t & P_B64 ? nonhex | t : 0;
-        if (run + 2 >= ST_REDACT_B64_MIN && (nonhex & P_NONHEX))
-            any |= P_TRIGGER;
-        if (!(t & 3))
-            continue;
-        if ((t & 2) && i > 0 && r->step == 2)
-            keyword_at(r, p, len, i - 1, &mask);
-        if (t & 1)
-            keyword_at(r, p, len, i, &mask);
+    if (r->step == 2) {
+        size_t i = 0;
+        /* two pairs at a time, one load: most pairs start no keyword */
+        for (; i + 3 < len; i += 4) {
+            uint32_t w;
+            memcpy(&w, p + i, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            w = __builtin_bswap32(w);
+#endif
+            unsigned t0 = r->pairs[w & 0xFFFF], t1 = r->pairs[w >> 16];
+            any |= t0 | t1;
+            if (!((t0 | t1) & 3))
+                continue;
+            if ((t0 & 2) && i > 0)
+                keyword_at(r, p, len, i - 1, &mask);
+            if (t0 & 1)
+                keyword_at(r, p, len, i, &mask);
+            if (t1 & 2)
+                keyword_at(r, p, len, i + 1, &mask);
+            if (t1 & 1)
+                keyword_at(r, p, len, i + 2, &mask);
+        }
+        if (i + 1 < len) {
+            unsigned t = r->pairs[PAIR(p[i], p[i + 1])];
+            any |= t;
+            if ((t & 2) && i > 0)
+                keyword_at(r, p, len, i - 1, &mask);
+            if (t & 1)
+                keyword_at(r, p, len, i, &mask);
+        }
+    } else {
+        for (size_t i = 0; i + 1 < len; i++) {
+            unsigned t = r->pairs[PAIR(p[i], p[i + 1])];
+            any |= t;
+            if (t & 1)
+                keyword_at(r, p, len, i, &mask);
+        }
     }
-    if (forms)
-        *forms = (any & P_TRIGGER) ||
-                 (len % 2 && (cls[p[len - 1]] & C_TRIGGER));
+    if (!forms)
+        return mask;
+    if ((any & P_TRIGGER) || (len % 2 && (cls[p[len - 1]] & C_TRIGGER)))
+        *forms = 1;
+    else if (!(any & P_B64) || len + 2 < ST_REDACT_B64_MIN)
+        *forms = 0; /* no run long enough */
+    else
+#ifdef __SSE2__
+        *forms = r->step == 2 ? forms_runs(p, len) : forms_pairs(r, p, len, 0, 0);
+#else
+        *forms = forms_pairs(r, p, len, 0, 0);
+#endif
+#ifdef ST_PREFILTER_CHECK
+    if (*forms != forms_pairs(r, p, len, 0, 0))
+        abort();
+#endif
     return mask;
 }
 
@@ -1677,6 +1898,17 @@ static void build(struct st_redactor *r, const char *s, size_t len)
 
 /* Redacts s[0..len) into r->out; returns the number of redactions (r->m
  * holds them), 0 when s has no secret (r->out is then not set). */
+/* Whether nothing can match in a string whose prefilter gave mask and
+ * forms, stored under a name whose keywords are kmask (0 without a name):
+ * no rule's keyword, no other form, no keyed rule, and neither a
+ * credential to remove nor issued credentials to look for. */
+static inline int nothing_to_run(const struct st_redactor *r, uint64_t mask,
+                                 int forms, uint64_t kmask)
+{
+    return !mask && !forms && !(kmask & r->keyed) &&
+           !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !issued_on(r);
+}
+
 static size_t redact_string(struct st_redactor *r, const char *s, size_t len,
                             uint64_t mask, int forms, const char *name,
                             size_t namelen, uint64_t kmask)
@@ -1684,9 +1916,7 @@ static size_t redact_string(struct st_redactor *r, const char *s, size_t len,
     if (!name)
         kmask = 0;
     r->nm = 0;
-    if (!mask && !(kmask & r->keyed) &&
-        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) && !forms &&
-        !issued_on(r))
+    if (too_short(r, len, name, kmask) || nothing_to_run(r, mask, forms, kmask))
         return 0;
     scan_forms(r, s, len, mask, name, namelen, kmask, 0);
     if (!r->nm)
@@ -1884,7 +2114,15 @@ size_t st_redact_value(struct st_redactor *r, const char *s, size_t len,
                        const char **out, size_t *outlen)
 {
     int forms = 0;
+    if (too_short(r, len, name, kmask)) { /* most short values: no pass */
+        r->nm = 0;
+        return 0;
+    }
     uint64_t mask = prefilter(r, s, len, &forms);
+    if (nothing_to_run(r, mask, forms, name ? kmask : 0)) { /* most values */
+        r->nm = 0;
+        return 0;
+    }
     size_t k = redact_string(r, s, len, mask, forms, name, namelen, kmask);
     if (k) {
         *out = r->out.data;

@@ -15,6 +15,7 @@ static char dir[128];
 struct taker {
     int room;
     int took[64];
+    int64_t toks[64]; /* the token of each record taken */
     int n;
     int64_t seg;
 };
@@ -26,6 +27,7 @@ static int take(void *arg, int64_t seg, int dlq, const char *topic, const char *
     if (t->room <= 0)
         return 1;
     t->room--;
+    t->toks[t->n] = seg;
     t->took[t->n++] = atoi(value);
     t->seg = seg;
     return 0;
@@ -102,25 +104,105 @@ START_TEST(spool_replay_resumes_at_the_first_unqueued_record)
 }
 END_TEST
 
-/* A failed delivery: the whole segment again, once every report is in. */
-START_TEST(spool_failed_delivery_replays_the_whole_segment)
+/* Failed deliveries: those records again, not the ones Kafka acknowledged
+ * beside them (each would be a second copy in the topic), once every
+ * report of the segment is in; a record that fails again is produced
+ * again, and the segment goes once all of it is acknowledged. */
+START_TEST(spool_failed_delivery_replays_that_record_only)
 {
     struct st_spool *s = open_fresh();
-    int64_t seg = 0;
+    int64_t tok[5];
     for (int i = 0; i < 5; i++) {
-        seg = append(s, i);
-        st_spool_queued(s, seg, 1);
+        tok[i] = append(s, i);
+        ck_assert_int_gt(tok[i], 0);
+        st_spool_queued(s, tok[i], 1);
     }
     st_spool_sync(s);
-    st_spool_delivered(s, seg, 0);
+    st_spool_delivered(s, tok[3], 0); /* reports come in any order */
+    st_spool_delivered(s, tok[1], 0);
     struct taker t = {.room = 100};
     st_spool_maintain(s, take, &t);
-    ck_assert_int_eq(t.n, 0); /* four reports still to come */
-    for (int i = 0; i < 4; i++)
-        st_spool_delivered(s, seg, 1);
+    ck_assert_int_eq(t.n, 0); /* three reports still to come */
+    st_spool_delivered(s, tok[0], 1);
+    st_spool_delivered(s, tok[2], 1);
+    st_spool_delivered(s, tok[4], 1);
     st_spool_maintain(s, take, &t);
-    ck_assert_int_eq(t.n, 5);
-    for (int i = 0; i < 5; i++)
+    ck_assert_int_eq(t.n, 2);
+    ck_assert_int_eq(t.took[0], 1);
+    ck_assert_int_eq(t.took[1], 3);
+    ck_assert_int_eq(t.toks[0], tok[1]);
+    ck_assert_int_eq(t.toks[1], tok[3]);
+
+    /* produced again: 1 is acknowledged, 3 fails once more */
+    st_spool_queued(s, t.toks[0], 1);
+    st_spool_queued(s, t.toks[1], 1);
+    st_spool_delivered(s, t.toks[0], 1);
+    st_spool_delivered(s, t.toks[1], 0);
+    t.n = 0;
+    st_spool_maintain(s, take, &t);
+    ck_assert_int_eq(t.n, 1);
+    ck_assert_int_eq(t.took[0], 3);
+    st_spool_queued(s, t.toks[0], 1);
+    st_spool_delivered(s, t.toks[0], 1);
+    t.n = 0;
+    st_spool_maintain(s, take, &t);
+    ck_assert_int_eq(t.n, 0);
+    ck_assert_int_eq(st_spool_segments(s), 0);
+    close_and_remove(s);
+}
+END_TEST
+
+/* The queue full while failed records are produced again: the next replay
+ * goes on with the failed records left, not the acknowledged ones. */
+START_TEST(spool_failed_records_resume_after_a_full_queue)
+{
+    struct st_spool *s = open_fresh();
+    int64_t tok[6];
+    for (int i = 0; i < 6; i++) {
+        tok[i] = append(s, i);
+        st_spool_queued(s, tok[i], 1);
+    }
+    st_spool_sync(s);
+    for (int i = 0; i < 6; i++)
+        st_spool_delivered(s, tok[i], !(i == 1 || i == 2 || i == 4));
+    struct taker t = {.room = 1};
+    st_spool_maintain(s, take, &t);
+    ck_assert_int_eq(t.n, 1);
+    ck_assert_int_eq(t.took[0], 1);
+    st_spool_queued(s, t.toks[0], 1);
+    st_spool_delivered(s, t.toks[0], 1);
+    t.room = 100;
+    t.n = 0;
+    st_spool_maintain(s, take, &t);
+    ck_assert_int_eq(t.n, 2);
+    ck_assert_int_eq(t.took[0], 2);
+    ck_assert_int_eq(t.took[1], 4);
+    for (int i = 0; i < 2; i++) {
+        st_spool_queued(s, t.toks[i], 1);
+        st_spool_delivered(s, t.toks[i], 1);
+    }
+    st_spool_maintain(s, take, &t);
+    ck_assert_int_eq(st_spool_segments(s), 0);
+    close_and_remove(s);
+}
+END_TEST
+
+/* A segment found at start (a crash, Kafka down at exit): nothing is known
+ * of its deliveries, so all of it is produced again. */
+START_TEST(spool_found_at_start_replays_the_whole_segment)
+{
+    char err[256];
+    struct st_spool *s = open_fresh();
+    for (int i = 0; i < 3; i++)
+        st_spool_queued(s, append(s, i), 1);
+    st_spool_sync(s);
+    st_spool_close(s);
+    s = st_spool_open(dir, 1 << 30, 0, err, sizeof(err));
+    ck_assert_msg(s != NULL, "%s", err);
+    struct taker t = {.room = 100};
+    st_spool_maintain(s, take, &t);
+    ck_assert_int_eq(t.n, 3);
+    for (int i = 0; i < 3; i++)
         ck_assert_int_eq(t.took[i], i);
     close_and_remove(s);
 }
@@ -157,7 +239,9 @@ int main(void)
     Suite *s = suite_create("spool_records");
     TCase *tc = tcase_create("segments");
     tcase_add_test(tc, spool_replay_resumes_at_the_first_unqueued_record);
-    tcase_add_test(tc, spool_failed_delivery_replays_the_whole_segment);
+    tcase_add_test(tc, spool_failed_delivery_replays_that_record_only);
+    tcase_add_test(tc, spool_failed_records_resume_after_a_full_queue);
+    tcase_add_test(tc, spool_found_at_start_replays_the_whole_segment);
     tcase_add_test(tc, spool_registry_reports_a_stranded_folder);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
