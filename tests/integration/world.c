@@ -47,9 +47,50 @@ void world_init(struct world *w, const char *tag)
     PQfinish(pg);
 }
 
+/* Deletes every topic whose name is the world's name followed by '.' or
+ * '_' (its events, dead-letter and credentials topics and any a test made
+ * with the name), so that repeated runs do not pile partitions up in the
+ * shared broker (thousands of them exhaust its heap). Best effort: a
+ * failure leaves the topics, it fails no test. */
+static void world_drop_topics(const char *name)
+{
+    char err[512];
+    size_t len = strlen(name);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (!rk)
+        return;
+    const struct rd_kafka_metadata *md;
+    if (rd_kafka_metadata(rk, 1, NULL, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_destroy(rk);
+        return;
+    }
+    rd_kafka_DeleteTopic_t **del = calloc((size_t)md->topic_cnt + 1, sizeof(*del));
+    size_t n = 0;
+    for (int i = 0; del && i < md->topic_cnt; i++) {
+        const char *t = md->topics[i].topic;
+        if (strncmp(t, name, len) == 0 && (t[len] == '.' || t[len] == '_'))
+            del[n++] = rd_kafka_DeleteTopic_new(t);
+    }
+    rd_kafka_metadata_destroy(md);
+    if (n) {
+        rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+        rd_kafka_DeleteTopics(rk, del, n, NULL, q);
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 15000);
+        if (ev)
+            rd_kafka_event_destroy(ev);
+        rd_kafka_queue_destroy(q);
+        rd_kafka_DeleteTopic_destroy_array(del, n);
+    }
+    free(del);
+    rd_kafka_destroy(rk);
+}
+
 void world_drop(struct world *w)
 {
     char dsn[700], sql[200];
+    world_drop_topics(w->name);
     snprintf(dsn, sizeof(dsn), "%s dbname=postgres", base_dsn);
     PGconn *pg = PQconnectdb(dsn);
     snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", w->name);
