@@ -153,7 +153,7 @@ static void produce(const struct world *w, const char *stream, int counts[PARTS]
 
 /* Every key under the world's prefix, the prefix cut, with its type and
  * contents (hash fields sorted); no TTLs, and no scores of the run index
- * (runs:<partition>), which follow the wall clock. */
+ * (runs:<partition>, its members sorted), which follow the wall clock. */
 static char *redis_state(const struct world *w)
 {
     return world_shf(
@@ -161,7 +161,7 @@ static char *redis_state(const struct world *w)
         "redis-cli -u \"$u\" --scan --pattern '%s:*' | sort | while read -r k; do "
         "t=$(redis-cli -u \"$u\" type \"$k\"); echo \"== ${k#%s:} $t\"; "
         "case ${k#%s:}:$t in "
-        "runs:*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1;; "
+        "runs:*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 | sort;; "
         "*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 withscores;; "
         "*:hash) redis-cli -u \"$u\" hgetall \"$k\" | paste - - | sort;; "
         "*:string) redis-cli -u \"$u\" get \"$k\";; "
