@@ -241,6 +241,12 @@ static uint64_t member_hash(const char *s, size_t len)
 static int on_load(const redisReply *rep, void *arg)
 {
     struct pidx *p = arg;
+    return st_runidx_load_reply(p->x, p->partition, rep);
+}
+
+int st_runidx_load_reply(struct st_runidx *x, int32_t partition, const redisReply *rep)
+{
+    struct pidx *p = part_get(x, partition, 1);
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2)
         return -1;
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {

@@ -60,6 +60,12 @@ void st_runidx_begin(struct st_runidx *x);
  * batch). */
 int st_runidx_queue_load(struct st_runidx *x, struct st_rpipe *p, int32_t partition);
 
+/* The reply of a partition's load (ZRANGE ... WITHSCORES): its runs
+ * join the index, which is then loaded. Members that are not a run are
+ * ignored; returns -1 when the reply is not an array of pairs (the load
+ * is then tried again). Called by the load's callback; public for tests. */
+int st_runidx_load_reply(struct st_runidx *x, int32_t partition, const redisReply *rep);
+
 /* Whether Redis may hold state of the run (hash h) of partition: 1 when
  * the index holds it, or when the partition's index is not loaded (then
  * only a load can tell). */
