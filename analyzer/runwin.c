@@ -524,7 +524,8 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
     } else {
         r = w->cur;
         if (!r || strcmp(r->run_id, ev->run_id) || strcmp(r->task_id, ev->task_id))
-            r = run_find(w, ev->task_id, ev->run_id, st_runidx_hash(ev->task_id, ev->run_id));
+            r = run_find(w, ev->task_id, ev->run_id,
+                         st_runidx_hash(ev->task_id, ev->run_id));
     }
     if (!r || r->state != RUN_READY)
         st_fatal("%s: fed a run that was not prefetched", w->name);
