@@ -21,7 +21,8 @@
  * every event and runs on the main thread (which is also worker 0). An instance is only ever used
  * by one thread at a time; every call other than begin_batch, prefetch,
  * feed and end_batch of a batch is made by the main thread. Two instances
- * never write the same Redis key: keys name their detector and run. end_batch() appends to ctx->ckpt the commands that copy
+ * never write the same Redis key (keys name their detector and run), but
+ * for the run index, which only ever gains members (runidx.h). end_batch() appends to ctx->ckpt the commands that copy
  * what changed to Redis (checkpoint.h); the analyzer runs them after the
  * batch's PostgreSQL commit and before its Kafka commit. A batch is retried,
  * or replayed after a crash, until its offsets are committed, so what feed
