@@ -1,4 +1,5 @@
 /* detect.c: the detector registry and shared helpers. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -57,6 +58,29 @@ char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
     *o++ = ':';
     o = put(o, run_id, lr);
     *o = '\0';
+    return key;
+}
+
+char *st_detect_run_member(const char *task_id, const char *run_id)
+{
+    size_t lt = strlen(task_id), lr = strlen(run_id);
+    char *m = st_malloc(lt + lr + 2 * 24 + 3), *o = m;
+    o = put_size(o, lt);
+    *o++ = ':';
+    o = put(o, task_id, lt);
+    *o++ = ':';
+    o = put_size(o, lr);
+    *o++ = ':';
+    o = put(o, run_id, lr);
+    *o = '\0';
+    return m;
+}
+
+char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition)
+{
+    size_t lp = strlen(conf->redis_prefix);
+    char *key = st_malloc(lp + 32);
+    snprintf(key, lp + 32, "%sruns:%" PRId32, conf->redis_prefix, partition);
     return key;
 }
 

@@ -21,7 +21,8 @@
  * every event and runs on the main thread (which is also worker 0). An instance is only ever used
  * by one thread at a time; every call other than begin_batch, prefetch,
  * feed and end_batch of a batch is made by the main thread. Two instances
- * never write the same Redis key: keys name their detector and run. end_batch() appends to ctx->ckpt the commands that copy
+ * never write the same Redis key (keys name their detector and run), but
+ * for the run index, which only ever gains members (runidx.h). end_batch() appends to ctx->ckpt the commands that copy
  * what changed to Redis (checkpoint.h); the analyzer runs them after the
  * batch's PostgreSQL commit and before its Kafka commit. A batch is retried,
  * or replayed after a crash, until its offsets are committed, so what feed
@@ -49,7 +50,11 @@
  *   <prefix>scope_drift:cred:<credential>  hash, the credential registry
  *   <prefix>credfp:<fingerprint>    string, "credential\x1fissued"
  *   <prefix>scope_drift:dest:<host> hash, "allow|deny:<platform>" -> first
- *                                   request (registry.c) */
+ *                                   request (registry.c)
+ *   <prefix>runs:<partition>        sorted set, the runs whose state the
+ *                                   keys above may hold: member <run>,
+ *                                   score the wall time (s) of its last
+ *                                   EXPIRE (runidx.h; st_detect_index_key) */
 #ifndef ST_DETECT_H
 #define ST_DETECT_H
 
@@ -62,6 +67,7 @@
 #include "rpipe.h"
 
 struct st_registry;
+struct st_runidx;
 
 /* Counters the analyzer publishes as metrics. */
 struct st_detect_stats {
@@ -78,6 +84,10 @@ struct st_detect_ctx {
     const struct st_analyzer_conf *conf;
     struct st_registry *registry; /* cross-run state (registry.h) */
     struct st_detect_stats *stats;
+    /* the runs of each partition whose state Redis holds (runidx.h); NULL:
+     * every run not in memory is loaded */
+    struct st_runidx *runidx;
+    int32_t partition; /* prefetch, feed: the event's Kafka partition */
     /* end_batch: the number of the checkpoint being built; after_commit:
      * the newest checkpoint that ran and whose batch's offsets Kafka took
      * (the trims of later batches wait, their state is not evicted) */
@@ -144,6 +154,14 @@ extern const struct st_detector_ops *const st_detectors[];
  * of ids can collide. Returns a new string. */
 char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
                     const char *kind, const char *task_id, const char *run_id);
+
+/* The run part of a key, "<len>:<task>:<len>:<run>": the member of the
+ * run index (runidx.h). Returns a new string. */
+char *st_detect_run_member(const char *task_id, const char *run_id);
+
+/* The run index of a partition: conf->redis_prefix "runs:" partition.
+ * Returns a new string. */
+char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition);
 
 /* Whether a key's EXPIRE (state.ttl_s) is due in this checkpoint: when it
  * was never sent by this process (*last_s == 0), or a tenth of the TTL ago.

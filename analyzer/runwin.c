@@ -30,10 +30,12 @@
 #include "buf.h"
 #include "checkpoint.h"
 #include "log.h"
+#include "runidx.h"
 #include "runwin.h"
 #include "window.h"
 
 #define SEP '\x1f'
+#define TRIM_SEND_MIN 64 /* see run_checkpoint */
 
 struct episode {
     char id[33];
@@ -52,7 +54,8 @@ struct run {
     struct run *hnext;        /* hash chain */
     struct run *prev, *next;  /* least recently fed first */
     char *task_id, *run_id;   /* one allocation */
-    uint64_t hash;
+    uint64_t hash;            /* st_runidx_hash */
+    int32_t partition;        /* its task's Kafka partition (run index) */
     int state;
     int pending;              /* loads queued whose replies have not come */
     uint64_t queued_gen;      /* prefetch pass that queued its load */
@@ -68,6 +71,8 @@ struct run {
     size_t ndel_eps;
     int64_t *del_b;           /* buckets trimmed */
     size_t ndel_b;
+    size_t ntrimmed;          /* members, episodes, buckets behind those */
+    int ooo;                  /* fed a late or skewed event this batch */
     int64_t max_ts;           /* newest on-time event of the run in this batch */
     int64_t trim_ts;          /* newest on-time event of batches not yet trimmed */
     uint64_t trim_seq;        /* the last of those batches' checkpoint */
@@ -223,17 +228,6 @@ void st_runwin_reset(struct st_runwin *w)
     w->nbatch = 0;
     w->cur = NULL;
     w->nmemo = w->next_memo = 0;
-}
-
-static uint64_t run_hash(const char *task, const char *run)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)task; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL;
-    h = (h ^ 0x1f) * 0x100000001b3ULL;
-    for (const unsigned char *p = (const unsigned char *)run; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL;
-    return h;
 }
 
 static struct run *run_find(struct st_runwin *w, const char *task, const char *run_id,
@@ -455,7 +449,7 @@ static void memo_add(struct st_runwin *w, const struct st_event *ev, struct run 
 void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
                         const struct st_event *ev)
 {
-    uint64_t h = run_hash(ev->task_id, ev->run_id);
+    uint64_t h = st_runidx_hash(ev->task_id, ev->run_id);
     struct run *r = run_find(w, ev->task_id, ev->run_id, h);
     if (r && (r->state == RUN_READY || r->queued_gen == w->gen)) {
         memo_add(w, ev, r);
@@ -472,6 +466,7 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
         r->max_ts = r->trim_ts = INT64_MIN;
         r->trim_below = INT64_MIN;
         r->touched_s = wall_s(ctx);
+        r->partition = ctx->partition;
         if (w->nruns >= w->tcap)
             table_grow(w);
         r->hnext = w->table[h & (w->tcap - 1)];
@@ -480,6 +475,13 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
         lru_append(w, r);
         if (ctx->stats)
             ctx->stats->runs++;
+        /* never checkpointed by anyone (the partition's run index does not
+         * hold it): new, nothing to read */
+        if (ctx->runidx && !st_runidx_has(ctx->runidx, ctx->partition, h)) {
+            r->state = RUN_READY;
+            memo_add(w, ev, r);
+            return;
+        }
     } else {
         run_clear(r); /* a load that failed: start again */
     }
@@ -522,7 +524,8 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
     } else {
         r = w->cur;
         if (!r || strcmp(r->run_id, ev->run_id) || strcmp(r->task_id, ev->task_id))
-            r = run_find(w, ev->task_id, ev->run_id, run_hash(ev->task_id, ev->run_id));
+            r = run_find(w, ev->task_id, ev->run_id,
+                         st_runidx_hash(ev->task_id, ev->run_id));
     }
     if (!r || r->state != RUN_READY)
         st_fatal("%s: fed a run that was not prefetched", w->name);
@@ -546,6 +549,8 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
      * must not trim what newer windows still need */
     if (!(ctx->late || ctx->skewed) && ev->ts_us > r->max_ts)
         r->max_ts = ev->ts_us;
+    if (ctx->late || ctx->skewed)
+        r->ooo = 1;
     return r;
 }
 
@@ -670,6 +675,9 @@ static void cmd_flush(struct cmd *c, struct st_checkpoint *ck, int min_argc)
 static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
                            struct cmd *c, const char *ttl)
 {
+    /* state written (a key may be created), and with an EXPIRE: the run's
+     * index entry goes before it (runidx.h) */
+    int wrote = 0, expired = 0;
     char *wkey = st_detect_key(w->conf, w->name, "w", r->task_id, r->run_id);
     char *ekey = (w->flags & ST_RUNWIN_EPISODES)
                      ? st_detect_key(w->conf, w->name, "eps", r->task_id, r->run_id)
@@ -677,6 +685,19 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     char *bkey = (w->flags & ST_RUNWIN_BUCKETS)
                      ? st_detect_key(w->conf, w->name, "b", r->task_id, r->run_id)
                      : NULL;
+    /* Redis's trims wait until they remove at least TRIM_SEND_MIN things
+     * and twice what the run keeps (so Redis holds at most three times a
+     * run's members, plus TRIM_SEND_MIN): most short runs are never
+     * trimmed in Redis, their keys expire. What Redis then holds beyond
+     * memory is older than any on-time event's window can reach, like the
+     * deletions a crash loses (docs/architecture.md, "Why a redone batch
+     * changes nothing"). Only a late or skewed event can add a member that
+     * old again: its batch sends them all, before its ZADD. */
+    int send_del = r->ooo || (r->ntrimmed >= TRIM_SEND_MIN && r->ntrimmed >= 2 * r->n);
+    r->ooo = 0;
+    if (!send_del)
+        goto writes;
+    r->ntrimmed = 0;
     /* deletions first: a member re-added after the trim is then kept */
     if (r->trim_below != INT64_MIN) {
         char below[24];
@@ -701,6 +722,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         cmd_flush(c, ctx->ckpt, 2);
     }
     r->ndel_b = 0;
+writes:
     if (r->nunsaved) {
         cmd_arg(c, "ZADD", 0);
         cmd_arg(c, wkey, 0);
@@ -713,10 +735,12 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         }
         cmd_flush(c, ctx->ckpt, 2);
         r->nunsaved = 0;
+        wrote = 1;
     }
     if (r->in_batch && st_detect_expire_due(&r->w_exp_s, w->conf)) {
         const char *expire[] = {"EXPIRE", wkey, ttl};
         st_checkpoint_cmd(ctx->ckpt, 3, expire);
+        wrote = expired = 1;
     }
     if (ekey) {
         cmd_arg(c, "HSET", 0);
@@ -733,9 +757,11 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         }
         if (c->argc > 2) {
             cmd_flush(c, ctx->ckpt, 2);
+            wrote = 1;
             if (st_detect_expire_due(&r->e_exp_s, w->conf)) {
                 const char *expire[] = {"EXPIRE", ekey, ttl};
                 st_checkpoint_cmd(ctx->ckpt, 3, expire);
+                expired = 1;
             }
         }
         cmd_flush(c, ctx->ckpt, 1000000);
@@ -753,13 +779,18 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         }
         if (c->argc > 2) {
             cmd_flush(c, ctx->ckpt, 2);
+            wrote = 1;
             if (st_detect_expire_due(&r->b_exp_s, w->conf)) {
                 const char *expire[] = {"EXPIRE", bkey, ttl};
                 st_checkpoint_cmd(ctx->ckpt, 3, expire);
+                expired = 1;
             }
         }
         cmd_flush(c, ctx->ckpt, 1000000);
     }
+    if (wrote && ctx->runidx)
+        st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, expired,
+                       wall_s(ctx));
     r->ck_seq = ctx->seq;
     free(wkey);
     free(ekey);
@@ -809,6 +840,7 @@ static void run_trim(struct st_runwin *w, struct run *r)
     }
     memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));
     r->n -= k;
+    r->ntrimmed += k;
     if (k && r->trim_below < oldest)
         r->trim_below = oldest;
     /* no on-time trigger to come can continue an episode that ended
@@ -821,6 +853,7 @@ static void run_trim(struct st_runwin *w, struct run *r)
         }
         r->del_eps = st_realloc(r->del_eps, (r->ndel_eps + 1) * sizeof(*r->del_eps));
         memcpy(r->del_eps[r->ndel_eps++], r->eps[j].id, 33);
+        r->ntrimmed++;
     }
     r->neps = keep;
     /* a bucket goes only when every member it counted is gone (it ends
@@ -834,6 +867,7 @@ static void run_trim(struct st_runwin *w, struct run *r)
         }
         r->del_b = st_realloc(r->del_b, (r->ndel_b + 1) * sizeof(*r->del_b));
         r->del_b[r->ndel_b++] = r->b[j].key;
+        r->ntrimmed++;
     }
     r->nb = keep;
 }

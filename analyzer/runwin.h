@@ -15,8 +15,10 @@
  *
  * A run's state is owned by the partition its task is keyed to, so one
  * analyzer holds it at a time. Redis is its durable copy (keys: detect.h):
- * loaded by st_runwin_prefetch when the run is not in memory (first sight,
- * after a restart, a rebalance or an eviction), written back by
+ * loaded by st_runwin_prefetch when the run is not in memory (after a
+ * restart, a rebalance or an eviction) and its partition's run index
+ * (ctx->runidx, runidx.h) says Redis holds it -- a run never written
+ * starts empty with no read -- written back by
  * st_runwin_end_batch into the batch's checkpoint (checkpoint.h). A run
  * not fed for state.evict_s seconds, whose changes are in a checkpoint that
  * ran, is dropped from memory by st_runwin_after_commit.
@@ -108,8 +110,10 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
                        char out[33]);
 
 /* Appends to ctx->ckpt what changed since the last call: the trims of the
- * last committed batch, the new members (one ZADD per run), the episodes
- * and buckets changed (HSET of absolute values), EXPIRE. */
+ * committed batches once they are worth a command (runwin.c), the new
+ * members (one ZADD per run), the episodes and buckets changed (HSET of
+ * absolute values), EXPIRE; and notes each run written in its partition's
+ * run index (ctx->runidx), whose entries the caller puts first. */
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx);
 
 /* Once the batch's offsets are committed (detect.h): trims in memory the

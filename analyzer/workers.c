@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "registry.h"
+#include "runidx.h"
 #include "timeutil.h"
 #include "workers.h"
 
@@ -26,6 +27,8 @@ struct part {
     void *det[MAX_DETECTORS];   /* instances of the detectors of its scope */
     struct st_rpipe *redis;     /* owned, except the global part's */
     struct st_checkpoint *ckpt; /* this batch's write-back, joined after */
+    struct st_checkpoint *state; /* the detectors' part of it, while built */
+    struct st_runidx *runidx;   /* the run index of the partitions it sees */
     struct st_findings findings;
     struct st_detect_stats stats;
     int64_t events;             /* events fed, every batch */
@@ -77,6 +80,7 @@ static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
          * classification crash at once rather than race */
         .registry = p->global ? p->w->wc.registry : NULL,
         .stats = &p->stats,
+        .runidx = p->runidx,
     };
     return ctx;
 }
@@ -104,14 +108,32 @@ static void part_prefetch(struct part *p)
 
     st_findings_reset(&p->findings);
     st_checkpoint_clear(p->ckpt);
+    p->redis_us = 0;
     for (int d = 0; st_detectors[d]; d++)
         if (is_mine(p, st_detectors[d]))
             st_detectors[d]->begin_batch(p->det[d], w->nrel);
     if (p->global)
         st_registry_begin(w->wc.registry, &ctx);
+    /* the run index of each partition seen for the first time since
+     * assignment, before anything decides what to load: one round trip */
+    int queued = 0;
+    st_runidx_begin(p->runidx);
+    for (size_t i = 0; i < w->nrel; i++)
+        if (feeds(p, &w->rel[i]))
+            queued |= st_runidx_queue_load(p->runidx, p->redis, w->rel[i].partition);
+    if (queued) {
+        int64_t t0 = st_time_mono_us();
+        p->rc = st_rpipe_exec(p->redis, p->errstr, sizeof(p->errstr));
+        p->redis_us = st_time_mono_us() - t0;
+        if (p->rc) {
+            p->cpu_us += thread_cpu_us() - cpu0;
+            return;
+        }
+    }
     for (size_t i = 0; i < w->nrel; i++) {
         if (!feeds(p, &w->rel[i]))
             continue;
+        ctx.partition = w->rel[i].partition;
         ctx.late = w->rel[i].late;
         ctx.skewed = w->rel[i].skewed;
         for (int d = 0; st_detectors[d]; d++)
@@ -122,8 +144,27 @@ static void part_prefetch(struct part *p)
         st_registry_prefetch_end(w->wc.registry, &ctx);
     int64_t t0 = st_time_mono_us();
     p->rc = st_rpipe_exec(p->redis, p->errstr, sizeof(p->errstr));
-    p->redis_us = st_time_mono_us() - t0;
+    p->redis_us += st_time_mono_us() - t0;
     p->cpu_us += thread_cpu_us() - cpu0;
+}
+
+/* Calls the end_batch of the part's detectors (and the registry's) into
+ * out, preceded by the run index entries their state needs: Redis applies
+ * the pipeline in order, so no state is ever there without its entry
+ * (runidx.h). */
+static void part_end_batch(struct part *p, struct st_detect_ctx *ctx,
+                           struct st_checkpoint *out)
+{
+    ctx->ckpt = p->state;
+    st_checkpoint_clear(p->state);
+    for (int d = 0; st_detectors[d]; d++)
+        if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
+            st_detectors[d]->end_batch(p->det[d], ctx);
+    if (p->global)
+        st_registry_end_batch(p->w->wc.registry, ctx);
+    st_runidx_flush(p->runidx, out, ctx->now_s ? ctx->now_s : (int64_t)time(NULL));
+    st_checkpoint_take(out, p->state);
+    ctx->ckpt = out;
 }
 
 /* Feeds the part's events and builds its checkpoint part. */
@@ -137,6 +178,7 @@ static void part_feed(struct part *p)
     for (size_t i = 0; i < w->nrel; i++) {
         if (!feeds(p, &w->rel[i]))
             continue;
+        ctx.partition = w->rel[i].partition;
         ctx.late = w->rel[i].late;
         ctx.skewed = w->rel[i].skewed;
         for (int d = 0; st_detectors[d]; d++)
@@ -144,11 +186,7 @@ static void part_feed(struct part *p)
                 st_detectors[d]->feed(p->det[d], &ctx, &w->rel[i].ev);
         p->events++;
     }
-    for (int d = 0; st_detectors[d]; d++)
-        if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
-            st_detectors[d]->end_batch(p->det[d], &ctx);
-    if (p->global)
-        st_registry_end_batch(w->wc.registry, &ctx);
+    part_end_batch(p, &ctx, p->ckpt);
     p->cpu_us += thread_cpu_us() - cpu0;
 }
 
@@ -242,6 +280,8 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
         p->index = i;
         p->global = i == w->k;
         p->ckpt = st_checkpoint_new();
+        p->state = st_checkpoint_new();
+        p->runidx = st_runidx_new(conf);
         st_findings_init(&p->findings);
         for (int d = 0; st_detectors[d]; d++) {
             if (d >= MAX_DETECTORS)
@@ -300,6 +340,8 @@ void st_workers_destroy(struct st_workers *w)
         if (!p->global)
             st_rpipe_destroy(p->redis);
         st_checkpoint_destroy(p->ckpt);
+        st_checkpoint_destroy(p->state);
+        st_runidx_destroy(p->runidx);
         st_findings_fini(&p->findings);
     }
     pthread_mutex_destroy(&w->mu);
@@ -371,11 +413,7 @@ void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint
         struct part *p = &w->parts[i];
         struct st_detect_ctx ctx = part_ctx(p, ckpt);
         ctx.seq = seq;
-        for (int d = 0; st_detectors[d]; d++)
-            if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
-                st_detectors[d]->end_batch(p->det[d], &ctx);
-        if (p->global)
-            st_registry_end_batch(w->wc.registry, &ctx);
+        part_end_batch(p, &ctx, ckpt);
     }
 }
 
@@ -405,6 +443,7 @@ void st_workers_forget(struct st_workers *w)
                 st_detectors[d]->forget(p->det[d], &ctx);
         if (p->global)
             st_registry_forget(w->wc.registry, &ctx);
+        st_runidx_forget(p->runidx);
     }
 }
 

@@ -16,7 +16,12 @@
  * 0 .. K-1, then the global part). Their Redis keys are disjoint: a run's
  * keys are built from its detector's name and run (detect.h), and the
  * global detectors' names (scope_drift, scope_drift_deny, credfp) are no
- * per-run detector's.
+ * per-run detector's. The one exception is the run index of a partition
+ * (runidx.h): each part keeps its own for the partitions it sees, reads it
+ * once after assignment, before its first prefetch of the partition, and
+ * writes its entries at the head of its own checkpoint part, before the
+ * state they cover (a ZADD of a member another part wrote only moves its
+ * score).
  *
  * A batch is two hand-offs per worker: the prefetch round trip, then --
  * only once every part's Redis answered -- feed and end_batch. Nothing is

@@ -152,19 +152,21 @@ static void produce(const struct world *w, const char *stream, int counts[PARTS]
 }
 
 /* Every key under the world's prefix, the prefix cut, with its type and
- * contents (hash fields sorted); no TTLs, which follow the wall clock. */
+ * contents (hash fields sorted); no TTLs, and no scores of the run index
+ * (runs:<partition>, its members sorted), which follow the wall clock. */
 static char *redis_state(const struct world *w)
 {
     return world_shf(
         "u=\"$SANDTRAIL_REDIS_URL\"; "
         "redis-cli -u \"$u\" --scan --pattern '%s:*' | sort | while read -r k; do "
         "t=$(redis-cli -u \"$u\" type \"$k\"); echo \"== ${k#%s:} $t\"; "
-        "case $t in "
-        "zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 withscores;; "
-        "hash) redis-cli -u \"$u\" hgetall \"$k\" | paste - - | sort;; "
-        "string) redis-cli -u \"$u\" get \"$k\";; "
+        "case ${k#%s:}:$t in "
+        "runs:*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 | sort;; "
+        "*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 withscores;; "
+        "*:hash) redis-cli -u \"$u\" hgetall \"$k\" | paste - - | sort;; "
+        "*:string) redis-cli -u \"$u\" get \"$k\";; "
         "esac; done",
-        w->name, w->name);
+        w->name, w->name, w->name);
 }
 
 static void redis_drop(const struct world *w)

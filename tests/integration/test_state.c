@@ -63,6 +63,38 @@ static void produce_requests(const struct world *w, const char *run, const char 
     rd_kafka_destroy(rk);
 }
 
+/* Produces n denied proxy requests (ids <run>-first..) for each of the
+ * runs <prefix>0 .. <prefix>nruns-1 of task T-N, one every 3 s of event
+ * time from t_ms, all to one destination, on partition 0. */
+static void produce_runs(const struct world *w, const char *prefix, int nruns, int first,
+                         int n, int64_t t_ms)
+{
+    rd_kafka_t *rk = producer(w);
+    char line[1024], ts[40];
+    for (int r = 0; r < nruns; r++) {
+        for (int i = first; i < first + n; i++) {
+            int64_t at = t_ms + (int64_t)i * 3000;
+            st_time_format(at * 1000, ts, sizeof(ts));
+            snprintf(line, sizeof(line),
+                     "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"%s%d-%d\","
+                     "\"ts\":\"%s\",\"source\":{\"kind\":\"proxy\",\"name\":\"squid\","
+                     "\"platform\":\"squid\"},\"task_id\":\"T-N\",\"run_id\":\"%s%d\","
+                     "\"type\":\"request\",\"decision\":\"deny\",\"attrs\":{"
+                     "\"method\":\"GET\",\"host\":\"h.example\",\"port\":443,"
+                     "\"status\":403,\"bytes_out\":100}}",
+                     prefix, r, i, ts, prefix, r);
+            ck_assert_int_eq(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(w->topic),
+                                               RD_KAFKA_V_PARTITION(0),
+                                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                               RD_KAFKA_V_VALUE(line, strlen(line)),
+                                               RD_KAFKA_V_TIMESTAMP(at), RD_KAFKA_V_END),
+                             0);
+        }
+    }
+    ck_assert_int_eq(rd_kafka_flush(rk, 30000), 0);
+    rd_kafka_destroy(rk);
+}
+
 /* Drains the world's topic with a new analyzer process; its log in log. */
 static void drain(const struct world *w, const char *opts, const char *log)
 {
@@ -184,11 +216,67 @@ START_TEST(state_redis_commands_do_not_grow_with_events)
     ck_assert_int_eq(events, 3000);
     ck_assert_msg(cmds <= 20 * batches + 10 && cmds < events / 10,
                   "%ld Redis commands for %ld events in %ld batches", cmds, events, batches);
-    /* volume_anomaly's and retry_across_paths' run, the seven
-     * destinations' allow:squid, once each: no read in steady state */
-    ck_assert_int_eq(logged(log, "state_loads"), 9);
+    /* the seven destinations' allow:squid, once each; volume_anomaly's and
+     * retry_across_paths' run is new (not in the run index): no read */
+    ck_assert_int_eq(logged(log, "state_loads"), 7);
     unlink(log);
     world_drop(&w);
+}
+END_TEST
+
+/* The run index (runidx.h): a run no checkpoint ever wrote costs no
+ * Redis read, a run whose state Redis holds is read after a restart, and
+ * no run has state in Redis without its index entry. Twenty runs get six
+ * denials from a first analyzer process, then six more (a burst of twelve
+ * across the restart) from a second one, beside twenty new runs; the
+ * findings equal one clean run's. The only loads of the first process are
+ * the destination's (one host: 1); the second reads exactly the run
+ * states the first held (its state_runs), and the destination. */
+START_TEST(state_new_runs_cost_no_load)
+{
+    struct world w, clean;
+    char log[128];
+    world_init(&w, "runidx");
+    world_init(&clean, "runidxclean");
+    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    int64_t t = st_time_now_us() / 1000 - 3600000;
+
+    produce_runs(&w, "old", 20, 0, 6, t);
+    drain(&w, "", log);
+    ck_assert_int_eq(logged(log, "events"), 120);
+    ck_assert_int_eq(logged(log, "state_loads"), 1); /* the destination */
+    long runs = logged(log, "state_runs");
+    ck_assert_int_ge(runs, 20); /* denial_burst's, at least */
+
+    /* every run whose state Redis holds is in the index of partition 0 */
+    char *missing = world_shf(
+        "u=\"$SANDTRAIL_REDIS_URL\"; "
+        "redis-cli -u \"$u\" --scan --pattern '%s:*:w:*' | while read -r k; do "
+        "m=$(echo \"$k\" | sed 's/^[^:]*:[^:]*:w://'); "
+        "s=$(redis-cli -u \"$u\" zscore '%s:runs:0' \"$m\"); "
+        "[ -n \"$s\" ] || echo \"$k\"; done; "
+        "redis-cli -u \"$u\" zcard '%s:runs:0'",
+        w.name, w.name, w.name);
+    ck_assert_str_eq(missing, "20\n");
+    free(missing);
+
+    produce_runs(&w, "old", 20, 6, 6, t);
+    produce_runs(&w, "new", 20, 0, 3, t);
+    drain(&w, "", log);
+    ck_assert_int_eq(logged(log, "events"), 180);
+    ck_assert_int_eq(logged(log, "state_loads"), runs + 1);
+
+    produce_runs(&clean, "old", 20, 0, 12, t);
+    produce_runs(&clean, "new", 20, 0, 3, t);
+    drain(&clean, "", log);
+    ck_assert_int_eq(logged(log, "state_loads"), 1);
+    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
+    ck_assert_str_eq(r, "20\n");
+    free(r);
+    assert_same_findings(&w, &clean);
+    unlink(log);
+    world_drop(&w);
+    world_drop(&clean);
 }
 END_TEST
 
@@ -202,6 +290,7 @@ int main(void)
     tcase_add_test(tc, state_survives_a_restart_through_redis);
     tcase_add_test(tc, state_evicted_run_extends_its_episode);
     tcase_add_test(tc, state_redis_commands_do_not_grow_with_events);
+    tcase_add_test(tc, state_new_runs_cost_no_load);
     suite_add_tcase(s, tc);
     return world_run(s);
 }

@@ -1,0 +1,354 @@
+/* runidx.c: the per-partition index of the runs whose state Redis holds
+ * (see runidx.h; key layout in detect.h).
+ *
+ * A partition's index in memory is an open-addressing table of (hash,
+ * score) pairs, hash 0 meaning an empty slot (a run whose hash is 0 is
+ * stored as 1: a collision, which only costs a load), at most 70% full:
+ * 16 bytes a slot, 23 to 46 bytes a run. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "detect.h"
+#include "log.h"
+#include "runidx.h"
+
+enum { PART_NONE, PART_QUEUED, PART_LOADED };
+
+struct pidx {
+    struct st_runidx *x;
+    int32_t partition;
+    int state;
+    uint64_t queued_gen;
+    uint64_t *h; /* 0: empty */
+    int64_t *t;  /* score of h[i] */
+    size_t n, cap;
+    const char **pend; /* ZADD arguments queued: score, member, ... (owned) */
+    size_t npend, cappend;
+    int64_t swept_s; /* last sweep of old entries (0: never) */
+};
+
+struct st_runidx {
+    const struct st_analyzer_conf *conf;
+    struct pidx **parts; /* indexed by partition; NULL: never seen */
+    size_t nparts;
+    uint64_t gen;        /* load passes (st_runidx_queue_load) */
+    int64_t size;
+};
+
+struct st_runidx *st_runidx_new(const struct st_analyzer_conf *conf)
+{
+    struct st_runidx *x = st_calloc(1, sizeof(*x));
+    x->conf = conf;
+    return x;
+}
+
+static void pidx_clear(struct pidx *p)
+{
+    for (size_t i = 0; i < p->npend; i++)
+        free((char *)p->pend[i]);
+    p->npend = 0;
+    free(p->h);
+    free(p->t);
+    p->x->size -= (int64_t)p->n;
+    p->h = NULL;
+    p->t = NULL;
+    p->n = p->cap = 0;
+    p->state = PART_NONE;
+    p->swept_s = 0;
+}
+
+void st_runidx_forget(struct st_runidx *x)
+{
+    for (size_t i = 0; i < x->nparts; i++)
+        if (x->parts[i])
+            pidx_clear(x->parts[i]);
+}
+
+void st_runidx_destroy(struct st_runidx *x)
+{
+    if (!x)
+        return;
+    for (size_t i = 0; i < x->nparts; i++) {
+        if (!x->parts[i])
+            continue;
+        pidx_clear(x->parts[i]);
+        free(x->parts[i]->pend);
+        free(x->parts[i]);
+    }
+    free(x->parts);
+    free(x);
+}
+
+int64_t st_runidx_size(const struct st_runidx *x)
+{
+    return x->size;
+}
+
+uint64_t st_runidx_hash(const char *task_id, const char *run_id)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)task_id; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    h = (h ^ 0x1f) * 0x100000001b3ULL;
+    for (const unsigned char *p = (const unsigned char *)run_id; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    return h;
+}
+
+static struct pidx *part_get(struct st_runidx *x, int32_t partition, int create)
+{
+    if (partition < 0)
+        st_fatal("run index: partition %" PRId32, partition);
+    size_t i = (size_t)partition;
+    if (i >= x->nparts) {
+        if (!create)
+            return NULL;
+        size_t n = i + 1 > 2 * x->nparts ? i + 1 : 2 * x->nparts;
+        x->parts = st_realloc(x->parts, n * sizeof(*x->parts));
+        memset(x->parts + x->nparts, 0, (n - x->nparts) * sizeof(*x->parts));
+        x->nparts = n;
+    }
+    if (!x->parts[i] && create) {
+        x->parts[i] = st_calloc(1, sizeof(struct pidx));
+        x->parts[i]->x = x;
+        x->parts[i]->partition = partition;
+    }
+    return x->parts[i];
+}
+
+/* The slot of h: where it is, or the empty one where it would go. */
+static size_t slot(const struct pidx *p, uint64_t h)
+{
+    size_t i = (size_t)(h ^ (h >> 29)) & (p->cap - 1);
+    while (p->h[i] && p->h[i] != h)
+        i = (i + 1) & (p->cap - 1);
+    return i;
+}
+
+static void grow(struct pidx *p)
+{
+    size_t oldcap = p->cap;
+    uint64_t *oh = p->h;
+    int64_t *ot = p->t;
+    p->cap = oldcap ? 2 * oldcap : 64;
+    p->h = st_calloc(p->cap, sizeof(*p->h));
+    p->t = st_calloc(p->cap, sizeof(*p->t));
+    for (size_t i = 0; i < oldcap; i++) {
+        if (!oh[i])
+            continue;
+        size_t j = slot(p, oh[i]);
+        p->h[j] = oh[i];
+        p->t[j] = ot[i];
+    }
+    free(oh);
+    free(ot);
+}
+
+/* The score of h, or -1 when absent. */
+static int64_t lookup(const struct pidx *p, uint64_t h)
+{
+    if (!p->cap)
+        return -1;
+    h = h ? h : 1;
+    size_t i = slot(p, h);
+    return p->h[i] ? p->t[i] : -1;
+}
+
+/* Sets h's score to t unless it is newer already. */
+static void put(struct pidx *p, uint64_t h, int64_t t)
+{
+    h = h ? h : 1;
+    if (10 * (p->n + 1) > 7 * p->cap) /* at most 70% full */
+        grow(p);
+    size_t i = slot(p, h);
+    if (!p->h[i]) {
+        p->h[i] = h;
+        p->t[i] = t;
+        p->n++;
+        p->x->size++;
+    } else if (t > p->t[i]) {
+        p->t[i] = t;
+    }
+}
+
+/* Drops the entries scored below cutoff (rehashing what stays). */
+static void prune(struct pidx *p, int64_t cutoff)
+{
+    size_t oldcap = p->cap, oldn = p->n;
+    uint64_t *oh = p->h;
+    int64_t *ot = p->t;
+    if (!oldcap)
+        return;
+    p->h = st_calloc(oldcap, sizeof(*p->h));
+    p->t = st_calloc(oldcap, sizeof(*p->t));
+    p->n = 0;
+    for (size_t i = 0; i < oldcap; i++) {
+        if (!oh[i] || ot[i] < cutoff)
+            continue;
+        size_t j = slot(p, oh[i]);
+        p->h[j] = oh[i];
+        p->t[j] = ot[i];
+        p->n++;
+    }
+    p->x->size -= (int64_t)(oldn - p->n);
+    free(oh);
+    free(ot);
+}
+
+/* Reads "<n>:" at *s (within end); returns -1 when it is not there. */
+static long long read_len(const char **s, const char *end)
+{
+    long long n = 0;
+    const char *p = *s;
+    if (p >= end || *p < '0' || *p > '9')
+        return -1;
+    while (p < end && *p >= '0' && *p <= '9' && n < (1LL << 40))
+        n = n * 10 + (*p++ - '0');
+    if (p >= end || *p != ':')
+        return -1;
+    *s = p + 1;
+    return n;
+}
+
+/* The hash of a member "<lt>:<task>:<lr>:<run>"; 0 when it is not one
+ * (a reply from Redis: validated, and what is not ours is ignored). */
+static uint64_t member_hash(const char *s, size_t len)
+{
+    const char *end = s + len;
+    long long lt = read_len(&s, end);
+    if (lt < 0 || lt >= end - s || s[lt] != ':')
+        return 0;
+    const char *task = s;
+    s += lt + 1;
+    long long lr = read_len(&s, end);
+    if (lr < 0 || lr != end - s)
+        return 0;
+    if (memchr(task, '\0', (size_t)lt) || memchr(s, '\0', (size_t)lr))
+        return 0;
+    char *t = st_malloc((size_t)lt + 1), *r = st_malloc((size_t)lr + 1);
+    memcpy(t, task, (size_t)lt);
+    t[lt] = '\0';
+    memcpy(r, s, (size_t)lr);
+    r[lr] = '\0';
+    uint64_t h = st_runidx_hash(t, r);
+    free(t);
+    free(r);
+    return h ? h : 1;
+}
+
+static int on_load(const redisReply *rep, void *arg)
+{
+    struct pidx *p = arg;
+    return st_runidx_load_reply(p->x, p->partition, rep);
+}
+
+int st_runidx_load_reply(struct st_runidx *x, int32_t partition, const redisReply *rep)
+{
+    struct pidx *p = part_get(x, partition, 1);
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2)
+        return -1;
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const redisReply *m = rep->element[i], *s = rep->element[i + 1];
+        if (!m->str || !s->str)
+            return -1;
+        uint64_t h = member_hash(m->str, m->len);
+        if (h)
+            put(p, h, strtoll(s->str, NULL, 10));
+    }
+    p->state = PART_LOADED;
+    return 0;
+}
+
+int st_runidx_queue_load(struct st_runidx *x, struct st_rpipe *rp, int32_t partition)
+{
+    struct pidx *p = part_get(x, partition, 1);
+    if (p->state == PART_LOADED)
+        return 0;
+    /* queued in this pass: once is enough; in an earlier one: its round
+     * trip failed before the reply came */
+    if (p->state == PART_QUEUED && p->queued_gen == x->gen)
+        return 0;
+    p->state = PART_QUEUED;
+    p->queued_gen = x->gen;
+    char *key = st_detect_index_key(x->conf, partition);
+    const char *argv[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
+    st_rpipe_cmd(rp, on_load, p, 5, argv);
+    free(key);
+    return 1;
+}
+
+void st_runidx_begin(struct st_runidx *x)
+{
+    x->gen++;
+}
+
+int st_runidx_has(const struct st_runidx *x, int32_t partition, uint64_t h)
+{
+    const struct pidx *p =
+        partition >= 0 && (size_t)partition < x->nparts ? x->parts[partition] : NULL;
+    if (!p || p->state != PART_LOADED)
+        return 1;
+    return lookup(p, h) >= 0;
+}
+
+static void pend(struct pidx *p, char *arg)
+{
+    if (p->npend == p->cappend) {
+        p->cappend = p->cappend ? 2 * p->cappend : 16;
+        p->pend = st_realloc(p->pend, p->cappend * sizeof(*p->pend));
+    }
+    p->pend[p->npend++] = arg;
+}
+
+void st_runidx_note(struct st_runidx *x, int32_t partition, const char *task_id,
+                    const char *run_id, uint64_t h, int expired, int64_t now)
+{
+    struct pidx *p = part_get(x, partition, 1);
+    int64_t t = lookup(p, h);
+    if (t >= 0 && (!expired || t >= now))
+        return;
+    put(p, h, now);
+    char score[24];
+    snprintf(score, sizeof(score), "%" PRId64, now);
+    pend(p, st_strdup(score));
+    pend(p, st_detect_run_member(task_id, run_id));
+}
+
+void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t now)
+{
+    int64_t ttl = x->conf->state_ttl_s, every = ttl / 10 > 0 ? ttl / 10 : 1;
+    for (size_t i = 0; i < x->nparts; i++) {
+        struct pidx *p = x->parts[i];
+        if (!p)
+            continue;
+        char *key = NULL;
+        if (p->npend) {
+            key = st_detect_index_key(x->conf, p->partition);
+            const char **argv = st_malloc((p->npend + 2) * sizeof(*argv));
+            argv[0] = "ZADD";
+            argv[1] = key;
+            memcpy(argv + 2, p->pend, p->npend * sizeof(*argv));
+            st_checkpoint_cmd(ckpt, (int)p->npend + 2, argv);
+            free(argv);
+            for (size_t j = 0; j < p->npend; j++)
+                free((char *)p->pend[j]);
+            p->npend = 0;
+        }
+        /* entries whose state expired long ago: only a loaded partition,
+         * and rarely (a sweep walks the whole sorted set's tail) */
+        if (p->state == PART_LOADED && (!p->swept_s || now - p->swept_s >= every)) {
+            char below[24];
+            int64_t cutoff = now - 2 * ttl;
+            snprintf(below, sizeof(below), "(%" PRId64, cutoff);
+            if (!key)
+                key = st_detect_index_key(x->conf, p->partition);
+            const char *argv[] = {"ZREMRANGEBYSCORE", key, "-inf", below};
+            st_checkpoint_cmd(ckpt, 4, argv);
+            prune(p, cutoff);
+            p->swept_s = now;
+        }
+        free(key);
+    }
+}
