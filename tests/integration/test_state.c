@@ -260,8 +260,8 @@ START_TEST(state_new_runs_cost_no_load)
     ck_assert_str_eq(missing, "20\n");
     free(missing);
     /* a prefix with no state before it: the index is complete at once */
-    char *marker = world_shf("redis-cli -u \"$SANDTRAIL_REDIS_URL\" get '%s:runs:complete_since'",
-                             w.name);
+    char *marker = world_shf(
+        "redis-cli -u \"$SANDTRAIL_REDIS_URL\" get '%s:runs:complete_since'", w.name);
     ck_assert_str_eq(marker, "0\n");
     free(marker);
 
@@ -307,7 +307,8 @@ START_TEST(state_upgrade_reads_state_written_before_the_index)
     ck_assert_int_ge(runs, 20);
     char *out = world_shf("u=\"$SANDTRAIL_REDIS_URL\"; "
                           "redis-cli -u \"$u\" --scan --pattern '%s:runs:*' | "
-                          "while read -r k; do redis-cli -u \"$u\" del \"$k\" >/dev/null; done; "
+                          "while read -r k; do "
+                          "redis-cli -u \"$u\" del \"$k\" >/dev/null; done; "
                           "redis-cli -u \"$u\" --scan --pattern '%s:runs:*' | wc -l; "
                           "redis-cli -u \"$u\" --scan --pattern '%s:denial_burst:w:*' | wc -l",
                           w.name, w.name, w.name);
@@ -326,8 +327,8 @@ START_TEST(state_upgrade_reads_state_written_before_the_index)
                       strstr(text, "run index: not trusted"),
                   "%s", text);
     free(text);
-    char *marker = world_shf("redis-cli -u \"$SANDTRAIL_REDIS_URL\" get '%s:runs:complete_since'",
-                             w.name);
+    char *marker = world_shf(
+        "redis-cli -u \"$SANDTRAIL_REDIS_URL\" get '%s:runs:complete_since'", w.name);
     ck_assert_int_gt(atol(marker), 0); /* the upgrade's time */
     free(marker);
 
