@@ -84,6 +84,51 @@ char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition
     return key;
 }
 
+char *st_detect_marker_key(const struct st_analyzer_conf *conf)
+{
+    size_t lp = strlen(conf->redis_prefix);
+    char *key = st_malloc(lp + sizeof("runs:complete_since"));
+    memcpy(key, conf->redis_prefix, lp);
+    memcpy(key + lp, "runs:complete_since", sizeof("runs:complete_since"));
+    return key;
+}
+
+int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key, size_t len)
+{
+    size_t lp = strlen(conf->redis_prefix);
+    if (len <= lp || memcmp(key, conf->redis_prefix, lp))
+        return 0;
+    const char *p = key + lp, *end = key + len;
+    const char *colon = memchr(p, ':', (size_t)(end - p));
+    if (!colon || colon == p)
+        return 0;
+    p = colon + 1;
+    static const char *const kinds[] = {"w:", "eps:", "b:"};
+    int kind = -1;
+    for (int i = 0; i < 3 && kind < 0; i++) {
+        size_t lk = strlen(kinds[i]);
+        if ((size_t)(end - p) > lk && !memcmp(p, kinds[i], lk)) {
+            kind = i;
+            p += lk;
+        }
+    }
+    if (kind < 0)
+        return 0;
+    /* "<len>:<task>:<len>:<run>", the lengths exact */
+    for (int part = 0; part < 2; part++) {
+        size_t n = 0;
+        const char *d = p;
+        while (p < end && *p >= '0' && *p <= '9' && n < ((size_t)1 << 40))
+            n = n * 10 + (size_t)(*p++ - '0');
+        if (p == d || p >= end || *p != ':' || (size_t)(end - p - 1) < n)
+            return 0;
+        p += 1 + n;
+        if (part == 0 && (p >= end || *p++ != ':'))
+            return 0;
+    }
+    return p == end;
+}
+
 int st_detect_expire_due(int64_t *last_s, const struct st_analyzer_conf *conf)
 {
     int64_t now = (int64_t)time(NULL), every = conf->state_ttl_s / 10;

@@ -54,7 +54,14 @@
  *   <prefix>runs:<partition>        sorted set, the runs whose state the
  *                                   keys above may hold: member <run>,
  *                                   score the wall time (s) of its last
- *                                   EXPIRE (runidx.h; st_detect_index_key) */
+ *                                   EXPIRE (runidx.h; st_detect_index_key)
+ *   <prefix>runs:complete_since     string, the wall time (s) from which
+ *                                   every state write above also wrote its
+ *                                   index entry: 0 on a prefix first used
+ *                                   with the index, the upgrade's time on
+ *                                   one holding older state; the index is
+ *                                   trusted state.ttl_s after it (runidx.h;
+ *                                   st_detect_marker_key) */
 #ifndef ST_DETECT_H
 #define ST_DETECT_H
 
@@ -162,6 +169,16 @@ char *st_detect_run_member(const char *task_id, const char *run_id);
 /* The run index of a partition: conf->redis_prefix "runs:" partition.
  * Returns a new string. */
 char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition);
+
+/* The run index's completeness marker: conf->redis_prefix
+ * "runs:complete_since". Returns a new string. */
+char *st_detect_marker_key(const struct st_analyzer_conf *conf);
+
+/* Whether key (len bytes, from Redis) is a run's state key: conf's prefix,
+ * a name without ':', then ":w:", ":eps:" or ":b:" and the run part
+ * "<len>:<task>:<len>:<run>", lengths exact (the shape st_detect_key
+ * gives those kinds). Registry and index keys are not. */
+int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key, size_t len);
 
 /* Whether a key's EXPIRE (state.ttl_s) is due in this checkpoint: when it
  * was never sent by this process (*last_s == 0), or a tenth of the TTL ago.

@@ -5,14 +5,17 @@
  * score) pairs, hash 0 meaning an empty slot (a run whose hash is 0 is
  * stored as 1: a collision, which only costs a load), at most 70% full:
  * 16 bytes a slot, 23 to 46 bytes a run. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "detect.h"
 #include "log.h"
 #include "runidx.h"
+#include "timeutil.h"
 
 enum { PART_NONE, PART_QUEUED, PART_LOADED };
 
@@ -35,12 +38,31 @@ struct st_runidx {
     size_t nparts;
     uint64_t gen;        /* load passes (st_runidx_queue_load) */
     int64_t size;
+    int64_t since; /* the marker (st_runidx_set_since); -1: not known */
+    int trusted;   /* state.ttl_s has passed since it (st_runidx_begin) */
 };
+
+static void update_trust(struct st_runidx *x)
+{
+    x->trusted = x->since >= 0 && (int64_t)time(NULL) - x->since >= x->conf->state_ttl_s;
+}
+
+void st_runidx_set_since(struct st_runidx *x, int64_t since)
+{
+    x->since = since;
+    update_trust(x);
+}
+
+int st_runidx_trusted(const struct st_runidx *x)
+{
+    return x->trusted;
+}
 
 struct st_runidx *st_runidx_new(const struct st_analyzer_conf *conf)
 {
     struct st_runidx *x = st_calloc(1, sizeof(*x));
     x->conf = conf;
+    x->since = -1;
     return x;
 }
 
@@ -282,13 +304,14 @@ int st_runidx_queue_load(struct st_runidx *x, struct st_rpipe *rp, int32_t parti
 void st_runidx_begin(struct st_runidx *x)
 {
     x->gen++;
+    update_trust(x);
 }
 
 int st_runidx_has(const struct st_runidx *x, int32_t partition, uint64_t h)
 {
     const struct pidx *p =
         partition >= 0 && (size_t)partition < x->nparts ? x->parts[partition] : NULL;
-    if (!p || p->state != PART_LOADED)
+    if (!x->trusted || !p || p->state != PART_LOADED)
         return 1;
     return lookup(p, h) >= 0;
 }
@@ -351,4 +374,144 @@ void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t no
         }
         free(key);
     }
+}
+
+/* The marker: one synchronous command at a time on p. */
+struct scan {
+    const struct st_analyzer_conf *conf;
+    char cursor[32];
+    long keys;  /* keys the SCAN returned */
+    char *first; /* the first state key found (owned) */
+};
+
+/* A SCAN reply: [cursor, [key, ...]]. */
+static int on_scan(const redisReply *rep, void *arg)
+{
+    struct scan *sc = arg;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_STRING ||
+        rep->element[0]->len >= sizeof(sc->cursor) ||
+        rep->element[1]->type != REDIS_REPLY_ARRAY)
+        return -1;
+    memcpy(sc->cursor, rep->element[0]->str, rep->element[0]->len);
+    sc->cursor[rep->element[0]->len] = '\0';
+    const redisReply *keys = rep->element[1];
+    for (size_t i = 0; i < keys->elements; i++) {
+        const redisReply *k = keys->element[i];
+        if (k->type != REDIS_REPLY_STRING)
+            return -1;
+        sc->keys++;
+        if (!sc->first && st_detect_is_state_key(sc->conf, k->str, k->len))
+            sc->first = st_strndup(k->str, k->len);
+    }
+    return 0;
+}
+
+struct marker_reply {
+    int nil;
+    int64_t v;
+    int bad;
+};
+
+static int on_get(const redisReply *rep, void *arg)
+{
+    struct marker_reply *m = arg;
+    m->nil = rep->type == REDIS_REPLY_NIL;
+    if (m->nil)
+        return 0;
+    if (rep->type != REDIS_REPLY_STRING)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(rep->str, &end, 10);
+    m->bad = errno || end == rep->str || *end || v < 0;
+    m->v = v;
+    return 0;
+}
+
+/* A glob that matches exactly the keys beginning with prefix. */
+static char *prefix_glob(const char *prefix)
+{
+    size_t n = strlen(prefix);
+    char *g = st_malloc(2 * n + 2), *o = g;
+    for (const char *s = prefix; *s; s++) {
+        if (strchr("*?[]\\", *s))
+            *o++ = '\\';
+        *o++ = *s;
+    }
+    *o++ = '*';
+    *o = '\0';
+    return g;
+}
+
+int st_runidx_marker(struct st_rpipe *p, const struct st_analyzer_conf *conf,
+                     int64_t *since, char *errstr, size_t errsz)
+{
+    char *key = st_detect_marker_key(conf), *glob = NULL;
+    struct scan sc = {.conf = conf, .cursor = "0"};
+    struct marker_reply m = {0};
+    const char *get[] = {"GET", key};
+    int rc = -1;
+
+    st_rpipe_cmd(p, on_get, &m, 2, get);
+    if (st_rpipe_exec(p, errstr, errsz))
+        goto out;
+    if (m.nil) {
+        /* once per prefix: on the first start with the index */
+        int64_t t0 = st_time_mono_us(), timed_out = 0;
+        glob = prefix_glob(conf->redis_prefix);
+        do {
+            const char *scan[] = {"SCAN", sc.cursor, "MATCH", glob, "COUNT", "10000"};
+            st_rpipe_cmd(p, on_scan, &sc, 6, scan);
+            if (st_rpipe_exec(p, errstr, errsz))
+                goto out;
+            timed_out = st_time_mono_us() - t0 > 10000000;
+        } while (!sc.first && strcmp(sc.cursor, "0") && !timed_out);
+        char value[24];
+        int64_t now = (int64_t)time(NULL);
+        snprintf(value, sizeof(value), "%" PRId64, sc.first || timed_out ? now : 0);
+        if (sc.first)
+            st_info("run index: no marker \"%s\"; run state found (\"%s\", after %ld "
+                    "keys, %" PRId64 " ms): an upgrade, runs the index does not hold "
+                    "are loaded until state.ttl_s (%" PRId64 " s) has passed",
+                    key, sc.first, sc.keys, (st_time_mono_us() - t0) / 1000,
+                    conf->state_ttl_s);
+        else if (timed_out)
+            st_warn("run index: no marker \"%s\"; no run state in the %ld keys scanned "
+                    "in 10 s, the scan stopped: taken as an upgrade, runs the index does "
+                    "not hold are loaded until state.ttl_s (%" PRId64 " s) has passed",
+                    key, sc.keys, conf->state_ttl_s);
+        else
+            st_info("run index: no marker \"%s\"; no run state under prefix \"%s\" "
+                    "(%ld keys scanned, %" PRId64 " ms): the index is complete",
+                    key, conf->redis_prefix, sc.keys, (st_time_mono_us() - t0) / 1000);
+        /* the first analyzer's value wins: all of them then agree */
+        const char *set[] = {"SET", key, value, "NX"};
+        st_rpipe_cmd(p, NULL, NULL, 4, set);
+        st_rpipe_cmd(p, on_get, &m, 2, get);
+        if (st_rpipe_exec(p, errstr, errsz))
+            goto out;
+        if (m.nil) {
+            snprintf(errstr, errsz, "run index marker \"%s\" vanished after SET NX", key);
+            goto out;
+        }
+    }
+    if (m.bad) {
+        snprintf(errstr, errsz, "run index marker \"%s\" in Redis is not a time", key);
+        goto out;
+    }
+    *since = m.v;
+    int64_t left = m.v + conf->state_ttl_s - (int64_t)time(NULL);
+    if (left <= 0)
+        st_info("run index: trusted (complete since %" PRId64 ", \"%s\")", m.v, key);
+    else
+        st_info("run index: not trusted for %" PRId64 " s more (complete since %" PRId64
+                ", \"%s\"): runs it does not hold are loaded",
+                left, m.v, key);
+    rc = 0;
+out:
+    free(sc.first);
+    free(glob);
+    free(key);
+    return rc;
 }

@@ -28,6 +28,30 @@
  * tenth of the TTL): their state expired at least a TTL before (docs/
  * architecture.md, "Why a redone batch changes nothing").
  *
+ * The index is only trusted once it is known complete: Redis written by
+ * an analyzer from before the index (or by any release without it, under
+ * the same redis.prefix) holds state that no index entry names. The
+ * marker <prefix>runs:complete_since (detect.h) holds the wall time (s)
+ * from which every state write also wrote its entry; st_runidx_marker
+ * reads it at start and, when it is absent, sets it once per prefix: 0
+ * when a bounded SCAN finds no run state under the prefix (a fresh
+ * deployment, trusted at once), the time now when it finds some (an
+ * upgrade). Until state.ttl_s has passed since the marker, a run the
+ * index does not hold is loaded as before the index (correct, slower);
+ * afterwards it is new, with no read. Why state.ttl_s is enough: every
+ * state key gets an EXPIRE of state.ttl_s whenever it is created by a
+ * process (st_detect_expire_due: due when never sent) and at most every
+ * tenth of the TTL while written, and no write clears a TTL (ZADD, HSET,
+ * HDEL, ZREMRANGEBYSCORE keep it); so a key written without an index entry
+ * before the marker either was given no EXPIRE after it, and is gone
+ * state.ttl_s after it, or was given one after it, by an analyzer that
+ * writes index entries, and is then indexed (the entry goes before the
+ * state in the same pipeline). This assumes that no analyzer without the
+ * index writes under the prefix after the marker (all of them stopped
+ * before the first new one starts, as a restart of all does, bar seconds)
+ * and that the old release's state.ttl_s was not larger (docs/
+ * architecture.md, "Upgrading to the run index").
+ *
  * Threading: one instance per detection part (workers.c), used by that
  * part's thread only, like its detectors. Partitions are those the part
  * sees; two parts may hold the same partition (a worker and the global
@@ -47,11 +71,31 @@ struct st_runidx;
 struct st_runidx *st_runidx_new(const struct st_analyzer_conf *conf);
 void st_runidx_destroy(struct st_runidx *x); /* accepts NULL */
 
+/* Reads the marker of conf's prefix into *since and, when it is absent,
+ * sets it (SET NX then GET: two analyzers starting at once agree) after
+ * a SCAN for run state (st_detect_is_state_key) bounded to 10 s (past
+ * that, state is assumed: the safe answer). Synchronous, on p with
+ * nothing queued; logs what it did and whether the index is trusted.
+ * Returns 0, or -1 with errstr set (Redis failed or holds a marker that
+ * is not a time). */
+int st_runidx_marker(struct st_rpipe *p, const struct st_analyzer_conf *conf,
+                     int64_t *since, char *errstr, size_t errsz);
+
+/* The marker's value (st_runidx_marker); until it is set (-1, the state
+ * of a new index) the index is not trusted. */
+void st_runidx_set_since(struct st_runidx *x, int64_t since);
+
+/* Whether the index is trusted: state.ttl_s has passed since the marker,
+ * as of the last st_runidx_begin or st_runidx_set_since. When it is not,
+ * st_runidx_has holds every run. */
+int st_runidx_trusted(const struct st_runidx *x);
+
 /* The hash of a run (FNV-1a of task, 0x1f, run): also runwin's table hash,
  * so a run's is computed once. */
 uint64_t st_runidx_hash(const char *task_id, const char *run_id);
 
-/* Starts a batch's prefetch pass (before its st_runidx_queue_load). */
+/* Starts a batch's prefetch pass (before its st_runidx_queue_load); reads
+ * the clock for st_runidx_trusted. */
 void st_runidx_begin(struct st_runidx *x);
 
 /* Queues on p the load of partition's index unless it is loaded or
@@ -67,8 +111,8 @@ int st_runidx_queue_load(struct st_runidx *x, struct st_rpipe *p, int32_t partit
 int st_runidx_load_reply(struct st_runidx *x, int32_t partition, const redisReply *rep);
 
 /* Whether Redis may hold state of the run (hash h) of partition: 1 when
- * the index holds it, or when the partition's index is not loaded (then
- * only a load can tell). */
+ * the index holds it, when the partition's index is not loaded (then
+ * only a load can tell), or when the index is not trusted. */
 int st_runidx_has(const struct st_runidx *x, int32_t partition, uint64_t h);
 
 /* The run's state goes into the checkpoint being built, with an EXPIRE

@@ -59,6 +59,8 @@ struct st_workers {
     uint64_t gen;
     int ndone;
     struct st_metric *m_wait;
+    struct st_metric *m_trusted; /* the run index is trusted (runidx.h) */
+    int trusted;
     /* the main thread's time in st_workers_detect, and of it the time
      * spent waiting for the workers */
     int64_t detect_us, wait_us;
@@ -274,6 +276,17 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
                               "detection workers once its own part (worker 0 and the "
                               "global detectors) was done",
                               "");
+    w->m_trusted = st_metric_get(wc->metrics, ST_METRIC_GAUGE,
+                                 "sandtrail_analyzer_run_index_trusted",
+                                 "1 when the run index is known complete and a run it "
+                                 "does not hold costs no Redis read; 0 while state "
+                                 "written before it may remain (state.ttl_s after an "
+                                 "upgrade)",
+                                 "");
+    /* one marker for every part: the prefix's (runidx.h) */
+    int64_t since;
+    if (st_runidx_marker(wc->redis, conf, &since, errstr, errsz))
+        goto err;
     for (int i = 0; i <= w->k; i++) {
         struct part *p = &w->parts[i];
         p->w = w;
@@ -282,6 +295,7 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
         p->ckpt = st_checkpoint_new();
         p->state = st_checkpoint_new();
         p->runidx = st_runidx_new(conf);
+        st_runidx_set_since(p->runidx, since);
         st_findings_init(&p->findings);
         for (int d = 0; st_detectors[d]; d++) {
             if (d >= MAX_DETECTORS)
@@ -305,6 +319,8 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
                                     "(\"global\": the registry's detectors, every event)",
                                     labels);
     }
+    w->trusted = st_runidx_trusted(w->parts[w->k].runidx);
+    st_metric_set(w->m_trusted, w->trusted);
     /* worker 0 is the caller's thread */
     for (int i = 1; i < w->k; i++) {
         int rc = pthread_create(&w->parts[i].thread, NULL, worker_main, &w->parts[i]);
@@ -397,6 +413,14 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
     }
     if (w->nthreads)
         st_metric_observe(w->m_wait, (double)wait_us / 1e6);
+    /* every part reads the same clock against the same marker: the
+     * global part speaks for them */
+    if (st_runidx_trusted(w->parts[w->k].runidx) != w->trusted) {
+        w->trusted = !w->trusted;
+        if (w->trusted)
+            st_info("run index: trusted from now on, a run it does not hold is new");
+    }
+    st_metric_set(w->m_trusted, w->trusted);
     w->wait_us += wait_us;
     w->detect_us += st_time_mono_us() - t0;
     for (int i = 0; i <= w->k; i++) {

@@ -67,9 +67,10 @@ struct st_workers_conf {
 
 struct st_workers;
 
-/* Creates every detector instance, connects each worker to Redis and
- * starts the K - 1 threads. Returns NULL with errstr set (a connection
- * failed). */
+/* Creates every detector instance, connects each worker to Redis, reads
+ * (or sets) the run index's marker on wc->redis (st_runidx_marker: a SCAN
+ * of the prefix on its first use) and starts the K - 1 threads. Returns
+ * NULL with errstr set (a connection or the marker failed). */
 struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr,
                                   size_t errsz);
 /* Stops and joins the threads, destroys every instance. Accepts NULL. */

@@ -259,6 +259,11 @@ START_TEST(state_new_runs_cost_no_load)
         w.name, w.name, w.name);
     ck_assert_str_eq(missing, "20\n");
     free(missing);
+    /* a prefix with no state before it: the index is complete at once */
+    char *marker = world_shf(
+        "redis-cli -u \"$SANDTRAIL_REDIS_URL\" get '%s:runs:complete_since'", w.name);
+    ck_assert_str_eq(marker, "0\n");
+    free(marker);
 
     produce_runs(&w, "old", 20, 6, 6, t);
     produce_runs(&w, "new", 20, 0, 3, t);
@@ -280,6 +285,66 @@ START_TEST(state_new_runs_cost_no_load)
 }
 END_TEST
 
+/* An upgrade from a release without the run index: Redis holds run state
+ * that no index entry names. Simulated by a first analyzer process whose
+ * index keys and marker are then deleted; the second process finds state
+ * under the prefix, sets the marker to now, and reads every run the index
+ * does not hold until state.ttl_s has passed: the bursts that span the
+ * two processes are found as in one clean run (without the marker they
+ * started empty: six denials, no burst). */
+START_TEST(state_upgrade_reads_state_written_before_the_index)
+{
+    struct world w, clean;
+    char log[128];
+    world_init(&w, "upgrade");
+    world_init(&clean, "upgradeclean");
+    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    int64_t t = st_time_now_us() / 1000 - 3600000;
+
+    produce_runs(&w, "old", 20, 0, 6, t);
+    drain(&w, "", log);
+    long runs = logged(log, "state_runs");
+    ck_assert_int_ge(runs, 20);
+    char *out = world_shf("u=\"$SANDTRAIL_REDIS_URL\"; "
+                          "redis-cli -u \"$u\" --scan --pattern '%s:runs:*' | "
+                          "while read -r k; do "
+                          "redis-cli -u \"$u\" del \"$k\" >/dev/null; done; "
+                          "redis-cli -u \"$u\" --scan --pattern '%s:runs:*' | wc -l; "
+                          "redis-cli -u \"$u\" --scan --pattern '%s:denial_burst:w:*' | wc -l",
+                          w.name, w.name, w.name);
+    ck_assert_str_eq(out, "0\n20\n"); /* no index, no marker; the state stays */
+    free(out);
+
+    produce_runs(&w, "old", 20, 6, 6, t);
+    produce_runs(&w, "new", 20, 0, 3, t);
+    drain(&w, "", log);
+    ck_assert_int_eq(logged(log, "events"), 180);
+    /* every old run read back (and, the index not yet trusted, the new
+     * ones tried too), and the destination */
+    ck_assert_int_ge(logged(log, "state_loads"), runs + 1);
+    char *text = world_slurp(log);
+    ck_assert_msg(strstr(text, "run index: no marker") && strstr(text, "run state found") &&
+                      strstr(text, "run index: not trusted"),
+                  "%s", text);
+    free(text);
+    char *marker = world_shf(
+        "redis-cli -u \"$SANDTRAIL_REDIS_URL\" get '%s:runs:complete_since'", w.name);
+    ck_assert_int_gt(atol(marker), 0); /* the upgrade's time */
+    free(marker);
+
+    produce_runs(&clean, "old", 20, 0, 12, t);
+    produce_runs(&clean, "new", 20, 0, 3, t);
+    drain(&clean, "", log);
+    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
+    ck_assert_str_eq(r, "20\n");
+    free(r);
+    assert_same_findings(&w, &clean);
+    unlink(log);
+    world_drop(&w);
+    world_drop(&clean);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -291,6 +356,7 @@ int main(void)
     tcase_add_test(tc, state_evicted_run_extends_its_episode);
     tcase_add_test(tc, state_redis_commands_do_not_grow_with_events);
     tcase_add_test(tc, state_new_runs_cost_no_load);
+    tcase_add_test(tc, state_upgrade_reads_state_written_before_the_index);
     suite_add_tcase(s, tc);
     return world_run(s);
 }

@@ -4,6 +4,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "analyzer.h"
 #include "checkpoint.h"
@@ -17,6 +18,14 @@ static void setup(void)
     memset(&conf, 0, sizeof(conf));
     conf.redis_prefix = "t:";
     conf.state_ttl_s = 1000;
+}
+
+/* An index known complete (a fresh prefix: marker 0). */
+static struct st_runidx *trusted_new(void)
+{
+    struct st_runidx *x = st_runidx_new(&conf);
+    st_runidx_set_since(x, 0);
+    return x;
 }
 
 /* A ZRANGE ... WITHSCORES reply of n (member, score) pairs. */
@@ -42,7 +51,7 @@ static void reply_init(struct reply *r, const char *const *pairs, size_t n)
 
 START_TEST(runidx_unloaded_partition_may_hold_anything)
 {
-    struct st_runidx *x = st_runidx_new(&conf);
+    struct st_runidx *x = trusted_new();
     /* nothing known yet: only a load can tell, so the run must be read */
     ck_assert_int_eq(st_runidx_has(x, 3, st_runidx_hash("T", "r")), 1);
     st_runidx_destroy(x);
@@ -51,7 +60,7 @@ END_TEST
 
 START_TEST(runidx_load_makes_its_runs_known_and_others_new)
 {
-    struct st_runidx *x = st_runidx_new(&conf);
+    struct st_runidx *x = trusted_new();
     char *m = st_detect_run_member("T-1", "run-a");
     ck_assert_str_eq(m, "3:T-1:5:run-a");
     /* a run, a member that is not one (ignored), a run with ':' in ids */
@@ -72,7 +81,7 @@ END_TEST
 
 START_TEST(runidx_bad_reply_fails_the_load)
 {
-    struct st_runidx *x = st_runidx_new(&conf);
+    struct st_runidx *x = trusted_new();
     redisReply err = {.type = REDIS_REPLY_ERROR};
     ck_assert_int_eq(st_runidx_load_reply(x, 0, &err), -1);
     ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("T", "r")), 1);
@@ -85,7 +94,7 @@ END_TEST
  * the sweep of a loaded partition at its first flush. */
 START_TEST(runidx_note_writes_new_runs_and_refreshes_with_expire)
 {
-    struct st_runidx *x = st_runidx_new(&conf);
+    struct st_runidx *x = trusted_new();
     struct st_checkpoint *ck = st_checkpoint_new();
     struct reply r;
     reply_init(&r, NULL, 0);
@@ -116,7 +125,7 @@ END_TEST
  * ones stay. */
 START_TEST(runidx_sweep_drops_only_old_entries)
 {
-    struct st_runidx *x = st_runidx_new(&conf);
+    struct st_runidx *x = trusted_new();
     struct st_checkpoint *ck = st_checkpoint_new();
     char *a = st_detect_run_member("T", "old"), *b = st_detect_run_member("T", "recent");
     const char *pairs[] = {a, "1000", b, "2500"};
@@ -137,7 +146,7 @@ END_TEST
 
 START_TEST(runidx_forget_unloads_every_partition)
 {
-    struct st_runidx *x = st_runidx_new(&conf);
+    struct st_runidx *x = trusted_new();
     struct reply r;
     reply_init(&r, NULL, 0);
     ck_assert_int_eq(st_runidx_load_reply(x, 2, &r.top), 0);
@@ -153,7 +162,7 @@ END_TEST
 /* Many runs: the table grows and keeps every one. */
 START_TEST(runidx_holds_many_runs)
 {
-    struct st_runidx *x = st_runidx_new(&conf);
+    struct st_runidx *x = trusted_new();
     struct st_checkpoint *ck = st_checkpoint_new();
     char run[32];
     for (int i = 0; i < 5000; i++) {
@@ -175,6 +184,64 @@ START_TEST(runidx_holds_many_runs)
 }
 END_TEST
 
+/* Until state.ttl_s has passed since the marker (an upgrade), state written
+ * before the index may remain: a run the index does not hold must still
+ * be read; afterwards it is new. */
+START_TEST(runidx_untrusted_until_ttl_after_marker)
+{
+    struct st_runidx *x = st_runidx_new(&conf);
+    char *m = st_detect_run_member("T", "known");
+    const char *pairs[] = {m, "100"};
+    struct reply r;
+    reply_init(&r, pairs, 1);
+    ck_assert_int_eq(st_runidx_load_reply(x, 0, &r.top), 0);
+    uint64_t other = st_runidx_hash("T", "other");
+    /* marker not read yet */
+    ck_assert_int_eq(st_runidx_trusted(x), 0);
+    ck_assert_int_eq(st_runidx_has(x, 0, other), 1);
+    /* upgraded just now */
+    st_runidx_set_since(x, (int64_t)time(NULL));
+    st_runidx_begin(x);
+    ck_assert_int_eq(st_runidx_trusted(x), 0);
+    ck_assert_int_eq(st_runidx_has(x, 0, other), 1);
+    /* upgraded a little less than a TTL ago */
+    st_runidx_set_since(x, (int64_t)time(NULL) - conf.state_ttl_s + 5);
+    st_runidx_begin(x);
+    ck_assert_int_eq(st_runidx_has(x, 0, other), 1);
+    /* a TTL ago: every older key expired or was indexed */
+    st_runidx_set_since(x, (int64_t)time(NULL) - conf.state_ttl_s);
+    st_runidx_begin(x);
+    ck_assert_int_eq(st_runidx_trusted(x), 1);
+    ck_assert_int_eq(st_runidx_has(x, 0, other), 0);
+    ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("T", "known")), 1);
+    free(m);
+    st_runidx_destroy(x);
+}
+END_TEST
+
+/* The upgrade check's filter: run state, not the registry or the index. */
+START_TEST(runidx_state_key_shape)
+{
+    const char *yes[] = {"t:denial_burst:w:1:T:1:r", "t:scope_drift_deny:eps:3:T-1:1:r",
+                         "t:volume_anomaly:b:1:T:1:r"};
+    const char *no[] = {"t:runs:0", "t:runs:complete_since", "t:scope_drift:cred:abc",
+                        "t:credfp:0a1b", "t:scope_drift:dest:h.example",
+                        "t:denial_burst:w:2:T:1:r", "t:denial_burst:w:1:T:1:rr",
+                        "u:denial_burst:w:1:T:1:r", "t::w:1:T:1:r", "t:x:w:", "t"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(*yes); i++)
+        ck_assert_msg(st_detect_is_state_key(&conf, yes[i], strlen(yes[i])), "%s", yes[i]);
+    for (size_t i = 0; i < sizeof(no) / sizeof(*no); i++)
+        ck_assert_msg(!st_detect_is_state_key(&conf, no[i], strlen(no[i])), "%s", no[i]);
+    /* the key st_detect_key builds is one */
+    char *k = st_detect_key(&conf, "denial_burst", "w", "a:b", "c");
+    ck_assert(st_detect_is_state_key(&conf, k, strlen(k)));
+    free(k);
+    k = st_detect_marker_key(&conf);
+    ck_assert_str_eq(k, "t:runs:complete_since");
+    free(k);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runidx");
@@ -187,6 +254,8 @@ int main(void)
     tcase_add_test(tc, runidx_sweep_drops_only_old_entries);
     tcase_add_test(tc, runidx_forget_unloads_every_partition);
     tcase_add_test(tc, runidx_holds_many_runs);
+    tcase_add_test(tc, runidx_untrusted_until_ttl_after_marker);
+    tcase_add_test(tc, runidx_state_key_shape);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
