@@ -296,6 +296,8 @@ struct analyzer {
     struct st_sink *sink;
     struct st_store *store;
     struct st_reorder *reorder;
+    struct st_parsed *parsed; /* ingest's parse results, parsedcap of them */
+    size_t parsedcap;
     /* slots[fill] is being filled; the others may be in flight (store.h:
      * one written, one committed)
      * is busy */
@@ -557,31 +559,60 @@ static void detectors_forget(struct analyzer *a)
     metrics_state(a);
 }
 
+/* Batches of fewer messages are parsed by this thread alone: below this,
+ * waking the other workers and waiting for them costs about what their
+ * share of the parse saves (docs/architecture.md, "Where the analyzer's
+ * time goes"). */
+#define PARSE_SPLIT_MIN 64
+
 /* Parses each message, stages its row for PostgreSQL in b and hands the
  * event to the reorder buffer; a message that is not a valid event goes to
  * the dead-letter topic. An event stamped too far from the time the
  * collector produced it (the message's timestamp) is stored as it came, but
- * detected on its receive time (reorder.h). */
+ * detected on its receive time (reorder.h).
+ *
+ * Two phases: the parse of every message, on the detection workers at once
+ * when there are several (st_workers_parse: by partition, this thread being
+ * worker 0) and the batch is large enough, into a->parsed; then, on this
+ * thread and in the messages' order, everything else. Only the parse moves,
+ * so the rows, dead-letter records and released events are those of a
+ * parse here, message after message. */
 static void ingest(struct analyzer *a, struct st_store_batch *b, int64_t now)
 {
     int64_t wall_s = (int64_t)time(NULL);
+    struct st_parsed *pre = NULL;
+    if (a->workers && st_workers_count(a->workers) > 1 && b->nmsgs >= PARSE_SPLIT_MIN) {
+        if ((size_t)b->nmsgs > a->parsedcap) {
+            a->parsedcap = (size_t)b->nmsgs;
+            a->parsed = st_realloc(a->parsed, a->parsedcap * sizeof(*a->parsed));
+        }
+        st_workers_parse(a->workers, b->msgs, (size_t)b->nmsgs, a->parsed);
+        pre = a->parsed;
+    }
     for (int i = 0; i < b->nmsgs; i++) {
         rd_kafka_message_t *m = b->msgs[i];
-        struct st_event ev;
-        struct st_reject rej;
-        if (st_event_parse(&ev, m->payload, m->len, &rej)) {
+        struct st_parsed one, *p = pre ? &pre[i] : &one;
+        if (!pre) {
+            struct st_reject rej;
+            p->rc = st_event_parse(&p->u.ev, m->payload, m->len, &rej);
+            if (p->rc)
+                p->u.rej = rej;
+        }
+        if (p->rc) {
+            const struct st_reject *rej = &p->u.rej;
             a->invalid++;
             st_metric_add(a->m_invalid, 1);
             if (a->conf.role == ST_ROLE_DETECT)
                 /* the store role dead-letters it: one record per message */
                 st_warn("skipping the message at %s [%" PRId32 "] offset %" PRId64
                         ": %s (not dead-lettered by the detect role)",
-                        rd_kafka_topic_name(m->rkt), m->partition, m->offset, rej.code);
+                        rd_kafka_topic_name(m->rkt), m->partition, m->offset, rej->code);
             else
-                dead_letter(a, b, m, rej.code, rej.msg);
+                dead_letter(a, b, m, rej->code, rej->msg);
             st_reorder_note(a->reorder, m->partition, m->offset);
             continue;
         }
+        struct st_event ev = p->u.ev; /* ours from here */
         int64_t recv_ms = rd_kafka_message_timestamp(m, NULL);
         int64_t recv_us = recv_ms >= 0 ? recv_ms * 1000 : -1;
         int skewed = st_reorder_skewed(ev.ts_us, recv_us, a->conf.max_future_s * 1000000,
@@ -982,6 +1013,7 @@ int main(int argc, char **argv)
     a.registry = NULL;
     st_reorder_destroy(a.reorder);
 out:
+    free(a.parsed);
     st_consumer_destroy(a.consumer);
     st_store_destroy(a.store);
     for (int i = 0; i < NSLOTS; i++) {
