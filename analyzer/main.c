@@ -141,6 +141,12 @@ static const struct st_conf_prop analyzer_props[] = {
      "with p % workers == w; worker 0 is the main thread, which also runs the "
      "cross-run ones (scope_drift, token_write) over every event, the others are "
      "threads (1: none). The findings and Redis state do not depend on it"},
+    {"detect.parse_split_min", NULL, ST_CONF_INT, A(parse_split_min), 0, 1000000, "256",
+     "a batch of at least this many messages is parsed by the detection workers at "
+     "once (by partition, as detection: the main thread is worker 0); a smaller one, "
+     "and every batch with detect.workers=1 or analyzer.role=store, by the main "
+     "thread alone (0: never). The stored rows, dead-letter records and findings do "
+     "not depend on it"},
     {"detect.lateness_s", NULL, ST_CONF_INT, A(lateness_s), 0, 86400, "30",
      "how late (event time) an event may arrive and still count in its window"},
     {"detect.max_future_s", NULL, ST_CONF_INT, A(max_future_s), 0, 30 * 86400, "300",
@@ -559,12 +565,6 @@ static void detectors_forget(struct analyzer *a)
     metrics_state(a);
 }
 
-/* Batches of fewer messages are parsed by this thread alone: below this,
- * waking the other workers and waiting for them costs about what their
- * share of the parse saves (docs/architecture.md, "Where the analyzer's
- * time goes"). */
-#define PARSE_SPLIT_MIN 64
-
 /* Parses each message, stages its row for PostgreSQL in b and hands the
  * event to the reorder buffer; a message that is not a valid event goes to
  * the dead-letter topic. An event stamped too far from the time the
@@ -573,15 +573,20 @@ static void detectors_forget(struct analyzer *a)
  *
  * Two phases: the parse of every message, on the detection workers at once
  * when there are several (st_workers_parse: by partition, this thread being
- * worker 0) and the batch is large enough, into a->parsed; then, on this
- * thread and in the messages' order, everything else. Only the parse moves,
+ * worker 0) and the batch is large enough (detect.parse_split_min), into
+ * a->parsed; then, on this thread and in the messages' order, everything
+ * else. Only the parse moves,
  * so the rows, dead-letter records and released events are those of a
  * parse here, message after message. */
 static void ingest(struct analyzer *a, struct st_store_batch *b, int64_t now)
 {
     int64_t wall_s = (int64_t)time(NULL);
     struct st_parsed *pre = NULL;
-    if (a->workers && st_workers_count(a->workers) > 1 && b->nmsgs >= PARSE_SPLIT_MIN) {
+    /* below detect.parse_split_min, waking the other workers and waiting for
+     * them costs about what their share of the parse saves
+     * (docs/architecture.md, "Where the analyzer's time goes") */
+    if (a->workers && st_workers_count(a->workers) > 1 && a->conf.parse_split_min > 0 &&
+        b->nmsgs >= a->conf.parse_split_min) {
         if ((size_t)b->nmsgs > a->parsedcap) {
             a->parsedcap = (size_t)b->nmsgs;
             a->parsed = st_realloc(a->parsed, a->parsedcap * sizeof(*a->parsed));

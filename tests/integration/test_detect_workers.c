@@ -16,9 +16,10 @@
  * duplicate key, not an object, a wrong schema, a bad time, a missing
  * field, an unknown type, invalid UTF-8) and events stamped hours after
  * their receive time (skewed: stored as they came, detected on the
- * receive time), in every partition. Batches of 64 messages, so that with
- * three workers the parse runs on the workers (analyzer/workers.c,
- * st_workers_parse) and the last batches on the main thread: both must
+ * receive time), in every partition. Batches of 64 messages and
+ * detect.parse_split_min=40, so that with three workers the parse of a
+ * full batch runs on the workers (analyzer/workers.c, st_workers_parse)
+ * and that of the short last batches on the main thread: both must
  * store the same rows, dead-letter the same messages with the same
  * reasons in each partition's order, and find the same. Every message has
  * one receive time (the Kafka timestamp), so that what the skewed events
@@ -321,7 +322,7 @@ static void drain(const struct world *w, int workers, const char *log)
 {
     ck_assert_int_eq(run(w, w->name, w->name,
                          "timeout 180 " ANALYZER " --drain -X batch.max_events=64 "
-                         "-X detect.workers=%d 2>%s",
+                         "-X detect.parse_split_min=40 -X detect.workers=%d 2>%s",
                          workers, log),
                      0);
 }
