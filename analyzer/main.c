@@ -6,19 +6,18 @@
  *   sinks/, then the detectors' checkpoint to Redis (checkpoint.c), then
  *   the offsets' commit)
  *
- * This thread polls, parses and detects batch N+1 while the store thread
- * writes batch N (the parse and the detection spread over the detection
- * workers, this thread being worker 0: workers.h, ingest below); it hands
- * N+1 over only once N is done (pipeline depth 1). A batch's offsets are
- * committed only after the PostgreSQL transaction that holds its events
- * and findings has committed, and after Kafka acknowledged the dead-letter records of the batch (deadletter.c).
- * When Redis or PostgreSQL is unavailable, the batch is retried with
- * backoff, never skipped; when PostgreSQL refuses the batch for its data,
- * the refused events are dead-lettered and the rest written. Redis is
- * written only after the PostgreSQL commit, so it never holds state
- * PostgreSQL has not. Every write is idempotent, and the detectors' trims
- * run only after the Kafka commit, so a retry or a replay after a crash
- * leaves the same rows
+ * This thread polls, parses and detects batch N+1 while the store thread writes
+ * batch N (the parse and the detection spread over the detection workers, this
+ * thread being worker 0: workers.h, ingest below); it hands N+1 over only once
+ * N is done (pipeline depth 1). A batch's offsets are committed only after the
+ * PostgreSQL transaction that holds its events and findings has committed, and
+ * after Kafka acknowledged the dead-letter records of the batch (deadletter.c).
+ * When Redis or PostgreSQL is unavailable, the batch is retried with backoff,
+ * never skipped; when PostgreSQL refuses the batch for its data, the refused
+ * events are dead-lettered and the rest written. Redis is written only after
+ * the PostgreSQL commit, so it never holds state PostgreSQL has not. Every
+ * write is idempotent, and the detectors' trims run only after the Kafka
+ * commit, so a retry or a replay after a crash leaves the same rows
  * (docs/architecture.md).
  *
  * analyzer.role (role.h) keeps one half: store (no detector, no Redis) or
