@@ -575,9 +575,8 @@ static void detectors_forget(struct analyzer *a)
  * when there are several (st_workers_parse: by partition, this thread being
  * worker 0) and the batch is large enough (detect.parse_split_min), into
  * a->parsed; then, on this thread and in the messages' order, everything
- * else. Only the parse moves,
- * so the rows, dead-letter records and released events are those of a
- * parse here, message after message. */
+ * else. Only the parse moves, so the rows, dead-letter records and released
+ * events are those of a parse here, message after message. */
 static void ingest(struct analyzer *a, struct st_store_batch *b, int64_t now)
 {
     int64_t wall_s = (int64_t)time(NULL);
