@@ -6,18 +6,18 @@
  *   sinks/, then the detectors' checkpoint to Redis (checkpoint.c), then
  *   the offsets' commit)
  *
- * This thread polls, parses and detects batch N+1 while the store thread
- * writes batch N; it hands N+1 over only once N is done (pipeline depth
- * 1). A batch's offsets are committed only after the PostgreSQL
- * transaction that holds its events and findings has committed, and after
- * Kafka acknowledged the dead-letter records of the batch (deadletter.c).
- * When Redis or PostgreSQL is unavailable, the batch is retried with
- * backoff, never skipped; when PostgreSQL refuses the batch for its data,
- * the refused events are dead-lettered and the rest written. Redis is
- * written only after the PostgreSQL commit, so it never holds state
- * PostgreSQL has not. Every write is idempotent, and the detectors' trims
- * run only after the Kafka commit, so a retry or a replay after a crash
- * leaves the same rows
+ * This thread polls, parses and detects batch N+1 while the store thread writes
+ * batch N (the parse and the detection spread over the detection workers, this
+ * thread being worker 0: workers.h, ingest below); it hands N+1 over only once
+ * N is done (pipeline depth 1). A batch's offsets are committed only after the
+ * PostgreSQL transaction that holds its events and findings has committed, and
+ * after Kafka acknowledged the dead-letter records of the batch (deadletter.c).
+ * When Redis or PostgreSQL is unavailable, the batch is retried with backoff,
+ * never skipped; when PostgreSQL refuses the batch for its data, the refused
+ * events are dead-lettered and the rest written. Redis is written only after
+ * the PostgreSQL commit, so it never holds state PostgreSQL has not. Every
+ * write is idempotent, and the detectors' trims run only after the Kafka
+ * commit, so a retry or a replay after a crash leaves the same rows
  * (docs/architecture.md).
  *
  * analyzer.role (role.h) keeps one half: store (no detector, no Redis) or
@@ -141,6 +141,12 @@ static const struct st_conf_prop analyzer_props[] = {
      "with p % workers == w; worker 0 is the main thread, which also runs the "
      "cross-run ones (scope_drift, token_write) over every event, the others are "
      "threads (1: none). The findings and Redis state do not depend on it"},
+    {"detect.parse_split_min", NULL, ST_CONF_INT, A(parse_split_min), 0, 1000000, "256",
+     "a batch of at least this many messages is parsed by the detection workers at "
+     "once (by partition, as detection: the main thread is worker 0); a smaller one, "
+     "and every batch with detect.workers=1 or analyzer.role=store, by the main "
+     "thread alone (0: never). The stored rows, dead-letter records and findings do "
+     "not depend on it"},
     {"detect.lateness_s", NULL, ST_CONF_INT, A(lateness_s), 0, 86400, "30",
      "how late (event time) an event may arrive and still count in its window"},
     {"detect.max_future_s", NULL, ST_CONF_INT, A(max_future_s), 0, 30 * 86400, "300",
@@ -296,6 +302,8 @@ struct analyzer {
     struct st_sink *sink;
     struct st_store *store;
     struct st_reorder *reorder;
+    struct st_parsed *parsed; /* ingest's parse results, parsedcap of them */
+    size_t parsedcap;
     /* slots[fill] is being filled; the others may be in flight (store.h:
      * one written, one committed)
      * is busy */
@@ -561,27 +569,54 @@ static void detectors_forget(struct analyzer *a)
  * event to the reorder buffer; a message that is not a valid event goes to
  * the dead-letter topic. An event stamped too far from the time the
  * collector produced it (the message's timestamp) is stored as it came, but
- * detected on its receive time (reorder.h). */
+ * detected on its receive time (reorder.h).
+ *
+ * Two phases: the parse of every message, on the detection workers at once
+ * when there are several (st_workers_parse: by partition, this thread being
+ * worker 0) and the batch is large enough (detect.parse_split_min), into
+ * a->parsed; then, on this thread and in the messages' order, everything
+ * else. Only the parse moves, so the rows, dead-letter records and released
+ * events are those of a parse here, message after message. */
 static void ingest(struct analyzer *a, struct st_store_batch *b, int64_t now)
 {
     int64_t wall_s = (int64_t)time(NULL);
+    struct st_parsed *pre = NULL;
+    /* below detect.parse_split_min, waking the other workers and waiting for
+     * them costs about what their share of the parse saves
+     * (docs/architecture.md, "Where the analyzer's time goes") */
+    if (a->workers && st_workers_count(a->workers) > 1 && a->conf.parse_split_min > 0 &&
+        b->nmsgs >= a->conf.parse_split_min) {
+        if ((size_t)b->nmsgs > a->parsedcap) {
+            a->parsedcap = (size_t)b->nmsgs;
+            a->parsed = st_realloc(a->parsed, a->parsedcap * sizeof(*a->parsed));
+        }
+        st_workers_parse(a->workers, b->msgs, (size_t)b->nmsgs, a->parsed);
+        pre = a->parsed;
+    }
     for (int i = 0; i < b->nmsgs; i++) {
         rd_kafka_message_t *m = b->msgs[i];
-        struct st_event ev;
-        struct st_reject rej;
-        if (st_event_parse(&ev, m->payload, m->len, &rej)) {
+        struct st_parsed one, *p = pre ? &pre[i] : &one;
+        if (!pre) {
+            struct st_reject rej;
+            p->rc = st_event_parse(&p->u.ev, m->payload, m->len, &rej);
+            if (p->rc)
+                p->u.rej = rej;
+        }
+        if (p->rc) {
+            const struct st_reject *rej = &p->u.rej;
             a->invalid++;
             st_metric_add(a->m_invalid, 1);
             if (a->conf.role == ST_ROLE_DETECT)
                 /* the store role dead-letters it: one record per message */
                 st_warn("skipping the message at %s [%" PRId32 "] offset %" PRId64
                         ": %s (not dead-lettered by the detect role)",
-                        rd_kafka_topic_name(m->rkt), m->partition, m->offset, rej.code);
+                        rd_kafka_topic_name(m->rkt), m->partition, m->offset, rej->code);
             else
-                dead_letter(a, b, m, rej.code, rej.msg);
+                dead_letter(a, b, m, rej->code, rej->msg);
             st_reorder_note(a->reorder, m->partition, m->offset);
             continue;
         }
+        struct st_event ev = p->u.ev; /* ours from here */
         int64_t recv_ms = rd_kafka_message_timestamp(m, NULL);
         int64_t recv_us = recv_ms >= 0 ? recv_ms * 1000 : -1;
         int skewed = st_reorder_skewed(ev.ts_us, recv_us, a->conf.max_future_s * 1000000,
@@ -982,6 +1017,7 @@ int main(int argc, char **argv)
     a.registry = NULL;
     st_reorder_destroy(a.reorder);
 out:
+    free(a.parsed);
     st_consumer_destroy(a.consumer);
     st_store_destroy(a.store);
     for (int i = 0; i < NSLOTS; i++) {

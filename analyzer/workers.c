@@ -15,7 +15,7 @@
 #define MAX_DETECTORS 16
 #define MAX_WORKERS 64
 
-enum job { JOB_NONE, JOB_PREFETCH, JOB_FEED, JOB_QUIT };
+enum job { JOB_NONE, JOB_PREFETCH, JOB_FEED, JOB_PARSE, JOB_QUIT };
 
 /* One worker's share (index < K) or the global part (index == K). Written
  * by its thread only between a hand-off and its answer; by the main thread
@@ -51,6 +51,10 @@ struct st_workers {
     const struct st_reorder_item *rel;
     size_t nrel;
     uint64_t seq;
+    /* the batch being parsed (st_workers_parse), the same way */
+    rd_kafka_message_t *const *pmsgs;
+    size_t npmsgs;
+    struct st_parsed *parsed;
     /* the hand-off: job and gen set under mu, then go broadcast; each
      * worker answers with ndone++ and done */
     pthread_mutex_t mu;
@@ -192,6 +196,27 @@ static void part_feed(struct part *p)
     p->cpu_us += thread_cpu_us() - cpu0;
 }
 
+/* Parses the messages of the part's partitions (JOB_PARSE). Each out[i]
+ * is written by one thread only; the caller reads them after the
+ * hand-off's answer. */
+static void part_parse(struct part *p)
+{
+    struct st_workers *w = p->w;
+    for (size_t i = 0; i < w->npmsgs; i++) {
+        const rd_kafka_message_t *m = w->pmsgs[i];
+        if ((uint32_t)m->partition % (uint32_t)w->k != (uint32_t)p->index)
+            continue;
+        struct st_parsed *o = &w->parsed[i];
+        struct st_event ev;
+        struct st_reject rej;
+        o->rc = st_event_parse(&ev, m->payload, m->len, &rej);
+        if (o->rc)
+            o->u.rej = rej;
+        else
+            o->u.ev = ev;
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct part *p = arg;
@@ -211,6 +236,8 @@ static void *worker_main(void *arg)
             part_prefetch(p);
         else if (job == JOB_FEED)
             part_feed(p);
+        else if (job == JOB_PARSE)
+            part_parse(p);
         pthread_mutex_lock(&w->mu);
         w->ndone++;
         pthread_cond_signal(&w->done);
@@ -365,6 +392,23 @@ void st_workers_destroy(struct st_workers *w)
     pthread_cond_destroy(&w->done);
     free(w->parts);
     free(w);
+}
+
+void st_workers_parse(struct st_workers *w, rd_kafka_message_t *const *msgs, size_t n,
+                      struct st_parsed *out)
+{
+    int64_t wait_us = 0;
+    w->pmsgs = msgs;
+    w->npmsgs = n;
+    w->parsed = out;
+    if (w->nthreads)
+        post(w, JOB_PARSE);
+    part_parse(&w->parts[0]);
+    if (w->nthreads)
+        await(w, &wait_us);
+    w->pmsgs = NULL;
+    w->npmsgs = 0;
+    w->parsed = NULL;
 }
 
 void st_workers_reset(struct st_workers *w)

@@ -35,7 +35,8 @@
  * denial stream a seventh of the detection CPU, so a main thread that only
  * waited for K threads would leave a core idle). Workers 1 .. K-1 are
  * threads started by st_workers_new; they run only inside
- * st_workers_detect and are parked (waiting on a condition variable) at
+ * st_workers_detect and st_workers_parse (the batch's parse, split the
+ * same way: see there) and are parked (waiting on a condition variable) at
  * every other time, so the other calls use their instances with no lock,
  * and what one side wrote is seen by the other through the hand-off's
  * mutex. With K == 1 there is no thread: the single-threaded analyzer. No
@@ -46,9 +47,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "analyzer.h"
 #include "checkpoint.h"
 #include "detect.h"
+#include "event.h"
 #include "findings.h"
 #include "metrics.h"
 #include "reorder.h"
@@ -84,6 +88,32 @@ void st_workers_destroy(struct st_workers *w);
 int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, size_t nrel,
                       uint64_t seq, struct st_findings *findings, struct st_checkpoint *ckpt,
                       char *errstr, size_t errsz);
+
+/* One message's parse (st_workers_parse): rc 0 and ev, which the caller
+ * now owns (st_event_fini), or rc -1 and rej, the refusal. */
+struct st_parsed {
+    int rc;
+    union {
+        struct st_event ev;
+        struct st_reject rej;
+    } u;
+};
+
+/* Parses (st_event_parse) the payload of each of msgs[0..n) into
+ * out[i]: message i on worker msgs[i]->partition % K -- the split of
+ * detection -- worker 0 being the caller, the others their threads, all
+ * at once; returns when every message is parsed. Serial work that depends
+ * on the messages' order (dead-letter, staging, the reorder buffer) stays
+ * the caller's, so the result is what parsing the messages one after the
+ * other in the caller would give. The messages are only read; an event
+ * parsed on another thread is the caller's like any other (its arena may
+ * be destroyed on any thread: arena.h). The parse touches no shared
+ * mutable state (common/event.c, common/json.c: no cJSON hooks, no static
+ * buffer; the arenas' block cache is per thread). Workers must be parked
+ * (any time but inside st_workers_detect). With K == 1 the caller parses
+ * them all. Cannot fail: a refusal is a per-message result. */
+void st_workers_parse(struct st_workers *w, rd_kafka_message_t *const *msgs, size_t n,
+                      struct st_parsed *out);
 
 /* The same operations for every instance and the registry (detect.h),
  * workers parked: */

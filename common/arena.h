@@ -7,7 +7,11 @@
  * (the event that holds it; the event may move between threads with it).
  * A small arena's block, destroyed, is kept in a cache of the destroying
  * thread's (at most 8 MB) for its next st_arena_new, and freed when the
- * thread ends. */
+ * thread ends. An arena may be made on one thread and destroyed on another
+ * (the analyzer's parse workers: st_workers_parse): its first block then
+ * joins the destroying thread's cache, and the making thread takes new
+ * blocks from malloc (jemalloc), which frees across threads safely. Each
+ * cache is touched only by its own thread, so no lock. */
 #ifndef ST_ARENA_H
 #define ST_ARENA_H
 

@@ -10,7 +10,20 @@
  * and by another with detect.workers=3 (so that worker 0 gets two of the
  * partitions), in two drains each (the second extends what the first
  * left in Redis). Both must give the same findings, evidence and Redis
- * state; the three workers must each have detected events. */
+ * state; the three workers must each have detected events.
+ *
+ * Among the bursts are messages of every cheap refusal (not JSON, a
+ * duplicate key, not an object, a wrong schema, a bad time, a missing
+ * field, an unknown type, invalid UTF-8) and events stamped hours after
+ * their receive time (skewed: stored as they came, detected on the
+ * receive time), in every partition. Batches of 64 messages and
+ * detect.parse_split_min=40, so that with three workers the parse of a
+ * full batch runs on the workers (analyzer/workers.c, st_workers_parse)
+ * and that of the short last batches on the main thread: both must
+ * store the same rows, dead-letter the same messages with the same
+ * reasons in each partition's order, and find the same. Every message has
+ * one receive time (the Kafka timestamp), so that what the skewed events
+ * leave does not depend on when each analyzer's copy was produced. */
 #include <check.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -20,6 +33,8 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include <cjson/cJSON.h>
+
 #include "buf.h"
 #include "kafka.h"
 #include "world.h"
@@ -27,10 +42,15 @@
 #define ANALYZER BIN "/analyzer/sandtrail-analyzer"
 #define SCENARIOS SANDTRAIL_SOURCE_DIR "/tests/data/scenarios"
 #define PARTS 4
+/* every message's Kafka timestamp: 2026-11-30T00:00:00Z */
+#define RECV_MS INT64_C(1795996800000)
 
 static const char *q_findings =
     "SELECT finding_id, detector, severity, task_id, run_id, first_seen, last_seen,"
     " event_count, late_event_count, evidence::text, summary FROM findings ORDER BY 1";
+static const char *q_events =
+    "SELECT source_name, event_id, ts, task_id, run_id, type, decision, target, body::text,"
+    " kafka_partition, kafka_offset, skewed FROM events ORDER BY 1, 2, 3";
 static const char *q_evidence =
     "SELECT finding_id, source_name, event_id, late FROM finding_events ORDER BY 1, 2, 3";
 
@@ -44,6 +64,11 @@ static int partition_of(const char *task)
     return (int)(sum % PARTS);
 }
 
+static int cmp_line(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 /* The value of "task_id" in an event line. */
 static void task_of(const char *line, char *out, size_t outsz)
 {
@@ -54,6 +79,73 @@ static void task_of(const char *line, char *out, size_t outsz)
     ck_assert_uint_lt(n, outsz);
     memcpy(out, p, n);
     out[n] = '\0';
+}
+
+#define REFUSAL_KINDS 8
+
+/* A message the analyzer refuses, of kind t % REFUSAL_KINDS, in T-G<t>'s
+ * partition (task_of finds its "task_id" even where it is not JSON; @
+ * stands for t). */
+static void add_refused(struct st_buf *b, int t)
+{
+    static const char *const fmt[REFUSAL_KINDS] = {
+        "not JSON \"task_id\":\"T-G@\"\n",
+        "{\"schema\":\"sandtrail.event.v1\",\"task_id\":\"T-G@\",\"task_id\":\"x\"}\n",
+        "[{\"task_id\":\"T-G@\"}]\n",
+        "{\"schema\":\"sandtrail.event.v0\",\"event_id\":\"bad\",\"task_id\":\"T-G@\"}\n",
+        "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"bad\",\"ts\":\"yesterday\","
+        "\"task_id\":\"T-G@\"}\n",
+        "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"bad\","
+        "\"ts\":\"2026-11-29T14:00:00Z\",\"task_id\":\"T-G@\"}\n",
+        "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"bad\","
+        "\"ts\":\"2026-11-29T14:00:00Z\",\"source\":{\"kind\":\"proxy\",\"name\":\"squid\"},"
+        "\"task_id\":\"T-G@\",\"run_id\":\"r\",\"type\":\"teleport\"}\n",
+        "{\"schema\":\"sandtrail.event.v1\",\"task_id\":\"T-G@\",\"x\":\"\xff\"}\n",
+    };
+    const char *f = fmt[t % REFUSAL_KINDS], *at = strchr(f, '@');
+    st_buf_add(b, f, (size_t)(at - f));
+    st_buf_printf(b, "%d", t);
+    st_buf_adds(b, at + 1);
+}
+
+/* The dead-letter records of a topic, one line each (source partition,
+ * offset, reason, error, raw), sorted by partition and offset: each
+ * partition's records in the order its messages came. *n gets how many. */
+static char *dlq_lines(const char *topic, int *n)
+{
+    char *dump = topic_dump(topic, n);
+    char **lines = calloc((size_t)*n + 1, sizeof(*lines));
+    int k = 0;
+    for (char *l = dump; *l && k < *n;) {
+        size_t len = strcspn(l, "\n");
+        cJSON *o = cJSON_ParseWithLength(l, len);
+        ck_assert_ptr_nonnull(o);
+        const char *f[] = {"reason", "error", "raw"};
+        const char *v[3];
+        for (int i = 0; i < 3; i++) {
+            const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, f[i]);
+            ck_assert_msg(cJSON_IsString(j), "no %s in %.*s", f[i], (int)len, l);
+            v[i] = j->valuestring;
+        }
+        ck_assert_int_gt(asprintf(&lines[k++], "%d %012.0f %s | %s | %s\n",
+                                  cJSON_GetObjectItem(o, "partition")->valueint,
+                                  cJSON_GetObjectItem(o, "offset")->valuedouble, v[0],
+                                  v[1], v[2]),
+                         0);
+        cJSON_Delete(o);
+        l += len + (l[len] == '\n');
+    }
+    qsort(lines, (size_t)k, sizeof(*lines), cmp_line);
+    struct st_buf b;
+    st_buf_init(&b);
+    st_buf_adds(&b, "");
+    for (int i = 0; i < k; i++) {
+        st_buf_adds(&b, lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    free(dump);
+    return b.data;
 }
 
 /* The stream, one event a line: first what is drained before the rest
@@ -89,7 +181,9 @@ static void build_stream(struct st_buf *s, struct st_buf *later)
      * last denials of each come in the second part, extending the state
      * a new process reads back */
     for (int t = 0; t < 40; t++)
-        for (int i = 0; i < 12; i++)
+        for (int i = 0; i < 12; i++) {
+            if (i == 4)
+                add_refused(i < 9 ? s : later, t);
             st_buf_printf(i < 9 ? s : later,
                           "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"g%d-%d\","
                           "\"ts\":\"2026-11-29T14:%02d:%02d.000Z\",\"source\":{\"kind\":"
@@ -98,6 +192,17 @@ static void build_stream(struct st_buf *s, struct st_buf *later)
                           "\"request\",\"decision\":\"deny\",\"attrs\":{\"method\":"
                           "\"GET\",\"host\":\"h%d.example\",\"port\":443,\"status\":403}}\n",
                           t, i, t % 60, i * 3, t, t % 3, i % 4);
+            /* hours after the receive time (RECV_MS): skewed */
+            if (i == 6 && t % 4 == 1)
+                st_buf_printf(s,
+                              "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"sk%d\","
+                              "\"ts\":\"2026-11-30T06:00:%02d.000Z\",\"source\":{\"kind\":"
+                              "\"proxy\",\"name\":\"squid\"},"
+                              "\"task_id\":\"T-G%d\",\"run_id\":\"run-g%d\",\"type\":"
+                              "\"request\",\"decision\":\"deny\",\"attrs\":{\"method\":"
+                              "\"GET\",\"host\":\"h9.example\",\"port\":443,\"status\":403}}\n",
+                              t, t, t, t % 3);
+        }
     /* issued in T-XA's partition, used and written in T-XB's */
     st_buf_adds(s, "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"x-issue\","
                    "\"ts\":\"2026-11-29T15:00:00.000Z\",\"source\":{\"kind\":\"broker\","
@@ -141,6 +246,7 @@ static void produce(const struct world *w, const char *stream, int counts[PARTS]
         ck_assert_int_eq(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(w->topic),
                                            RD_KAFKA_V_PARTITION(p),
                                            RD_KAFKA_V_KEY(task, strlen(task)),
+                                           RD_KAFKA_V_TIMESTAMP(RECV_MS),
                                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                            RD_KAFKA_V_VALUE(line, n), RD_KAFKA_V_END),
                          0);
@@ -218,7 +324,7 @@ static void drain(const struct world *w, int workers, const char *log)
 {
     ck_assert_int_eq(run(w, w->name, w->name,
                          "timeout 180 " ANALYZER " --drain -X batch.max_events=64 "
-                         "-X detect.workers=%d 2>%s",
+                         "-X detect.parse_split_min=40 -X detect.workers=%d 2>%s",
                          workers, log),
                      0);
 }
@@ -263,6 +369,29 @@ START_TEST(detect_workers_give_the_findings_and_state_of_one)
     char *fa = rows(one.dsn, q_findings), *fb = rows(three.dsn, q_findings);
     ck_assert_uint_gt(strlen(fa), 0);
     assert_same("findings", fa, fb);
+    free(fa);
+    free(fb);
+    /* the same rows stored, the same refusals in the same order */
+    fa = rows(one.dsn, q_events);
+    fb = rows(three.dsn, q_events);
+    assert_same("events", fa, fb);
+    free(fa);
+    free(fb);
+    r = rows(one.dsn, "SELECT count(*) FROM events WHERE skewed");
+    ck_assert_str_eq(r, "10\n");
+    free(r);
+    int n1, n3;
+    fa = dlq_lines(one.dlq, &n1);
+    fb = dlq_lines(three.dlq, &n3);
+    ck_assert_int_eq(n1, 40);
+    ck_assert_int_eq(n3, 40);
+    for (int k = 0; k < REFUSAL_KINDS; k++) {
+        static const char *const reasons[REFUSAL_KINDS] = {
+            " invalid_json |", " duplicate_key |", " not_an_object |", " unknown_schema |",
+            " invalid_timestamp |", " missing_field |", " unknown_type |", " invalid_utf8 |"};
+        ck_assert_msg(strstr(fa, reasons[k]), "no%s record in %s", reasons[k], fa);
+    }
+    assert_same("dead-letter records", fa, fb);
     free(fa);
     free(fb);
     fa = rows(one.dsn, q_evidence);
