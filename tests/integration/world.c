@@ -18,6 +18,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "buf.h"
+#include "redisconn.h"
 #include "world.h"
 
 #define WORLD_SERVICES SANDTRAIL_SOURCE_DIR "/scripts/services"
@@ -87,10 +88,44 @@ static void world_drop_topics(const char *name)
     rd_kafka_destroy(rk);
 }
 
+/* Deletes every Redis key whose name begins with the world's name (the
+ * tests use it, or it followed by a tag, as redis.prefix). Best effort, as
+ * above: detector state left behind would otherwise stay for state.ttl_s
+ * and make every new prefix's first start scan it (runidx.h). */
+static void world_drop_keys(const char *name)
+{
+    struct st_redis_target t;
+    char err[256], match[96];
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    if (!url || st_redis_target_parse(&t, url, getenv("SANDTRAIL_REDIS_PASSWORD_FILE"), err,
+                                      sizeof(err)))
+        return;
+    redisContext *c = st_redis_connect(&t, 5000, NULL, err, sizeof(err));
+    st_redis_target_fini(&t);
+    if (!c)
+        return;
+    snprintf(match, sizeof(match), "%s*", name);
+    char cursor[32] = "0";
+    do {
+        redisReply *r = redisCommand(c, "SCAN %s MATCH %s COUNT 10000", cursor, match);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            freeReplyObject(r);
+            break;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++)
+            freeReplyObject(redisCommand(c, "UNLINK %b", r->element[1]->element[i]->str,
+                                         r->element[1]->element[i]->len));
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    redisFree(c);
+}
+
 void world_drop(struct world *w)
 {
     char dsn[700], sql[200];
     world_drop_topics(w->name);
+    world_drop_keys(w->name);
     snprintf(dsn, sizeof(dsn), "%s dbname=postgres", base_dsn);
     PGconn *pg = PQconnectdb(dsn);
     snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", w->name);
