@@ -35,7 +35,6 @@
 #include "window.h"
 
 #define SEP '\x1f'
-#define TRIM_SEND_MIN 64 /* see run_checkpoint */
 
 struct episode {
     char id[33];
@@ -71,8 +70,6 @@ struct run {
     size_t ndel_eps;
     int64_t *del_b;           /* buckets trimmed */
     size_t ndel_b;
-    size_t ntrimmed;          /* members, episodes, buckets behind those */
-    int ooo;                  /* fed a late or skewed event this batch */
     int64_t max_ts;           /* newest on-time event of the run in this batch */
     int64_t trim_ts;          /* newest on-time event of batches not yet trimmed */
     uint64_t trim_seq;        /* the last of those batches' checkpoint */
@@ -549,8 +546,6 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
      * must not trim what newer windows still need */
     if (!(ctx->late || ctx->skewed) && ev->ts_us > r->max_ts)
         r->max_ts = ev->ts_us;
-    if (ctx->late || ctx->skewed)
-        r->ooo = 1;
     return r;
 }
 
@@ -685,19 +680,13 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     char *bkey = (w->flags & ST_RUNWIN_BUCKETS)
                      ? st_detect_key(w->conf, w->name, "b", r->task_id, r->run_id)
                      : NULL;
-    /* Redis's trims wait until they remove at least TRIM_SEND_MIN things
-     * and twice what the run keeps (so Redis holds at most three times a
-     * run's members, plus TRIM_SEND_MIN): most short runs are never
-     * trimmed in Redis, their keys expire. What Redis then holds beyond
-     * memory is older than any on-time event's window can reach, like the
-     * deletions a crash loses (docs/architecture.md, "Why a redone batch
-     * changes nothing"). Only a late or skewed event can add a member that
-     * old again: its batch sends them all, before its ZADD. */
-    int send_del = r->ooo || (r->ntrimmed >= TRIM_SEND_MIN && r->ntrimmed >= 2 * r->n);
-    r->ooo = 0;
-    if (!send_del)
-        goto writes;
-    r->ntrimmed = 0;
+    /* Every trim goes to Redis with the next checkpoint, so that a run
+     * loaded again (after an eviction, a revoke or a restart) holds what
+     * memory held (a lazier trim, tried, made a very late event's window
+     * depend on when its run had been evicted). A deletion can empty a key,
+     * which Redis then deletes; the write that follows in this checkpoint
+     * makes it again without a TTL, so its EXPIRE is due again (last sent
+     * set to 0). */
     /* deletions first: a member re-added after the trim is then kept */
     if (r->trim_below != INT64_MIN) {
         char below[24];
@@ -705,6 +694,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         const char *zrem[] = {"ZREMRANGEBYSCORE", wkey, "-inf", below};
         st_checkpoint_cmd(ctx->ckpt, 4, zrem);
         r->trim_below = INT64_MIN;
+        r->w_exp_s = 0;
     }
     if (r->ndel_eps && ekey) {
         cmd_arg(c, "HDEL", 0);
@@ -712,6 +702,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         for (size_t i = 0; i < r->ndel_eps; i++)
             cmd_arg(c, r->del_eps[i], 0);
         cmd_flush(c, ctx->ckpt, 2);
+        r->e_exp_s = 0;
     }
     r->ndel_eps = 0;
     if (r->ndel_b && bkey) {
@@ -720,9 +711,9 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         for (size_t i = 0; i < r->ndel_b; i++)
             cmd_num(c, r->del_b[i]);
         cmd_flush(c, ctx->ckpt, 2);
+        r->b_exp_s = 0;
     }
     r->ndel_b = 0;
-writes:
     if (r->nunsaved) {
         cmd_arg(c, "ZADD", 0);
         cmd_arg(c, wkey, 0);
@@ -840,7 +831,6 @@ static void run_trim(struct st_runwin *w, struct run *r)
     }
     memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));
     r->n -= k;
-    r->ntrimmed += k;
     if (k && r->trim_below < oldest)
         r->trim_below = oldest;
     /* no on-time trigger to come can continue an episode that ended
@@ -853,7 +843,6 @@ static void run_trim(struct st_runwin *w, struct run *r)
         }
         r->del_eps = st_realloc(r->del_eps, (r->ndel_eps + 1) * sizeof(*r->del_eps));
         memcpy(r->del_eps[r->ndel_eps++], r->eps[j].id, 33);
-        r->ntrimmed++;
     }
     r->neps = keep;
     /* a bucket goes only when every member it counted is gone (it ends
@@ -867,7 +856,6 @@ static void run_trim(struct st_runwin *w, struct run *r)
         }
         r->del_b = st_realloc(r->del_b, (r->ndel_b + 1) * sizeof(*r->del_b));
         r->del_b[r->ndel_b++] = r->b[j].key;
-        r->ntrimmed++;
     }
     r->nb = keep;
 }

@@ -110,7 +110,7 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
                        char out[33]);
 
 /* Appends to ctx->ckpt what changed since the last call: the trims of the
- * committed batches once they are worth a command (runwin.c), the new
+ * committed batches (before the writes), the new
  * members (one ZADD per run), the episodes and buckets changed (HSET of
  * absolute values), EXPIRE; and notes each run written in its partition's
  * run index (ctx->runidx), whose entries the caller puts first. */

@@ -1,0 +1,171 @@
+/* test_runwin_redis.c: a run's windows against the real Redis, checkpoint
+ * by checkpoint (found by a review of the run index, 2026-12-01):
+ *   - a key a trim empties (Redis deletes it) and the same checkpoint
+ *     writes again still gets its EXPIRE: no state without a TTL;
+ *   - a run forgotten (revoke; an eviction drops it the same way) and
+ *     loaded again gives a late event the window it had in memory: every
+ *     trim reached Redis with the checkpoint after it. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analyzer.h"
+#include "checkpoint.h"
+#include "detect.h"
+#include "rpipe.h"
+#include "runwin.h"
+
+static struct st_analyzer_conf conf;
+static struct st_runwin *w;
+static long long ttl_reply;
+
+static size_t seen_n;
+
+static int count_window(void *arg, const struct st_runwin_view *v)
+{
+    (void)arg;
+    seen_n = v->n;
+    return 0;
+}
+
+static int open_episode(void *arg, const struct st_runwin_view *v)
+{
+    char id[33];
+    if (*(int *)arg)
+        st_runwin_episode(w, v, v->ev->ts_us, &v->m[0], id);
+    return 0;
+}
+
+static int on_ttl(const redisReply *r, void *arg)
+{
+    (void)arg;
+    ttl_reply = r->integer;
+    return 0;
+}
+
+static void batch(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
+                  const char *id, int64_t ts, int late, int episode)
+{
+    char err[256];
+    struct st_event ev = {0};
+    ev.event_id = id;
+    ev.ts_us = ts;
+    ev.source_name = "s";
+    ev.task_id = "task";
+    ev.run_id = "run";
+    struct st_checkpoint *ck = st_checkpoint_new();
+    ctx->ckpt = ck;
+    ctx->late = late;
+    ctx->seq = seq;
+    st_runwin_begin(w, 1);
+    st_runwin_prefetch(w, ctx, &ev);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    if (episode < 0)
+        st_runwin_feed(w, ctx, &ev, "{}", 0, count_window, NULL);
+    else
+        st_runwin_feed(w, ctx, &ev, "{}", 0, open_episode, &episode);
+    st_runwin_end_batch(w, ctx);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_runwin_after_commit(w, ctx);
+    st_checkpoint_destroy(ck);
+}
+
+START_TEST(runwin_emptied_key_keeps_its_ttl)
+{
+    char err[256], prefix[64];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d:", (int)getpid());
+    memset(&conf, 0, sizeof(conf));
+    conf.redis_prefix = prefix;
+    conf.state_ttl_s = 86400;
+    conf.state_evict_s = 600;
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_ptr_nonnull(url);
+    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
+    w = st_runwin_new(&conf, "rv", win, keep, ST_RUNWIN_EPISODES, 0);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    batch(p, &ctx, 1, "e1", T, 0, 1);                   /* episode E1 opened */
+    batch(p, &ctx, 2, "e2", T + 600000000LL, 0, 0);     /* trims e1 and E1 */
+    batch(p, &ctx, 3, "e3", T + 590000000LL, 1, 1);     /* late: HDEL E1 (the hash emptied), HSET E2 */
+    char *ekey = st_detect_key(&conf, "rv", "eps", "task", "run");
+    char *wkey = st_detect_key(&conf, "rv", "w", "task", "run");
+    const char *t1[] = {"TTL", ekey};
+    st_rpipe_cmd(p, on_ttl, NULL, 2, t1);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    long long eps_ttl = ttl_reply;
+    const char *t2[] = {"TTL", wkey};
+    st_rpipe_cmd(p, on_ttl, NULL, 2, t2);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    fprintf(stderr, "TTL %s = %lld, TTL %s = %lld\n", ekey, eps_ttl, wkey, ttl_reply);
+    const char *d[] = {"DEL", ekey, wkey};
+    st_rpipe_cmd(p, NULL, NULL, 3, d);
+    st_rpipe_exec(p, err, sizeof(err));
+    free(ekey);
+    free(wkey);
+    st_runwin_destroy(w);
+    st_rpipe_destroy(p);
+    ck_assert_msg(eps_ttl > 0, "episode hash has no TTL (%lld)", eps_ttl);
+}
+END_TEST
+
+/* the same events, once with the run held in memory throughout, once
+ * forgotten (revoke; eviction drops it the same way) and reloaded: the
+ * late event's window differs (Redis kept the member memory trimmed). */
+static size_t late_window(int reload)
+{
+    char err[256], prefix[64];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_%d:", (int)getpid(), reload);
+    memset(&conf, 0, sizeof(conf));
+    conf.redis_prefix = prefix;
+    conf.state_ttl_s = 86400;
+    conf.state_evict_s = 600;
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
+    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
+    w = st_runwin_new(&conf, "rv", win, keep, 0, 0);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    batch(p, &ctx, 1, "e1", T, 0, -1);
+    batch(p, &ctx, 2, "e2", T + 600000000LL, 0, -1); /* e1 trimmed */
+    batch(p, &ctx, 3, "e2b", T + 601000000LL, 0, -1);
+    if (reload)
+        st_runwin_forget(w, &ctx);
+    batch(p, &ctx, 4, "e3", T + 30000000LL, 1, -1); /* late: window T-30 s .. T+90 s */
+    size_t n = seen_n;
+    char *wkey = st_detect_key(&conf, "rv", "w", "task", "run");
+    const char *d[] = {"DEL", wkey};
+    st_rpipe_cmd(p, NULL, NULL, 2, d);
+    st_rpipe_exec(p, err, sizeof(err));
+    free(wkey);
+    st_runwin_destroy(w);
+    st_rpipe_destroy(p);
+    return n;
+}
+
+START_TEST(runwin_reloaded_run_gives_a_late_event_the_same_window)
+{
+    size_t cont = late_window(0), rel = late_window(1);
+    fprintf(stderr, "late event's window: %zu members held throughout, %zu reloaded\n",
+            cont, rel);
+    ck_assert_uint_eq(cont, rel);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("runwin_redis");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, runwin_emptied_key_keeps_its_ttl);
+    tcase_add_test(tc, runwin_reloaded_run_gives_a_late_event_the_same_window);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? 1 : 0;
+}
