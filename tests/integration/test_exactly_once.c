@@ -115,22 +115,6 @@ static void lock_wait(pid_t pid)
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-/* The first line where x and y differ, cut to fit a Check message. */
-static void first_difference(const char *x, const char *y, char *out, size_t outsz)
-{
-    size_t i = 0, line = 1, start = 0;
-    while (x[i] && x[i] == y[i]) {
-        if (x[i] == '\n') {
-            line++;
-            start = i + 1;
-        }
-        i++;
-    }
-    size_t from = i - start > 120 ? i - 120 : start;
-    snprintf(out, outsz, "line %zu: clean \"%.300s\" vs \"%.300s\"", line, x + from,
-             y + from);
-}
-
 static void assert_same_tables(const struct world *a, const struct world *b)
 {
     const char *qs[] = {q_events, q_findings, q_finding_events};
@@ -139,7 +123,7 @@ static void assert_same_tables(const struct world *a, const struct world *b)
         char *x = rows(a->dsn, qs[i]), *y = rows(b->dsn, qs[i]);
         ck_assert_msg(strlen(x) > 0, "query %d returned nothing", i);
         if (strcmp(x, y) != 0)
-            first_difference(x, y, diff, sizeof(diff));
+            world_first_difference("clean", x, y, diff, sizeof(diff));
         ck_assert_msg(strcmp(x, y) == 0, "query %d differs at %s", i, diff);
         free(x);
         free(y);

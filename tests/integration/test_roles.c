@@ -124,22 +124,6 @@ static void setup(struct world *ref, struct world *pair, const char *tag)
     free(n);
 }
 
-/* The first line where x and y differ, cut to fit a Check message. */
-static void first_difference(const char *x, const char *y, char *out, size_t outsz)
-{
-    size_t i = 0, line = 1, start = 0;
-    while (x[i] && x[i] == y[i]) {
-        if (x[i] == '\n') {
-            line++;
-            start = i + 1;
-        }
-        i++;
-    }
-    size_t from = i - start > 120 ? i - 120 : start;
-    snprintf(out, outsz, "line %zu: all \"%.300s\" vs \"%.300s\"", line, x + from,
-             y + from);
-}
-
 /* Every dead-letter record's reason and offset, sorted. */
 static char *dead_letters(const char *topic, int *count)
 {
@@ -164,7 +148,7 @@ static void assert_same(const struct world *ref, const struct world *pair)
         char *x = rows(ref->dsn, queries[i]), *y = rows(pair->dsn, queries[i]);
         ck_assert_msg(strlen(x) > 0, "query %zu returned nothing", i);
         if (strcmp(x, y) != 0)
-            first_difference(x, y, diff, sizeof(diff));
+            world_first_difference("all", x, y, diff, sizeof(diff));
         ck_assert_msg(strcmp(x, y) == 0, "query %zu differs at %s", i, diff);
         free(x);
         free(y);

@@ -133,6 +133,22 @@ void world_drop(struct world *w)
     PQfinish(pg);
 }
 
+void world_first_difference(const char *xname, const char *x, const char *y, char *out,
+                            size_t outsz)
+{
+    size_t i = 0, line = 1, start = 0;
+    while (x[i] && x[i] == y[i]) {
+        if (x[i] == '\n') {
+            line++;
+            start = i + 1;
+        }
+        i++;
+    }
+    size_t from = i - start > 120 ? i - 120 : start;
+    snprintf(out, outsz, "line %zu: %s \"%.300s\" vs \"%.300s\"", line, xname, x + from,
+             y + from);
+}
+
 /* Runs a program with the world's settings; returns its exit status. */
 int run(const struct world *w, const char *group, const char *prefix,
                const char *fmt, ...)

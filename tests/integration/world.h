@@ -19,6 +19,11 @@ struct world {
     char dlq[96];
 };
 
+/* The first line where x and y differ, cut to fit a Check message:
+ * "line N: <xname> "..." vs "..."". */
+void world_first_difference(const char *xname, const char *x, const char *y, char *out,
+                            size_t outsz);
+
 /* Reads the services' settings from the environment; -1 when absent. */
 int world_setup(void);
 

@@ -21,25 +21,10 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "corpus.h"
 #include "event.h"
 
 static size_t lines, accepted;
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert(fread(buf, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    buf[n] = '\0';
-    *len = (size_t)n;
-    return buf;
-}
 
 static int same_str(const char *a, const char *b)
 {
@@ -138,68 +123,21 @@ static void compare_mutated(const char *line, size_t len, int mutations)
     free(m);
 }
 
-static void compare_lines(const char *text, size_t len, int mutations)
+/* corpus.h's callback: arg is the number of mutations of each input. */
+static void compare_each(const char *text, size_t len, void *arg)
 {
-    size_t i = 0;
-    while (i < len) {
-        const char *nl = memchr(text + i, '\n', len - i);
-        size_t end = nl ? (size_t)(nl - text) : len;
-        compare_mutated(text + i, end - i, mutations);
-        i = end + 1;
-    }
+    compare_mutated(text, len, *(const int *)arg);
 }
 
-/* Every file under dir, line by line and whole. */
 static size_t compare_tree(const char *dir, int mutations)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    size_t files = 0;
-    if (!d)
-        return 0;
-    while ((e = readdir(d))) {
-        char path[4096];
-        struct stat st;
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (stat(path, &st))
-            continue;
-        if (S_ISDIR(st.st_mode)) {
-            files += compare_tree(path, mutations);
-            continue;
-        }
-        size_t len;
-        char *text = slurp(path, &len);
-        if (!text)
-            continue;
-        compare_lines(text, len, mutations);
-        if (len < 65536)
-            compare_mutated(text, len, mutations);
-        free(text);
-        files++;
-    }
-    closedir(d);
-    return files;
+    return corpus_tree(dir, compare_each, &mutations);
 }
 
-/* A generator's output, line by line: the shell command head, the output
- * file, then tail. */
 static void compare_generated(const char *head, const char *tail, int mutations)
 {
-    char tmp[] = "/tmp/test_event_arena_XXXXXX";
-    int fd = mkstemp(tmp);
-    ck_assert(fd >= 0);
-    close(fd);
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "%s%s%s", head, tmp, tail);
-    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
-    size_t len;
-    char *text = slurp(tmp, &len);
-    ck_assert(text && len > 100000);
-    compare_lines(text, len, mutations);
-    free(text);
-    unlink(tmp);
+    ck_assert_msg(corpus_generated(head, tail, compare_each, &mutations) == 0, "failed: %s",
+                  head);
 }
 
 #define HEAD                                                                       \

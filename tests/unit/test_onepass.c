@@ -23,6 +23,7 @@
 
 #include "accept.h"
 #include "buf.h"
+#include "corpus.h"
 #include "collector.h"
 #include "credset.h"
 #include "event.h"
@@ -37,23 +38,6 @@ struct pair {
     size_t lines, accepted, decided; /* decided: accepted by the one pass */
 };
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    struct st_buf b;
-    char chunk[8192];
-    size_t n;
-    if (!f)
-        return NULL;
-    st_buf_init(&b);
-    st_buf_adds(&b, "");
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        st_buf_add(&b, chunk, n);
-    fclose(f);
-    *len = b.len;
-    return b.data;
-}
-
 static struct st_accept *new_accept(int single_pass, const struct st_credset *issued)
 {
     struct st_collector_conf conf;
@@ -67,7 +51,7 @@ static struct st_accept *new_accept(int single_pass, const struct st_credset *is
     conf.single_pass = single_pass;
     st_buf_init(&key);
     st_buf_adds(&key, KEY);
-    char *file = slurp(SANDTRAIL_SOURCE_DIR "/tests/data/canary/canaries.txt", &n);
+    char *file = corpus_slurp(SANDTRAIL_SOURCE_DIR "/tests/data/canary/canaries.txt", &n);
     struct st_buf c;
     st_buf_init(&c);
     st_buf_adds(&c, "CANARY-7f3e9a21-do-not-use\n");
@@ -202,57 +186,29 @@ static void compare_mutated(struct pair *p, const char *line, size_t len, int mu
     free(m);
 }
 
-static void compare_lines(struct pair *p, const char *text, size_t len, int mutations)
+/* corpus.h's callback and its argument. */
+struct each {
+    struct pair *p;
+    int mutations;
+};
+
+static void compare_each(const char *text, size_t len, void *arg)
 {
-    size_t i = 0;
-    while (i < len) {
-        const char *nl = memchr(text + i, '\n', len - i);
-        size_t end = nl ? (size_t)(nl - text) : len;
-        compare_mutated(p, text + i, end - i, mutations);
-        i = end + 1;
-    }
+    const struct each *e = arg;
+    compare_mutated(e->p, text, len, e->mutations);
 }
 
-/* Every file under dir, line by line (mutations of each line), and whole
- * (a pretty-printed document is one line with newlines in it). */
 static size_t compare_tree(struct pair *p, const char *dir, int mutations)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    size_t files = 0;
-    if (!d)
-        return 0;
-    while ((e = readdir(d))) {
-        char path[4096];
-        struct stat st;
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (stat(path, &st))
-            continue;
-        if (S_ISDIR(st.st_mode)) {
-            files += compare_tree(p, path, mutations);
-            continue;
-        }
-        size_t len;
-        char *text = slurp(path, &len);
-        if (!text)
-            continue;
-        compare_lines(p, text, len, mutations);
-        if (len < 65536)
-            compare_mutated(p, text, len, mutations);
-        free(text);
-        files++;
-    }
-    closedir(d);
-    return files;
+    struct each e = {p, mutations};
+    return corpus_tree(dir, compare_each, &e);
 }
 
 /* The string literals of a C file, unescaped (adjacent ones not joined). */
 static size_t c_strings(const char *path, char ***out)
 {
     size_t len, n = 0;
-    char *src = slurp(path, &len), **v = NULL;
+    char *src = corpus_slurp(path, &len), **v = NULL;
     ck_assert_msg(src != NULL, "cannot read %s", path);
     for (size_t i = 0; i < len; i++) {
         if (src[i] == '/' && i + 1 < len && src[i + 1] == '*') {
@@ -528,23 +484,10 @@ static void compare_everything(struct pair *p)
     compare_tree(p, SANDTRAIL_SOURCE_DIR "/schemas", 4);
     compare_tree(p, SANDTRAIL_SOURCE_DIR "/fuzz", 2);
 
-    /* the benchmark's own input */
-    char tmp[] = "/tmp/test_onepass_XXXXXX";
-    int fd = mkstemp(tmp);
-    ck_assert(fd >= 0);
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd),
-             "python3 " SANDTRAIL_SOURCE_DIR "/scripts/bench/gen_mixed.py 3000 %s 7 "
-             "2>/dev/null",
-             tmp);
-    if (system(cmd) == 0) {
-        size_t len;
-        char *text = slurp(tmp, &len);
-        ck_assert(text && len > 100000);
-        compare_lines(p, text, len, 1);
-        free(text);
-    }
-    unlink(tmp);
+    /* the benchmark's own input (skipped without python3) */
+    struct each gen = {p, 1};
+    corpus_generated("python3 " SANDTRAIL_SOURCE_DIR "/scripts/bench/gen_mixed.py 3000 ",
+                     " 7 2>/dev/null", compare_each, &gen);
 
     char **strs;
     size_t n = c_strings(SANDTRAIL_SOURCE_DIR "/tests/unit/test_redact.c", &strs);
