@@ -667,6 +667,24 @@ static void cmd_flush(struct cmd *c, struct st_checkpoint *ck, int min_argc)
     c->argc = c->nowned = 0;
 }
 
+/* Whether Redis holds an episode (bucket) the run still has: written and
+ * not changed since. Then a deletion cannot empty the key. */
+static int any_saved_episode(const struct run *r)
+{
+    for (size_t i = 0; i < r->neps; i++)
+        if (!r->eps[i].dirty)
+            return 1;
+    return 0;
+}
+
+static int any_saved_bucket(const struct run *r)
+{
+    for (size_t i = 0; i < r->nb; i++)
+        if (!r->b[i].dirty)
+            return 1;
+    return 0;
+}
+
 static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
                            struct cmd *c, const char *ttl)
 {
@@ -686,7 +704,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
      * depend on when its run had been evicted). A deletion can empty a key,
      * which Redis then deletes; the write that follows in this checkpoint
      * makes it again without a TTL, so its EXPIRE is due again (last sent
-     * set to 0). */
+     * set to 0) when nothing Redis holds of the key is left in memory. */
     /* deletions first: a member re-added after the trim is then kept */
     if (r->trim_below != INT64_MIN) {
         char below[24];
@@ -694,7 +712,8 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         const char *zrem[] = {"ZREMRANGEBYSCORE", wkey, "-inf", below};
         st_checkpoint_cmd(ctx->ckpt, 4, zrem);
         r->trim_below = INT64_MIN;
-        r->w_exp_s = 0;
+        if (r->n == r->nunsaved) /* no saved member left: the key may be gone */
+            r->w_exp_s = 0;
     }
     if (r->ndel_eps && ekey) {
         cmd_arg(c, "HDEL", 0);
@@ -702,7 +721,8 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         for (size_t i = 0; i < r->ndel_eps; i++)
             cmd_arg(c, r->del_eps[i], 0);
         cmd_flush(c, ctx->ckpt, 2);
-        r->e_exp_s = 0;
+        if (!any_saved_episode(r))
+            r->e_exp_s = 0;
     }
     r->ndel_eps = 0;
     if (r->ndel_b && bkey) {
@@ -711,7 +731,8 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         for (size_t i = 0; i < r->ndel_b; i++)
             cmd_num(c, r->del_b[i]);
         cmd_flush(c, ctx->ckpt, 2);
-        r->b_exp_s = 0;
+        if (!any_saved_bucket(r))
+            r->b_exp_s = 0;
     }
     r->ndel_b = 0;
     if (r->nunsaved) {
