@@ -94,9 +94,40 @@ int st_runidx_trusted(const struct st_runidx *x);
  * so a run's is computed once. */
 uint64_t st_runidx_hash(const char *task_id, const char *run_id);
 
+/* The events topic's partition count as Kafka last told the consumer
+ * (st_consumer_topic_partitions; <= 0: not known, nothing compared). A
+ * change makes the next st_runidx_check check. */
+void st_runidx_set_partitions(struct st_runidx *x, int32_t n);
+
+/* Before the prefetch pass of batch seq (and its st_runidx_begin): when a
+ * check is due -- the first
+ * batch after st_runidx_new or st_runidx_forget (an assignment), a Redis
+ * connection of the process made again since the last check
+ * (st_rpipe_reconnects), a new partition count, or CHECK_EVERY_S (10 s)
+ * since the last one -- runs it first, synchronously on p (nothing queued):
+ * one round trip (INFO server, then GET of the server key, the marker and
+ * the partitions key), a second one only to write what changed. The marker
+ * is set to now when Redis's run_id differs from the one this part last
+ * saw or the one recorded, the count differs from the one recorded, or the
+ * marker is gone; the run_id and the count are then recorded. After any
+ * reconnection every partition is read again; after a restart this part
+ * saw, the marker is set to now once more when the checkpoint of batch
+ * seq is in (st_runidx_committed), the index untrusted until then.
+ * Returns 0, or -1 with errstr set when Redis failed or refused (a
+ * per-batch error: the batch is tried again). */
+int st_runidx_check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *errstr,
+                    size_t errsz);
+
 /* Starts a batch's prefetch pass (before its st_runidx_queue_load); reads
  * the clock for st_runidx_trusted. */
 void st_runidx_begin(struct st_runidx *x);
+
+/* Every checkpoint up to seq is in Redis: when a restart was seen (see
+ * st_runidx_check) and seq has reached the batch of that check, the marker
+ * is set to now, synchronously on p (nothing queued), and the index is
+ * trusted again state.ttl_s later. Returns 0, or -1 when Redis failed
+ * (logged; tried again at the next call). */
+int st_runidx_committed(struct st_runidx *x, struct st_rpipe *p, uint64_t seq);
 
 /* Queues on p the load of partition's index unless it is loaded or
  * queued. Returns 1 when queued: the caller runs p before any lookup. A
@@ -126,7 +157,8 @@ void st_runidx_note(struct st_runidx *x, int32_t partition, const char *task_id,
  * due, each partition's sweep of old entries. */
 void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t now);
 
-/* Forgets every partition (revoked): each is loaded again when next seen. */
+/* Forgets every partition (revoked): each is loaded again when next seen,
+ * and the next st_runidx_check checks. */
 void st_runidx_forget(struct st_runidx *x);
 
 /* Runs held in memory, all partitions. */
