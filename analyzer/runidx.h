@@ -52,6 +52,34 @@
  * and that the old release's state.ttl_s was not larger (docs/
  * architecture.md, "Upgrading to the run index").
  *
+ * Two changes can make the index miss a run whose state Redis holds, and
+ * both set the marker to now (the index untrusted for state.ttl_s, as
+ * after an upgrade); st_runidx_check looks for them once per assignment,
+ * per reconnection of any of the process's Redis connections, and every
+ * CHECK_EVERY_S (10 s), never per event:
+ * - Partitions added to the events topic: a task's events move to a
+ *   partition whose index does not name its run. The count the consumer
+ *   read from Kafka at its last assignment is compared with the one
+ *   recorded in <prefix>runs:partitions (recorded when absent).
+ * - A Redis that lost acknowledged writes (a crash inside its appendfsync
+ *   second, a restored backup, a failover to a replica behind): every such
+ *   loss comes with a new Redis process, so a new INFO server run_id. It
+ *   is compared with the one this part last saw (then its memory of the
+ *   index may name runs whose entry is gone, and a checkpoint built on it
+ *   may have written their state with no entry) and with the one recorded
+ *   in <prefix>runs:server (a restart while no analyzer ran, or one
+ *   another analyzer saw first). Writes lost as a suffix of what Redis
+ *   applied never leave state without its entry on their own (the entry
+ *   goes first); the memory of a running analyzer does, hence: after any
+ *   reconnection every partition's index is read again, and after a
+ *   restart this part saw, the marker is set to now once more when the
+ *   checkpoints built before the check are in (st_runidx_committed), the
+ *   index untrusted until then: a key written with no entry got its last
+ *   EXPIRE before that, and is gone state.ttl_s after it unless written
+ *   again, with its entry.
+ * The marker set by one analyzer is seen by the others at their next
+ * check (10 s at most).
+ *
  * Threading: one instance per detection part (workers.c), used by that
  * part's thread only, like its detectors. Partitions are those the part
  * sees; two parts may hold the same partition (a worker and the global
