@@ -65,9 +65,9 @@ static void parts_remove(struct st_consumer *c, const rd_kafka_topic_partition_l
 }
 
 /* The events topic's partition count, asked of Kafka's metadata at each
- * assignment (a topic given more partitions brings a rebalance): at least
- * one more than the highest partition assigned. A failed request keeps the
- * count known before (logged: the run index then checks nothing new). */
+ * assignment (a topic given more partitions brings a rebalance). A failed
+ * request keeps the count known before, raised past any partition assigned
+ * (logged; unknown, -1, the run index compares nothing). */
 static void refresh_topic_partitions(struct st_consumer *c, rd_kafka_t *rk,
                                      const rd_kafka_topic_partition_list_t *parts)
 {
@@ -85,7 +85,8 @@ static void refresh_topic_partitions(struct st_consumer *c, rd_kafka_t *rk,
         rd_kafka_metadata_destroy(md);
     if (rkt)
         rd_kafka_topic_destroy(rkt);
-    for (int i = 0; i < parts->cnt; i++)
+    /* a count known, and a partition beyond it assigned: it grew */
+    for (int i = 0; i < parts->cnt && c->topic_partitions > 0; i++)
         if (parts->elems[i].partition >= c->topic_partitions)
             c->topic_partitions = parts->elems[i].partition + 1;
 }

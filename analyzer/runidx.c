@@ -625,7 +625,9 @@ static int check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *er
     /* Redis restarted since an analyzer last checked: it may have lost
      * acknowledged writes (what it acknowledged to analyzers running then) */
     int lost = server[0] && recorded[0] && strcmp(server, recorded);
-    int grown = x->topic_parts > 0 && !count.nil && (count.bad || count.v != x->topic_parts);
+    /* more partitions than recorded; fewer is an analyzer whose metadata
+     * is behind (Kafka never takes partitions away): ignored */
+    int grown = x->topic_parts > 0 && !count.nil && (count.bad || count.v < x->topic_parts);
     const char *why = restarted || lost ? "Redis restarted (its run_id changed): it may have "
                                           "lost acknowledged writes"
                       : grown           ? "the events topic's partition count changed"
@@ -653,7 +655,7 @@ static int check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *er
         const char *set[] = {"SET", skey, server};
         st_rpipe_cmd(p, NULL, NULL, 3, set);
     }
-    if (x->topic_parts > 0 && (count.nil || count.bad || count.v != x->topic_parts)) {
+    if (x->topic_parts > 0 && (count.nil || grown)) {
         char n[16];
         snprintf(n, sizeof(n), "%" PRId32, x->topic_parts);
         const char *set[] = {"SET", pkey, n};
@@ -662,17 +664,20 @@ static int check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *er
     if (st_rpipe_exec(p, errstr, errsz))
         goto out;
 
-    if (restarted || reconnects != x->reconnects) {
+    if (restarted) {
         /* read every partition's index again; what a checkpoint built
          * before now wrote may still lack its entry (the runs this part
          * believed indexed): the marker moves on again once those
-         * checkpoints are in (st_runidx_committed) */
+         * checkpoints are in (st_runidx_committed). A reconnection to the
+         * same Redis process (same run_id) lost nothing it acknowledged:
+         * nothing to read again. */
         unload_all(x);
-        if (restarted) {
-            x->rebump = 1;
-            x->rebump_seq = seq;
-        }
+        x->rebump = 1;
+        x->rebump_seq = seq;
     }
+    if (!server[0] && !x->checked_s)
+        st_warn("run index: Redis's INFO server has no run_id: a Redis that restarts "
+                "and loses writes cannot be told (runidx.h)");
     x->since = since;
     x->reconnects = reconnects;
     x->checked_s = now;

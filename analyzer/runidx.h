@@ -60,7 +60,8 @@
  * - Partitions added to the events topic: a task's events move to a
  *   partition whose index does not name its run. The count the consumer
  *   read from Kafka at its last assignment is compared with the one
- *   recorded in <prefix>runs:partitions (recorded when absent).
+ *   recorded in <prefix>runs:partitions (recorded when absent or lower;
+ *   a lower count is an analyzer whose metadata is behind: ignored).
  * - A Redis that lost acknowledged writes (a crash inside its appendfsync
  *   second, a restored backup, a failover to a replica behind): every such
  *   loss comes with a new Redis process, so a new INFO server run_id. It
@@ -70,9 +71,10 @@
  *   in <prefix>runs:server (a restart while no analyzer ran, or one
  *   another analyzer saw first). Writes lost as a suffix of what Redis
  *   applied never leave state without its entry on their own (the entry
- *   goes first); the memory of a running analyzer does, hence: after any
- *   reconnection every partition's index is read again, and after a
- *   restart this part saw, the marker is set to now once more when the
+ *   goes first); the memory of a running analyzer does, hence: after a
+ *   restart this part saw, every partition's index is read again (a
+ *   reconnection to the same process lost nothing), and the marker is set
+ *   to now once more when the
  *   checkpoints built before the check are in (st_runidx_committed), the
  *   index untrusted until then: a key written with no entry got its last
  *   EXPIRE before that, and is gone state.ttl_s after it unless written
@@ -137,9 +139,9 @@ void st_runidx_set_partitions(struct st_runidx *x, int32_t n);
  * the partitions key), a second one only to write what changed. The marker
  * is set to now when Redis's run_id differs from the one this part last
  * saw or the one recorded, the count differs from the one recorded, or the
- * marker is gone; the run_id and the count are then recorded. After any
- * reconnection every partition is read again; after a restart this part
- * saw, the marker is set to now once more when the checkpoint of batch
+ * marker is gone; the run_id and the count are then recorded. After a
+ * restart this part saw (its own run_id changed), every partition is read
+ * again and the marker is set to now once more when the checkpoint of batch
  * seq is in (st_runidx_committed), the index untrusted until then.
  * Returns 0, or -1 with errstr set when Redis failed or refused (a
  * per-batch error: the batch is tried again). */
