@@ -313,7 +313,7 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
                                  "1 when the run index is known complete and a run it "
                                  "does not hold costs no Redis read; 0 while state "
                                  "written before it may remain (state.ttl_s after an "
-                                 "upgrade)",
+                                 "upgrade, partitions added or a Redis restart)",
                                  "");
     /* one marker for every part: the prefix's (runidx.h) */
     int64_t since;
