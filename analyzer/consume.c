@@ -75,12 +75,13 @@ static void refresh_topic_partitions(struct st_consumer *c, rd_kafka_t *rk,
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, c->topic, NULL);
     rd_kafka_resp_err_t e =
         rkt ? rd_kafka_metadata(rk, 0, rkt, &md, 5000) : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-    if (!e && md->topic_cnt == 1 && !md->topics[0].err)
+    if (!e && (md->topic_cnt != 1 || md->topics[0].err))
+        e = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    if (!e)
         c->topic_partitions = md->topics[0].partition_cnt;
     else
         st_warn("could not read the partition count of \"%s\": %s", c->topic,
-                rd_kafka_err2str(e ? e : md->topic_cnt == 1 ? md->topics[0].err
-                                                            : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
+                rd_kafka_err2str(e));
     if (md)
         rd_kafka_metadata_destroy(md);
     if (rkt)

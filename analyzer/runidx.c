@@ -51,8 +51,8 @@ struct st_runidx {
     int32_t topic_parts;      /* st_runidx_set_partitions; -1: not known */
     int32_t checked_parts;    /* topic_parts at the last check */
     char server[48];          /* Redis's run_id at the last check; "": none */
-    int rebump;               /* the marker moves on again once checkpoint */
-    uint64_t rebump_seq;      /* rebump_seq is in (st_runidx_committed) */
+    int rebump;               /* a restart seen: the marker moves on again */
+    uint64_t rebump_seq;      /* once this checkpoint is in (_committed) */
 };
 
 static void update_trust(struct st_runidx *x)
@@ -328,7 +328,6 @@ int st_runidx_queue_load(struct st_runidx *x, struct st_rpipe *rp, int32_t parti
     free(key);
     return 1;
 }
-
 
 void st_runidx_begin(struct st_runidx *x)
 {
@@ -628,12 +627,15 @@ static int check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *er
     /* more partitions than recorded; fewer is an analyzer whose metadata
      * is behind (Kafka never takes partitions away): ignored */
     int grown = x->topic_parts > 0 && !count.nil && (count.bad || count.v < x->topic_parts);
-    const char *why = restarted || lost ? "Redis restarted (its run_id changed): it may have "
-                                          "lost acknowledged writes"
-                      : grown           ? "the events topic's partition count changed"
-                      : m.nil           ? "its marker was deleted"
-                      : m.bad           ? "its marker is not a time"
-                                        : NULL;
+    const char *why = NULL;
+    if (restarted || lost)
+        why = "Redis restarted (its run_id changed): it may have lost acknowledged writes";
+    else if (grown)
+        why = "the events topic's partition count changed";
+    else if (m.nil)
+        why = "its marker was deleted";
+    else if (m.bad)
+        why = "its marker is not a time";
     int64_t since = m.nil || m.bad ? now : m.v;
     char value[24];
     if (why) {

@@ -114,7 +114,8 @@ static void grow_topic(const struct world *w, int n)
     rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
     rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
     ck_assert_ptr_nonnull(ev);
-    const rd_kafka_CreatePartitions_result_t *res = rd_kafka_event_CreatePartitions_result(ev);
+    const rd_kafka_CreatePartitions_result_t *res =
+        rd_kafka_event_CreatePartitions_result(ev);
     ck_assert_ptr_nonnull(res);
     size_t cnt;
     const rd_kafka_topic_result_t **tr = rd_kafka_CreatePartitions_result_topics(res, &cnt);
@@ -445,7 +446,8 @@ START_TEST(state_partitions_added_reads_runs_that_moved)
     char *text = world_slurp(log);
     ck_assert_msg(strstr(text, "partition count changed"), "%s", text);
     free(text);
-    out = world_shf("u=\"$SANDTRAIL_REDIS_URL\"; redis-cli -u \"$u\" get '%s:runs:partitions'; "
+    out = world_shf("u=\"$SANDTRAIL_REDIS_URL\"; "
+                    "redis-cli -u \"$u\" get '%s:runs:partitions'; "
                     "redis-cli -u \"$u\" get '%s:runs:complete_since'",
                     w.name, w.name);
     ck_assert_msg(strncmp(out, "2\n", 2) == 0 && atol(out + 2) > 0, "%s", out);
@@ -501,7 +503,8 @@ START_TEST(state_redis_restart_reads_runs_its_index_lost)
     char *before = world_shf("redis-cli -p %d get '%s:runs:server'", port, w.name);
     ck_assert_int_eq(strlen(before), 41); /* run_id and newline */
     char *out = world_shf("redis-cli -p %d del '%s:runs:0' >/dev/null; "
-                          "redis-cli -p %d shutdown >/dev/null 2>&1; sleep 0.5; " START_REDIS,
+                          "redis-cli -p %d shutdown >/dev/null 2>&1; sleep 0.5; "
+                          START_REDIS,
                           port, w.name, port, dir, port, dir, dir, dir, port);
     free(out);
     out = world_shf("redis-cli -p %d --scan --pattern '%s:denial_burst:w:*' | wc -l; "
@@ -581,8 +584,8 @@ START_TEST(state_redis_restart_midstream_rewrites_the_index)
 
     produce_runs(&w, "old", 20, 0, 6, t);
     run(&w, w.name, w.name,
-        "timeout 300 " ANALYZER " %s -X detect.lateness_s=0 2>%s & echo \\$! > %s.pid", opts,
-        log, log);
+        "timeout 300 " ANALYZER " %s -X detect.lateness_s=0 2>%s & echo \\$! > %s.pid",
+        opts, log, log);
     world_wait_table(&w, "events", 60);
     wait_events(&w, 120);
     /* every run's first checkpoint, its entry included, is in Redis (a
