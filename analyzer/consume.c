@@ -25,6 +25,7 @@ struct st_consumer {
     void *revoke_arg;
     struct part_state parts[MAX_PARTS];
     int nparts;
+    int32_t topic_partitions; /* the topic's count at the last assignment; -1 */
 };
 
 static struct part_state *part_find(struct st_consumer *c, const char *topic,
@@ -63,6 +64,39 @@ static void parts_remove(struct st_consumer *c, const rd_kafka_topic_partition_l
     }
 }
 
+/* The events topic's partition count, asked of Kafka's metadata at each
+ * assignment (a topic given more partitions brings a rebalance). A failed
+ * request keeps the count known before, raised past any partition assigned
+ * (logged; unknown, -1, the run index compares nothing). */
+static void refresh_topic_partitions(struct st_consumer *c, rd_kafka_t *rk,
+                                     const rd_kafka_topic_partition_list_t *parts)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, c->topic, NULL);
+    rd_kafka_resp_err_t e =
+        rkt ? rd_kafka_metadata(rk, 0, rkt, &md, 5000) : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    if (!e && (md->topic_cnt != 1 || md->topics[0].err))
+        e = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    if (!e)
+        c->topic_partitions = md->topics[0].partition_cnt;
+    else
+        st_warn("could not read the partition count of \"%s\": %s", c->topic,
+                rd_kafka_err2str(e));
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    if (rkt)
+        rd_kafka_topic_destroy(rkt);
+    /* a count known, and a partition beyond it assigned: it grew */
+    for (int i = 0; i < parts->cnt && c->topic_partitions > 0; i++)
+        if (parts->elems[i].partition >= c->topic_partitions)
+            c->topic_partitions = parts->elems[i].partition + 1;
+}
+
+int32_t st_consumer_topic_partitions(const struct st_consumer *c)
+{
+    return c->topic_partitions;
+}
+
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
@@ -72,6 +106,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         st_info("assigned %d partition(s)", parts->cnt);
         parts_add(c, parts);
+        refresh_topic_partitions(c, rk, parts);
         if (cooperative)
             rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
         else
@@ -140,6 +175,7 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
     }
     rd_kafka_poll_set_consumer(c->rk);
     c->topic = st_strdup(conf->topic_events);
+    c->topic_partitions = -1;
 
     rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(topics, conf->topic_events, RD_KAFKA_PARTITION_UA);

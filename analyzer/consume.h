@@ -48,6 +48,11 @@ int64_t st_consumer_lag(const struct st_consumer *c, int32_t partition, int64_t 
 /* 1 when partitions are assigned and each has reached its end. */
 int st_consumer_drained(const struct st_consumer *c);
 
+/* The subscribed topic's partition count, read from Kafka's metadata at
+ * the last assignment (the run index compares it with the count it
+ * recorded: runidx.h); -1 before the first. */
+int32_t st_consumer_topic_partitions(const struct st_consumer *c);
+
 /* Number of partitions currently assigned. */
 int st_consumer_assigned(const struct st_consumer *c);
 

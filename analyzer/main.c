@@ -432,6 +432,8 @@ static int detect_try(struct analyzer *a, struct slot *sl, char *errstr, size_t 
     st_findings_reset(&sl->b->findings);
     st_checkpoint_clear(sl->ckpt);
     a->detected = sl;
+    /* partitions added change where a task's events go (runidx.h) */
+    st_workers_set_partitions(a->workers, st_consumer_topic_partitions(a->consumer));
     if (st_workers_detect(a->workers, sl->rel, sl->nrel, a->ck_seq + 1, &sl->b->findings,
                           sl->ckpt, errstr, errsz))
         return -1;

@@ -20,8 +20,13 @@ struct script {
     char sha[41];
 };
 
+/* Connections made again after one was lost, by any pipe of the process
+ * (st_rpipe_reconnects). */
+static _Atomic unsigned long reconnects;
+
 struct st_rpipe {
     redisContext *rc;
+    int connected_once; /* a later connection is a reconnection */
     struct script scripts[16];
     int nscripts;
     struct st_redis_target target; /* where, and the login (redisconn.h) */
@@ -39,6 +44,9 @@ static int rpipe_connect(struct st_rpipe *p, char *errstr, size_t errsz)
         redisFree(p->rc);
     if (!(p->rc = st_redis_connect(&p->target, 5000, NULL, errstr, errsz)))
         return -1;
+    if (p->connected_once)
+        reconnects++;
+    p->connected_once = 1;
     /* a restarted Redis has forgotten them: load before any EVALSHA */
     for (int i = 0; i < p->nscripts; i++) {
         redisReply *r = redisCommand(p->rc, "SCRIPT LOAD %s", p->scripts[i].body);
@@ -156,6 +164,11 @@ void st_rpipe_formatted(struct st_rpipe *p, const char *cmd, size_t len)
 {
     queue(p, NULL, NULL, (char *)cmd, len);
     p->pend[p->n - 1].borrowed = 1;
+}
+
+unsigned long st_rpipe_reconnects(void)
+{
+    return reconnects;
 }
 
 unsigned long st_rpipe_sent(const struct st_rpipe *p)

@@ -44,6 +44,12 @@ void st_rpipe_formatted(struct st_rpipe *p, const char *cmd, size_t len);
 /* Commands sent so far on p (every exec), for tests and logs. */
 unsigned long st_rpipe_sent(const struct st_rpipe *p);
 
+/* Connections made again, after one was lost, by any pipe of the process
+ * since it started (the first connection of each pipe is not counted).
+ * The run index reads it to learn that Redis may have restarted
+ * (runidx.h). Any thread; an atomic read. */
+unsigned long st_rpipe_reconnects(void);
+
 /* Queues EVALSHA of a server-side script with numkeys keys followed by the
  * arguments: Redis hashes and compiles a script once, instead of on every
  * EVAL. body must outlive the pipeline (a string literal); it is loaded with

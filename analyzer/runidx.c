@@ -32,6 +32,10 @@ struct pidx {
     int64_t swept_s; /* last sweep of old entries (0: never) */
 };
 
+/* Seconds between two checks when nothing else makes one due: how soon
+ * an analyzer sees the marker another one moved (partitions added). */
+#define CHECK_EVERY_S 10
+
 struct st_runidx {
     const struct st_analyzer_conf *conf;
     struct pidx **parts; /* indexed by partition; NULL: never seen */
@@ -40,11 +44,21 @@ struct st_runidx {
     int64_t size;
     int64_t since; /* the marker (st_runidx_set_since); -1: not known */
     int trusted;   /* state.ttl_s has passed since it (st_runidx_begin) */
+    /* the check (st_runidx_check) */
+    int check_due;            /* new, or partitions forgotten (an assignment) */
+    int64_t checked_s;        /* wall time of the last check; 0: never */
+    unsigned long reconnects; /* st_rpipe_reconnects() before the last check */
+    int32_t topic_parts;      /* st_runidx_set_partitions; -1: not known */
+    int32_t checked_parts;    /* topic_parts at the last check */
+    char server[48];          /* Redis's run_id at the last check; "": none */
+    int rebump;               /* a restart seen: the marker moves on again */
+    uint64_t rebump_seq;      /* once this checkpoint is in (_committed) */
 };
 
 static void update_trust(struct st_runidx *x)
 {
-    x->trusted = x->since >= 0 && (int64_t)time(NULL) - x->since >= x->conf->state_ttl_s;
+    x->trusted = x->since >= 0 && !x->rebump &&
+                 (int64_t)time(NULL) - x->since >= x->conf->state_ttl_s;
 }
 
 void st_runidx_set_since(struct st_runidx *x, int64_t since)
@@ -63,6 +77,8 @@ struct st_runidx *st_runidx_new(const struct st_analyzer_conf *conf)
     struct st_runidx *x = st_calloc(1, sizeof(*x));
     x->conf = conf;
     x->since = -1;
+    x->check_due = 1;
+    x->topic_parts = x->checked_parts = -1;
     return x;
 }
 
@@ -81,11 +97,23 @@ static void pidx_clear(struct pidx *p)
     p->swept_s = 0;
 }
 
-void st_runidx_forget(struct st_runidx *x)
+/* Every partition unloaded: each is read again when next seen. */
+static void unload_all(struct st_runidx *x)
 {
     for (size_t i = 0; i < x->nparts; i++)
         if (x->parts[i])
             pidx_clear(x->parts[i]);
+}
+
+void st_runidx_forget(struct st_runidx *x)
+{
+    unload_all(x);
+    x->check_due = 1; /* an assignment follows: the count may have grown */
+}
+
+void st_runidx_set_partitions(struct st_runidx *x, int32_t n)
+{
+    x->topic_parts = n > 0 ? n : -1;
 }
 
 void st_runidx_destroy(struct st_runidx *x)
@@ -513,5 +541,190 @@ out:
     free(sc.first);
     free(glob);
     free(key);
+    return rc;
+}
+
+/* The check (st_runidx_check): what can make the index miss a run whose
+ * state Redis holds, read in one round trip, and the marker moved on when
+ * one of them happened. */
+
+/* "<prefix>runs:<what>": the run_id of the Redis the index was last
+ * checked against ("server"), the events topic's partition count
+ * ("partitions"). Neither matches a state key or an index key. */
+static char *meta_key(const struct st_analyzer_conf *conf, const char *what)
+{
+    size_t n = strlen(conf->redis_prefix) + strlen(what) + sizeof("runs:");
+    char *key = st_malloc(n);
+    snprintf(key, n, "%sruns:%s", conf->redis_prefix, what);
+    return key;
+}
+
+/* INFO server's run_id into arg (char[48]); "" when absent. */
+static int on_info(const redisReply *rep, void *arg)
+{
+    char *out = arg;
+    if (rep->type != REDIS_REPLY_STRING)
+        return -1;
+    out[0] = '\0';
+    const char *at = strstr(rep->str, "run_id:");
+    if (at && (at == rep->str || at[-1] == '\n')) {
+        at += strlen("run_id:");
+        size_t n = strcspn(at, "\r\n");
+        if (n < 48) {
+            memcpy(out, at, n);
+            out[n] = '\0';
+        }
+    }
+    return 0;
+}
+
+/* A string value into arg (char[48]); "" when nil or longer. */
+static int on_str(const redisReply *rep, void *arg)
+{
+    char *out = arg;
+    out[0] = '\0';
+    if (rep->type == REDIS_REPLY_NIL)
+        return 0;
+    if (rep->type != REDIS_REPLY_STRING)
+        return -1;
+    if (rep->len < 48) {
+        memcpy(out, rep->str, rep->len);
+        out[rep->len] = '\0';
+    }
+    return 0;
+}
+
+static int check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *errstr,
+                 size_t errsz)
+{
+    const struct st_analyzer_conf *conf = x->conf;
+    char *marker = st_detect_marker_key(conf), *skey = meta_key(conf, "server"),
+         *pkey = meta_key(conf, "partitions");
+    char server[48] = "", recorded[48] = "";
+    struct marker_reply m = {0}, count = {0};
+    unsigned long reconnects = st_rpipe_reconnects();
+    int rc = -1;
+
+    /* the server key before the marker: another analyzer sets the marker
+     * before the server key, so whoever sees its server key sees its
+     * marker */
+    const char *info[] = {"INFO", "server"}, *gs[] = {"GET", skey}, *gm[] = {"GET", marker},
+               *gp[] = {"GET", pkey};
+    st_rpipe_cmd(p, on_info, server, 2, info);
+    st_rpipe_cmd(p, on_str, recorded, 2, gs);
+    st_rpipe_cmd(p, on_get, &m, 2, gm);
+    st_rpipe_cmd(p, on_get, &count, 2, gp);
+    if (st_rpipe_exec(p, errstr, errsz))
+        goto out;
+
+    int64_t now = (int64_t)time(NULL);
+    /* this part wrote to another Redis process than this one: what it
+     * holds in memory may name runs whose entry that Redis lost */
+    int restarted = server[0] && x->server[0] && strcmp(server, x->server);
+    /* Redis restarted since an analyzer last checked: it may have lost
+     * acknowledged writes (what it acknowledged to analyzers running then) */
+    int lost = server[0] && recorded[0] && strcmp(server, recorded);
+    /* more partitions than recorded; fewer is an analyzer whose metadata
+     * is behind (Kafka never takes partitions away): ignored */
+    int grown = x->topic_parts > 0 && !count.nil && (count.bad || count.v < x->topic_parts);
+    const char *why = NULL;
+    if (restarted || lost)
+        why = "Redis restarted (its run_id changed): it may have lost acknowledged writes";
+    else if (grown)
+        why = "the events topic's partition count changed";
+    else if (m.nil)
+        why = "its marker was deleted";
+    else if (m.bad)
+        why = "its marker is not a time";
+    int64_t since = m.nil || m.bad ? now : m.v;
+    char value[24];
+    if (why) {
+        if (since < now || m.nil || m.bad) {
+            snprintf(value, sizeof(value), "%" PRId64, now);
+            const char *set[] = {"SET", marker, value};
+            st_rpipe_cmd(p, NULL, NULL, 3, set);
+            since = now;
+        }
+        st_warn("run index of \"%s\" not trusted for state.ttl_s (%" PRId64 " s): %s "
+                "(run_id %s, recorded %s; partitions %" PRId32 ", recorded %" PRId64 "); "
+                "runs it does not hold are loaded",
+                conf->redis_prefix, conf->state_ttl_s, why, server[0] ? server : "?",
+                recorded[0] ? recorded : "none", x->topic_parts, count.nil ? -1 : count.v);
+    }
+    /* recorded after the marker (the order above): a crash between the two
+     * only repeats the check */
+    if (server[0] && strcmp(server, recorded)) {
+        const char *set[] = {"SET", skey, server};
+        st_rpipe_cmd(p, NULL, NULL, 3, set);
+    }
+    if (x->topic_parts > 0 && (count.nil || grown)) {
+        char n[16];
+        snprintf(n, sizeof(n), "%" PRId32, x->topic_parts);
+        const char *set[] = {"SET", pkey, n};
+        st_rpipe_cmd(p, NULL, NULL, 3, set);
+    }
+    if (st_rpipe_exec(p, errstr, errsz))
+        goto out;
+
+    if (restarted) {
+        /* read every partition's index again; what a checkpoint built
+         * before now wrote may still lack its entry (the runs this part
+         * believed indexed): the marker moves on again once those
+         * checkpoints are in (st_runidx_committed). A reconnection to the
+         * same Redis process (same run_id) lost nothing it acknowledged:
+         * nothing to read again. */
+        unload_all(x);
+        x->rebump = 1;
+        x->rebump_seq = seq;
+    }
+    if (!server[0] && !x->checked_s)
+        st_warn("run index: Redis's INFO server has no run_id: a Redis that restarts "
+                "and loses writes cannot be told (runidx.h)");
+    x->since = since;
+    x->reconnects = reconnects;
+    x->checked_s = now;
+    x->checked_parts = x->topic_parts;
+    x->check_due = 0;
+    if (server[0])
+        memcpy(x->server, server, sizeof(x->server));
+    rc = 0;
+out:
+    free(marker);
+    free(skey);
+    free(pkey);
+    return rc;
+}
+
+int st_runidx_check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *errstr,
+                    size_t errsz)
+{
+    int64_t now = (int64_t)time(NULL);
+    if (x->check_due || st_rpipe_reconnects() != x->reconnects ||
+        x->topic_parts != x->checked_parts || now - x->checked_s >= CHECK_EVERY_S)
+        return check(x, p, seq, errstr, errsz);
+    return 0;
+}
+
+int st_runidx_committed(struct st_runidx *x, struct st_rpipe *p, uint64_t seq)
+{
+    char errstr[256];
+    if (!x->rebump || seq < x->rebump_seq)
+        return 0;
+    char *marker = st_detect_marker_key(x->conf), value[24];
+    int64_t now = (int64_t)time(NULL);
+    snprintf(value, sizeof(value), "%" PRId64, now);
+    const char *set[] = {"SET", marker, value};
+    st_rpipe_cmd(p, NULL, NULL, 3, set);
+    int rc = st_rpipe_exec(p, errstr, sizeof(errstr));
+    if (rc)
+        st_warn("run index marker \"%s\" not moved on (tried again after the next "
+                "commit): %s",
+                marker, errstr);
+    else {
+        x->rebump = 0;
+        x->since = now;
+        update_trust(x);
+    }
+    free(marker);
     return rc;
 }

@@ -52,6 +52,36 @@
  * and that the old release's state.ttl_s was not larger (docs/
  * architecture.md, "Upgrading to the run index").
  *
+ * Two changes can make the index miss a run whose state Redis holds, and
+ * both set the marker to now (the index untrusted for state.ttl_s, as
+ * after an upgrade); st_runidx_check looks for them once per assignment,
+ * per reconnection of any of the process's Redis connections, and every
+ * CHECK_EVERY_S (10 s), never per event:
+ * - Partitions added to the events topic: a task's events move to a
+ *   partition whose index does not name its run. The count the consumer
+ *   read from Kafka at its last assignment is compared with the one
+ *   recorded in <prefix>runs:partitions (recorded when absent or lower;
+ *   a lower count is an analyzer whose metadata is behind: ignored).
+ * - A Redis that lost acknowledged writes (a crash inside its appendfsync
+ *   second, a restored backup, a failover to a replica behind): every such
+ *   loss comes with a new Redis process, so a new INFO server run_id. It
+ *   is compared with the one this part last saw (then its memory of the
+ *   index may name runs whose entry is gone, and a checkpoint built on it
+ *   may have written their state with no entry) and with the one recorded
+ *   in <prefix>runs:server (a restart while no analyzer ran, or one
+ *   another analyzer saw first). Writes lost as a suffix of what Redis
+ *   applied never leave state without its entry on their own (the entry
+ *   goes first); the memory of a running analyzer does, hence: after a
+ *   restart this part saw, every partition's index is read again (a
+ *   reconnection to the same process lost nothing), and the marker is set
+ *   to now once more when the
+ *   checkpoints built before the check are in (st_runidx_committed), the
+ *   index untrusted until then: a key written with no entry got its last
+ *   EXPIRE before that, and is gone state.ttl_s after it unless written
+ *   again, with its entry.
+ * The marker set by one analyzer is seen by the others at their next
+ * check (10 s at most).
+ *
  * Threading: one instance per detection part (workers.c), used by that
  * part's thread only, like its detectors. Partitions are those the part
  * sees; two parts may hold the same partition (a worker and the global
@@ -94,9 +124,40 @@ int st_runidx_trusted(const struct st_runidx *x);
  * so a run's is computed once. */
 uint64_t st_runidx_hash(const char *task_id, const char *run_id);
 
+/* The events topic's partition count as Kafka last told the consumer
+ * (st_consumer_topic_partitions; <= 0: not known, nothing compared). A
+ * change makes the next st_runidx_check check. */
+void st_runidx_set_partitions(struct st_runidx *x, int32_t n);
+
+/* Before the prefetch pass of batch seq (and its st_runidx_begin): when a
+ * check is due -- the first
+ * batch after st_runidx_new or st_runidx_forget (an assignment), a Redis
+ * connection of the process made again since the last check
+ * (st_rpipe_reconnects), a new partition count, or CHECK_EVERY_S (10 s)
+ * since the last one -- runs it first, synchronously on p (nothing queued):
+ * one round trip (INFO server, then GET of the server key, the marker and
+ * the partitions key), a second one only to write what changed. The marker
+ * is set to now when Redis's run_id differs from the one this part last
+ * saw or the one recorded, the count differs from the one recorded, or the
+ * marker is gone; the run_id and the count are then recorded. After a
+ * restart this part saw (its own run_id changed), every partition is read
+ * again and the marker is set to now once more when the checkpoint of batch
+ * seq is in (st_runidx_committed), the index untrusted until then.
+ * Returns 0, or -1 with errstr set when Redis failed or refused (a
+ * per-batch error: the batch is tried again). */
+int st_runidx_check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *errstr,
+                    size_t errsz);
+
 /* Starts a batch's prefetch pass (before its st_runidx_queue_load); reads
  * the clock for st_runidx_trusted. */
 void st_runidx_begin(struct st_runidx *x);
+
+/* Every checkpoint up to seq is in Redis: when a restart was seen (see
+ * st_runidx_check) and seq has reached the batch of that check, the marker
+ * is set to now, synchronously on p (nothing queued), and the index is
+ * trusted again state.ttl_s later. Returns 0, or -1 when Redis failed
+ * (logged; tried again at the next call). */
+int st_runidx_committed(struct st_runidx *x, struct st_rpipe *p, uint64_t seq);
 
 /* Queues on p the load of partition's index unless it is loaded or
  * queued. Returns 1 when queued: the caller runs p before any lookup. A
@@ -126,7 +187,8 @@ void st_runidx_note(struct st_runidx *x, int32_t partition, const char *task_id,
  * due, each partition's sweep of old entries. */
 void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t now);
 
-/* Forgets every partition (revoked): each is loaded again when next seen. */
+/* Forgets every partition (revoked): each is loaded again when next seen,
+ * and the next st_runidx_check checks. */
 void st_runidx_forget(struct st_runidx *x);
 
 /* Runs held in memory, all partitions. */

@@ -123,6 +123,11 @@ static void part_prefetch(struct part *p)
     /* the run index of each partition seen for the first time since
      * assignment, before anything decides what to load: one round trip */
     int queued = 0;
+    if (st_runidx_check(p->runidx, p->redis, w->seq, p->errstr, sizeof(p->errstr))) {
+        p->rc = -1;
+        p->cpu_us += thread_cpu_us() - cpu0;
+        return;
+    }
     st_runidx_begin(p->runidx);
     for (size_t i = 0; i < w->nrel; i++)
         if (feeds(p, &w->rel[i]))
@@ -308,7 +313,7 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
                                  "1 when the run index is known complete and a run it "
                                  "does not hold costs no Redis read; 0 while state "
                                  "written before it may remain (state.ttl_s after an "
-                                 "upgrade)",
+                                 "upgrade, partitions added or a Redis restart)",
                                  "");
     /* one marker for every part: the prefix's (runidx.h) */
     int64_t since;
@@ -497,7 +502,14 @@ void st_workers_after_commit(struct st_workers *w, uint64_t seq)
                 st_detectors[d]->after_commit(p->det[d], &ctx);
         if (p->global)
             st_registry_after_commit(w->wc.registry, &ctx);
+        st_runidx_committed(p->runidx, p->redis, seq);
     }
+}
+
+void st_workers_set_partitions(struct st_workers *w, int32_t n)
+{
+    for (int i = 0; i <= w->k; i++)
+        st_runidx_set_partitions(w->parts[i].runidx, n);
 }
 
 void st_workers_forget(struct st_workers *w)

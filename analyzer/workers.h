@@ -123,6 +123,10 @@ void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint
 void st_workers_after_commit(struct st_workers *w, uint64_t seq);
 void st_workers_forget(struct st_workers *w);
 
+/* The events topic's partition count (st_consumer_topic_partitions), for
+ * every part's run index (st_runidx_set_partitions). Workers parked. */
+void st_workers_set_partitions(struct st_workers *w, int32_t n);
+
 /* The sum of every part's counters. */
 void st_workers_stats(const struct st_workers *w, struct st_detect_stats *sum);
 

@@ -65,9 +65,9 @@ static void produce_requests(const struct world *w, const char *run, const char 
 
 /* Produces n denied proxy requests (ids <run>-first..) for each of the
  * runs <prefix>0 .. <prefix>nruns-1 of task T-N, one every 3 s of event
- * time from t_ms, all to one destination, on partition 0. */
-static void produce_runs(const struct world *w, const char *prefix, int nruns, int first,
-                         int n, int64_t t_ms)
+ * time from t_ms, all to one destination, on partition. */
+static void produce_runs_on(const struct world *w, const char *prefix, int nruns,
+                            int first, int n, int64_t t_ms, int32_t partition)
 {
     rd_kafka_t *rk = producer(w);
     char line[1024], ts[40];
@@ -84,7 +84,7 @@ static void produce_runs(const struct world *w, const char *prefix, int nruns, i
                      "\"status\":403,\"bytes_out\":100}}",
                      prefix, r, i, ts, prefix, r);
             ck_assert_int_eq(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(w->topic),
-                                               RD_KAFKA_V_PARTITION(0),
+                                               RD_KAFKA_V_PARTITION(partition),
                                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                                RD_KAFKA_V_VALUE(line, strlen(line)),
                                                RD_KAFKA_V_TIMESTAMP(at), RD_KAFKA_V_END),
@@ -92,6 +92,54 @@ static void produce_runs(const struct world *w, const char *prefix, int nruns, i
         }
     }
     ck_assert_int_eq(rd_kafka_flush(rk, 30000), 0);
+    rd_kafka_destroy(rk);
+}
+
+static void produce_runs(const struct world *w, const char *prefix, int nruns, int first,
+                         int n, int64_t t_ms)
+{
+    produce_runs_on(w, prefix, nruns, first, n, t_ms, 0);
+}
+
+/* Gives the world's topic n partitions in all (Kafka's admin API, as
+ * kafka-topics.sh --alter does). */
+static void grow_topic(const struct world *w, int n)
+{
+    rd_kafka_t *rk = producer(w);
+    char err[512];
+    rd_kafka_NewPartitions_t *np = rd_kafka_NewPartitions_new(w->topic, (size_t)n, err,
+                                                              sizeof(err));
+    ck_assert_msg(np, "%s", err);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+    ck_assert_ptr_nonnull(ev);
+    const rd_kafka_CreatePartitions_result_t *res =
+        rd_kafka_event_CreatePartitions_result(ev);
+    ck_assert_ptr_nonnull(res);
+    size_t cnt;
+    const rd_kafka_topic_result_t **tr = rd_kafka_CreatePartitions_result_topics(res, &cnt);
+    ck_assert_int_eq(cnt, 1);
+    ck_assert_msg(rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_NO_ERROR, "%s",
+                  rd_kafka_topic_result_error_string(tr[0]));
+    rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_NewPartitions_destroy(np);
+    /* until the brokers' metadata says so (a producer asked sooner would
+     * not know the new partition) */
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, w->topic, NULL);
+    int seen = 0;
+    for (int i = 0; i < 300 && seen != n; i++) {
+        const struct rd_kafka_metadata *md;
+        if (!rd_kafka_metadata(rk, 0, rkt, &md, 5000)) {
+            seen = md->topic_cnt == 1 ? md->topics[0].partition_cnt : 0;
+            rd_kafka_metadata_destroy(md);
+        }
+        if (seen != n)
+            usleep(100000);
+    }
+    ck_assert_int_eq(seen, n);
+    rd_kafka_topic_destroy(rkt);
     rd_kafka_destroy(rk);
 }
 
@@ -264,12 +312,26 @@ START_TEST(state_new_runs_cost_no_load)
         "redis-cli -u \"$SANDTRAIL_REDIS_URL\" get '%s:runs:complete_since'", w.name);
     ck_assert_str_eq(marker, "0\n");
     free(marker);
+    /* recorded beside it: the topic's partition count, Redis's run_id */
+    char *meta = world_shf("u=\"$SANDTRAIL_REDIS_URL\"; "
+                           "redis-cli -u \"$u\" get '%s:runs:partitions'; "
+                           "[ \"$(redis-cli -u \"$u\" get '%s:runs:server')\" = "
+                           "\"$(redis-cli -u \"$u\" info server | sed -n 's/^run_id://p' | "
+                           "tr -d '\\r')\" ] && echo same",
+                           w.name, w.name);
+    ck_assert_str_eq(meta, "1\nsame\n");
+    free(meta);
 
     produce_runs(&w, "old", 20, 6, 6, t);
     produce_runs(&w, "new", 20, 0, 3, t);
     drain(&w, "", log);
     ck_assert_int_eq(logged(log, "events"), 180);
+    /* the checks found nothing changed: still trusted, the new runs cost
+     * no load */
     ck_assert_int_eq(logged(log, "state_loads"), runs + 1);
+    char *text = world_slurp(log);
+    ck_assert_msg(!strstr(text, "not trusted"), "%s", text);
+    free(text);
 
     produce_runs(&clean, "old", 20, 0, 12, t);
     produce_runs(&clean, "new", 20, 0, 3, t);
@@ -345,6 +407,252 @@ START_TEST(state_upgrade_reads_state_written_before_the_index)
 }
 END_TEST
 
+/* What the run index cannot see by itself: the events topic is given a
+ * second partition, and the twenty runs' next events arrive there, where
+ * no index names them (a task's events move when partitions are added).
+ * The second process reads the partition count the first recorded beside
+ * the marker (1), finds 2, sets the marker to now and loads every run the
+ * index does not hold for state.ttl_s: the bursts that span the move are
+ * found as in one clean run on one partition. Without the check the moved
+ * runs started empty (six denials: no burst). */
+START_TEST(state_partitions_added_reads_runs_that_moved)
+{
+    struct world w, clean;
+    char log[128];
+    world_init(&w, "grown");
+    world_init(&clean, "grownclean");
+    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    int64_t t = st_time_now_us() / 1000 - 3600000;
+
+    /* the first process's static membership gone before the second joins:
+     * a rebalance computed on two partitions, not the one it had */
+    const char *fresh = "-X kafka.session.timeout.ms=6000";
+    produce_runs(&w, "old", 20, 0, 6, t);
+    drain(&w, fresh, log);
+    long runs = logged(log, "state_runs");
+    ck_assert_int_ge(runs, 20);
+    char *out = world_shf("redis-cli -u \"$SANDTRAIL_REDIS_URL\" get '%s:runs:partitions'",
+                          w.name);
+    ck_assert_str_eq(out, "1\n");
+    free(out);
+
+    grow_topic(&w, 2);
+    produce_runs_on(&w, "old", 20, 6, 6, t, 1);
+    produce_runs_on(&w, "new", 20, 0, 3, t, 1);
+    sleep(7);
+    drain(&w, fresh, log);
+    ck_assert_int_eq(logged(log, "events"), 180);
+    ck_assert_int_ge(logged(log, "state_loads"), runs);
+    char *text = world_slurp(log);
+    ck_assert_msg(strstr(text, "partition count changed"), "%s", text);
+    free(text);
+    out = world_shf("u=\"$SANDTRAIL_REDIS_URL\"; "
+                    "redis-cli -u \"$u\" get '%s:runs:partitions'; "
+                    "redis-cli -u \"$u\" get '%s:runs:complete_since'",
+                    w.name, w.name);
+    ck_assert_msg(strncmp(out, "2\n", 2) == 0 && atol(out + 2) > 0, "%s", out);
+    free(out);
+
+    produce_runs(&clean, "old", 20, 0, 12, t);
+    produce_runs(&clean, "new", 20, 0, 3, t);
+    drain(&clean, "", log);
+    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
+    ck_assert_str_eq(r, "20\n");
+    free(r);
+    assert_same_findings(&w, &clean);
+    unlink(log);
+    world_drop(&w);
+    world_drop(&clean);
+}
+END_TEST
+
+/* A Redis of the test's own (append-only, fsync always), so that it can be
+ * restarted without touching the shared one. */
+#define START_REDIS                                                                       \
+    "mkdir -p %s && redis-server --bind 127.0.0.1 --port %d --dir %s"                     \
+    " --daemonize yes --appendonly yes --appendfsync always --save ''"                    \
+    " --logfile %s/log --pidfile %s/pid >/dev/null && for i in $(seq 1 100); do"           \
+    " redis-cli -p %d ping 2>/dev/null | grep -q PONG && exit 0; sleep 0.1; done; exit 1"
+
+/* A Redis that lost acknowledged writes: it is restarted having lost the
+ * index of partition 0 (deleted before the restart) while the twenty runs'
+ * state remains -- what a restored backup or a crash inside its
+ * appendfsync second can leave when the index's memory in a running
+ * analyzer wrote state without its entry. The next process finds Redis's
+ * run_id changed from the one recorded beside the marker, sets the marker
+ * to now and loads every run the index does not hold: the bursts are found
+ * as in one clean run. Without the check they started empty. */
+START_TEST(state_redis_restart_reads_runs_its_index_lost)
+{
+    struct world w, clean;
+    char log[128], dir[128], cmd[1024], opts[96];
+    world_init(&w, "lost");
+    world_init(&clean, "lostclean");
+    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    snprintf(dir, sizeof(dir), "/tmp/%s_redis", w.name);
+    int port = world_free_port();
+    snprintf(cmd, sizeof(cmd), START_REDIS, dir, port, dir, dir, dir, port);
+    ck_assert_msg(system(cmd) == 0, "the test's Redis did not start");
+    snprintf(opts, sizeof(opts), "-X redis.url=redis://127.0.0.1:%d/0", port);
+    int64_t t = st_time_now_us() / 1000 - 3600000;
+
+    produce_runs(&w, "old", 20, 0, 6, t);
+    drain(&w, opts, log);
+    long runs = logged(log, "state_runs");
+    ck_assert_int_ge(runs, 20);
+    char *before = world_shf("redis-cli -p %d get '%s:runs:server'", port, w.name);
+    ck_assert_int_eq(strlen(before), 41); /* run_id and newline */
+    char *out = world_shf("redis-cli -p %d del '%s:runs:0' >/dev/null; "
+                          "redis-cli -p %d shutdown >/dev/null 2>&1; sleep 0.5; "
+                          START_REDIS,
+                          port, w.name, port, dir, port, dir, dir, dir, port);
+    free(out);
+    out = world_shf("redis-cli -p %d --scan --pattern '%s:denial_burst:w:*' | wc -l; "
+                    "redis-cli -p %d exists '%s:runs:0'",
+                    port, w.name, port, w.name);
+    ck_assert_str_eq(out, "20\n0\n"); /* the state stays, its index is gone */
+    free(out);
+
+    produce_runs(&w, "old", 20, 6, 6, t);
+    produce_runs(&w, "new", 20, 0, 3, t);
+    drain(&w, opts, log);
+    ck_assert_int_eq(logged(log, "events"), 180);
+    ck_assert_int_ge(logged(log, "state_loads"), runs);
+    char *text = world_slurp(log);
+    ck_assert_msg(strstr(text, "Redis restarted"), "%s", text);
+    free(text);
+    char *after = world_shf("redis-cli -p %d get '%s:runs:server'", port, w.name);
+    ck_assert_str_ne(before, after); /* the new run_id is recorded */
+    free(before);
+    free(after);
+
+    produce_runs(&clean, "old", 20, 0, 12, t);
+    produce_runs(&clean, "new", 20, 0, 3, t);
+    drain(&clean, "", log);
+    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
+    ck_assert_str_eq(r, "20\n");
+    free(r);
+    assert_same_findings(&w, &clean);
+    snprintf(cmd, sizeof(cmd), "redis-cli -p %d shutdown nosave >/dev/null 2>&1; rm -rf %s",
+             port, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    unlink(log);
+    world_drop(&w);
+    world_drop(&clean);
+}
+END_TEST
+
+/* Waits until the world's events table holds n rows. */
+static void wait_events(const struct world *w, int n)
+{
+    char want[24], *out = NULL;
+    snprintf(want, sizeof(want), "%d\n", n);
+    for (int i = 0; i < 600; i++) {
+        free(out);
+        out = rows(w->dsn, "SELECT count(*) FROM events");
+        if (!strcmp(out, want))
+            break;
+        usleep(100000);
+    }
+    ck_assert_str_eq(out, want);
+    free(out);
+    sleep(1); /* the batch's checkpoint, after its rows */
+}
+
+/* The same loss while an analyzer runs: it holds the twenty runs in
+ * memory, believing their index entries written, when Redis comes back
+ * without them (the index deleted, then a restart). Its first batch after
+ * that is checkpointed on the belief (state with no entry); at the next
+ * one it finds Redis's run_id changed, reads the index again -- so the
+ * runs it writes get their entries back -- and moves the marker, once at
+ * once and once more after that checkpoint: a second process loads the
+ * runs and finds the bursts of one clean run. */
+START_TEST(state_redis_restart_midstream_rewrites_the_index)
+{
+    struct world w, clean;
+    char log[128], log2[160], dir[128], cmd[1024], opts[96];
+    world_init(&w, "midlost");
+    world_init(&clean, "midlostclean");
+    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    snprintf(log2, sizeof(log2), "/tmp/%s.2.log", w.name);
+    snprintf(dir, sizeof(dir), "/tmp/%s_redis", w.name);
+    int port = world_free_port();
+    snprintf(cmd, sizeof(cmd), START_REDIS, dir, port, dir, dir, dir, port);
+    ck_assert_msg(system(cmd) == 0, "the test's Redis did not start");
+    snprintf(opts, sizeof(opts), "-X redis.url=redis://127.0.0.1:%d/0", port);
+    int64_t t = st_time_now_us() / 1000 - 3600000;
+
+    produce_runs(&w, "old", 20, 0, 6, t);
+    run(&w, w.name, w.name,
+        "timeout 300 " ANALYZER " %s -X detect.lateness_s=0 2>%s & echo \\$! > %s.pid",
+        opts, log, log);
+    world_wait_table(&w, "events", 60);
+    wait_events(&w, 120);
+    /* every run's first checkpoint, its entry included, is in Redis (a
+     * later one would write the entries again) */
+    char *out = NULL;
+    for (int i = 0; i < 300; i++) {
+        free(out);
+        out = world_shf("redis-cli -p %d zcard '%s:runs:0'; "
+                        "redis-cli -p %d --scan --pattern '%s:denial_burst:w:*' | wc -l",
+                        port, w.name, port, w.name);
+        if (!strcmp(out, "20\n20\n"))
+            break;
+        usleep(100000);
+    }
+    ck_assert_str_eq(out, "20\n20\n");
+    free(out);
+    sleep(1);
+    int64_t restart_s = st_time_now_us() / 1000000;
+    out = world_shf("redis-cli -p %d del '%s:runs:0' >/dev/null; "
+                    "redis-cli -p %d shutdown >/dev/null 2>&1; sleep 0.5; " START_REDIS,
+                    port, w.name, port, dir, port, dir, dir, dir, port);
+    free(out);
+    out = world_shf("redis-cli -p %d exists '%s:runs:0'", port, w.name);
+    ck_assert_str_eq(out, "0\n");
+    free(out);
+    /* nine denials in all before the stop, one short of a burst: no key
+     * is created (no EXPIRE, whose entry would hide the loss) */
+    produce_runs(&w, "old", 20, 6, 2, t);
+    wait_events(&w, 160);
+    produce_runs(&w, "old", 20, 8, 1, t);
+    wait_events(&w, 180);
+    snprintf(cmd, sizeof(cmd),
+             "pid=$(cat %s.pid); kill -TERM $pid; for i in $(seq 1 100); do "
+             "kill -0 $pid 2>/dev/null || exit 0; sleep 0.1; done; exit 1",
+             log);
+    ck_assert_msg(system(cmd) == 0, "the analyzer did not stop");
+    char *text = world_slurp(log);
+    ck_assert_msg(strstr(text, "Redis restarted"), "%s", text);
+    free(text);
+    /* the runs it held are indexed again; the marker moved past the restart */
+    out = world_shf("redis-cli -p %d zcard '%s:runs:0'; "
+                    "redis-cli -p %d get '%s:runs:complete_since'",
+                    port, w.name, port, w.name);
+    ck_assert_msg(strncmp(out, "20\n", 3) == 0 && atol(out + 3) >= restart_s, "%s", out);
+    free(out);
+
+    produce_runs(&w, "old", 20, 9, 3, t);
+    drain(&w, opts, log2);
+    ck_assert_int_eq(logged(log2, "events"), 60);
+    ck_assert_int_ge(logged(log2, "state_loads"), 20);
+
+    produce_runs(&clean, "old", 20, 0, 12, t);
+    drain(&clean, "", log2);
+    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
+    ck_assert_str_eq(r, "20\n");
+    free(r);
+    assert_same_findings(&w, &clean);
+    snprintf(cmd, sizeof(cmd), "redis-cli -p %d shutdown nosave >/dev/null 2>&1; rm -rf %s",
+             port, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    unlink(log);
+    unlink(log2);
+    world_drop(&w);
+    world_drop(&clean);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -357,6 +665,9 @@ int main(void)
     tcase_add_test(tc, state_redis_commands_do_not_grow_with_events);
     tcase_add_test(tc, state_new_runs_cost_no_load);
     tcase_add_test(tc, state_upgrade_reads_state_written_before_the_index);
+    tcase_add_test(tc, state_partitions_added_reads_runs_that_moved);
+    tcase_add_test(tc, state_redis_restart_reads_runs_its_index_lost);
+    tcase_add_test(tc, state_redis_restart_midstream_rewrites_the_index);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
