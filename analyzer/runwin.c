@@ -78,6 +78,7 @@ struct run {
     int64_t w_exp_s, e_exp_s, b_exp_s; /* EXPIRE last sent (st_detect_expire_due) */
     uint64_t ck_seq;          /* checkpoint holding its latest change */
     int in_batch, dirty;
+    int fed; /* fed since its last checkpoint (its window key's EXPIRE may be due) */
 };
 
 struct st_runwin {
@@ -527,6 +528,7 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
     if (!r || r->state != RUN_READY)
         st_fatal("%s: fed a run that was not prefetched", w->name);
     w->cur = r;
+    r->fed = 1;
     if (!r->in_batch) {
         r->in_batch = 1;
         if (w->nbatch == w->capbatch) {
@@ -749,7 +751,9 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         r->nunsaved = 0;
         wrote = 1;
     }
-    if (r->in_batch && st_detect_expire_due(&r->w_exp_s, w->conf)) {
+    /* fed in any batch since the last checkpoint (with state.checkpoint_ms
+     * that may be several: in_batch only tells the last one) */
+    if (r->fed && st_detect_expire_due(&r->w_exp_s, w->conf)) {
         const char *expire[] = {"EXPIRE", wkey, ttl};
         st_checkpoint_cmd(ctx->ckpt, 3, expire);
         wrote = expired = 1;
@@ -804,6 +808,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, expired,
                        wall_s(ctx));
     r->ck_seq = ctx->seq;
+    r->fed = 0;
     free(wkey);
     free(ekey);
     free(bkey);
@@ -833,6 +838,11 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
             w->trimq[w->ntrimq++] = r;
         }
     }
+    /* no checkpoint with this batch (state.checkpoint_ms): the runs stay
+     * dirty, and the checkpoint that carries a later batch writes each of
+     * them once, whatever the number of batches that changed it */
+    if (!ctx->ckpt)
+        return;
     for (size_t i = 0; i < w->ndirty; i++) {
         run_checkpoint(w, w->dirty[i], ctx, &c, ttl);
         w->dirty[i]->dirty = 0;

@@ -82,7 +82,11 @@ void st_workers_destroy(struct st_workers *w);
 
 /* Detects the nrel released events (they must live until the next
  * st_workers_reset: the detectors hold pointers into them): findings
- * appended to *findings, the write-back to ckpt (checkpoint number seq).
+ * appended to *findings, the write-back of everything changed since the
+ * last checkpoint to ckpt (checkpoint number seq); ckpt NULL: a batch
+ * without a checkpoint (state.checkpoint_ms), the changes stay pending in
+ * the detectors for a later one (numbered seq still: its trims wait for
+ * the commit of a checkpoint numbered seq or later).
  * Every instance is reset first. Returns 0, or -1 with errstr when a
  * prefetch round trip failed (nothing was fed; simply call again). */
 int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, size_t nrel,
