@@ -812,6 +812,7 @@ static int run(struct analyzer *a, int drain)
     int rc = 0, failed = 0;
 
     st_consumer_on_revoke(a->consumer, on_revoke, a);
+    a->last_ckpt_ms = st_time_mono_ms(); /* the first checkpoint one interval in */
     while (!stop) {
         if (hup)
             reload(&a->conf);
