@@ -22,9 +22,13 @@
  * by one thread at a time; every call other than begin_batch, prefetch,
  * feed and end_batch of a batch is made by the main thread. Two instances
  * never write the same Redis key (keys name their detector and run), but
- * for the run index, which only ever gains members (runidx.h). end_batch() appends to ctx->ckpt the commands that copy
- * what changed to Redis (checkpoint.h); the analyzer runs them after the
- * batch's PostgreSQL commit and before its Kafka commit. A batch is retried,
+ * for the run index, which only ever gains members (runidx.h). end_batch()
+ * appends to ctx->ckpt the commands that copy what changed since the last
+ * checkpoint to Redis (checkpoint.h), or, ctx->ckpt NULL (a batch that
+ * carries no checkpoint: state.checkpoint_ms), keeps them pending; the
+ * analyzer runs a checkpoint after the PostgreSQL commit of the batch
+ * carrying it and before its Kafka commit, the only one that commits
+ * offsets. A batch is retried,
  * or replayed after a crash, until its offsets are committed, so what feed
  * keeps must be what a redo computes again: members keyed by event (adding
  * one twice changes nothing), episodes that only grow.
@@ -36,7 +40,9 @@
  * "Why a redone batch changes nothing"). It trims relative to the newest
  * on-time event of the batch, keeping 2 x window + detect.lateness_s behind
  * it, records the deletions for the next checkpoint, and evicts state idle
- * for state.evict_s whose changes are in a checkpoint that ran.
+ * for state.evict_s whose changes are in a checkpoint that ran: state with
+ * writes pending (changes or deletions no checkpoint carried yet) is never
+ * evicted, and a revoke (forget) comes only after a forced checkpoint.
  *
  * Events reach feed() per partition in event-time order (reorder.c), except
  * late ones, which come when they arrive with ctx->late set: a detector

@@ -3,15 +3,17 @@
  *   consume (consume.c) -> parse (common/event.c) -> detect (detectors/,
  *   state in memory, what is missing prefetched from Redis via rpipe.c) ->
  *   store (store.c, its own thread: one transaction over the sink parts in
- *   sinks/, then the detectors' checkpoint to Redis (checkpoint.c), then
- *   the offsets' commit)
+ *   sinks/, then, once per state.checkpoint_ms, the detectors' checkpoint
+ *   to Redis (checkpoint.c) and the offsets' commit)
  *
  * This thread polls, parses and detects batch N+1 while the store thread writes
  * batch N (the parse and the detection spread over the detection workers, this
  * thread being worker 0: workers.h, ingest below); it hands N+1 over only once
- * N is done (pipeline depth 1). A batch's offsets are committed only after the
- * PostgreSQL transaction that holds its events and findings has committed, and
- * after Kafka acknowledged the dead-letter records of the batch (deadletter.c).
+ * N is done (pipeline depth 1). Offsets are committed only by a batch that
+ * carries a checkpoint (once per state.checkpoint_ms, or detectors_flush),
+ * after the PostgreSQL transactions holding the events and findings up to them
+ * have committed, after that checkpoint ran, and after Kafka acknowledged the
+ * dead-letter records queued (deadletter.c).
  * When Redis or PostgreSQL is unavailable, the batch is retried with backoff,
  * never skipped; when PostgreSQL refuses the batch for its data, the refused
  * events are dead-lettered and the rest written. Redis is written only after
