@@ -110,6 +110,13 @@ struct st_detect_ctx {
     /* its time is the receive time (reorder.h): fed out of order, like a
      * late event, and never moves a run's newest time (no trim) */
     int skewed;
+    /* end_batch: a run's trims may stay out of this checkpoint (fewer than
+     * 64 things removed, the run not idle for state.evict_s, nothing
+     * written after them that they would delete): the run stays dirty, so
+     * it is never evicted with them pending. 0: every trim is sent (a
+     * forced checkpoint before a revoke or at a stop, and
+     * state.checkpoint_ms=0) */
+    int hold_trims;
 };
 
 /* Where a detector's state lives, which decides the thread that runs it

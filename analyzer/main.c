@@ -581,7 +581,7 @@ static int detectors_flush(struct analyzer *a, int force)
         return 0;
     }
     st_checkpoint_clear(a->flush_ckpt);
-    st_workers_end_batch(a->workers, a->flush_ckpt, a->ck_seq + 1);
+    st_workers_end_batch(a->workers, a->flush_ckpt, a->ck_seq + 1, force);
     if (st_checkpoint_len(a->flush_ckpt) == 0 && a->committed_seq == a->ck_seq) {
         detectors_after_commit(a);
         return 0; /* nothing changed, every offset committed */

@@ -88,6 +88,9 @@ static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
         .registry = p->global ? p->w->wc.registry : NULL,
         .stats = &p->stats,
         .runidx = p->runidx,
+        /* trims held while they are few (runwin.c); with a checkpoint
+         * after every batch, every trim goes with the next, as before */
+        .hold_trims = p->w->wc.conf->checkpoint_ms > 0,
     };
     return ctx;
 }
@@ -488,12 +491,15 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
     return 0;
 }
 
-void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq)
+void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq,
+                          int all)
 {
     for (int i = 0; i <= w->k; i++) {
         struct part *p = &w->parts[i];
         struct st_detect_ctx ctx = part_ctx(p, ckpt);
         ctx.seq = seq;
+        if (all)
+            ctx.hold_trims = 0;
         part_end_batch(p, &ctx, ckpt);
     }
 }

@@ -122,8 +122,11 @@ void st_workers_parse(struct st_workers *w, rd_kafka_message_t *const *msgs, siz
 /* The same operations for every instance and the registry (detect.h),
  * workers parked: */
 void st_workers_reset(struct st_workers *w); /* reset_batch */
-/* end_batch between batches (no feed): pending deletions into ckpt */
-void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq);
+/* end_batch between batches (no feed): every change pending into ckpt;
+ * all: the trims too, even those held while few (ctx->hold_trims: before
+ * a revoke forgets the state, and at a stop) */
+void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq,
+                          int all);
 void st_workers_after_commit(struct st_workers *w, uint64_t seq);
 void st_workers_forget(struct st_workers *w);
 

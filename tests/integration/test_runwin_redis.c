@@ -222,11 +222,12 @@ static size_t late_window_deferred(int how)
     ck_assert_msg(p != NULL, "%s", err);
     int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
     w = st_runwin_new(&conf, "rd", win, keep, 0, 0);
-    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
     batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
     batch_deferred(p, &ctx, 2, 2, "e2", T + 600000000LL, 0, 1); /* e1 trimmed, pending */
     batch_deferred(p, &ctx, 3, 2, "e2l", T + 599000000LL, 1, 0); /* no checkpoint */
     if (how == 2) {
+        ctx.hold_trims = 0; /* a revoke's checkpoint holds nothing back */
         flush(p, &ctx, 4);
         st_runwin_forget(w, &ctx);
     }
@@ -241,6 +242,59 @@ static size_t late_window_deferred(int how)
     st_rpipe_destroy(p);
     return n;
 }
+
+/* Held trims (ctx->hold_trims, state.checkpoint_ms > 0): e1's trim is
+ * held out of the checkpoints while few; a late event L below the trim
+ * point is then added: its checkpoint must send the held deletion before
+ * L's ZADD, or the deletion, sent later (here by a revoke's forced
+ * checkpoint), would delete L in Redis while memory keeps it. reload: 0
+ * held throughout, 1 forced checkpoint, forgotten and loaded again. */
+static size_t late_window_held(int reload)
+{
+    char err[256], prefix[64];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_h%d:", (int)getpid(), reload);
+    memset(&conf, 0, sizeof(conf));
+    conf.redis_prefix = prefix;
+    conf.state_ttl_s = 86400;
+    conf.state_evict_s = 600;
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
+    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
+    w = st_runwin_new(&conf, "rh", win, keep, 0, 0);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
+    batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
+    batch_deferred(p, &ctx, 2, 2, "e2", T + 600000000LL, 0, 1); /* e1 trimmed */
+    batch_deferred(p, &ctx, 3, 3, "e2b", T + 601000000LL, 0, 1); /* its deletion held */
+    batch_deferred(p, &ctx, 4, 4, "L", T + 400000000LL, 1, 1); /* late, below the trim */
+    if (reload) {
+        ctx.hold_trims = 0;
+        flush(p, &ctx, 5);
+        st_runwin_forget(w, &ctx);
+        ctx.hold_trims = 1;
+    }
+    batch_deferred(p, &ctx, 6, 5, "e6", T + 420000000LL, 1, 1); /* T+360 s .. T+480 s */
+    size_t n = seen_n;
+    char *wkey = st_detect_key(&conf, "rh", "w", "task", "run");
+    const char *d[] = {"DEL", wkey};
+    st_rpipe_cmd(p, NULL, NULL, 2, d);
+    st_rpipe_exec(p, err, sizeof(err));
+    free(wkey);
+    st_runwin_destroy(w);
+    st_rpipe_destroy(p);
+    return n;
+}
+
+START_TEST(runwin_held_trim_goes_before_a_write_it_would_delete)
+{
+    size_t held = late_window_held(0), rel = late_window_held(1);
+    fprintf(stderr, "late event's window with a held trim: %zu held, %zu reloaded\n", held,
+            rel);
+    ck_assert_uint_eq(held, 2);
+    ck_assert_uint_eq(rel, held);
+}
+END_TEST
 
 START_TEST(runwin_pending_writes_survive_eviction_and_revoke)
 {
@@ -263,6 +317,7 @@ int main(void)
     tcase_add_test(tc, runwin_emptied_key_keeps_its_ttl);
     tcase_add_test(tc, runwin_reloaded_run_gives_a_late_event_the_same_window);
     tcase_add_test(tc, runwin_pending_writes_survive_eviction_and_revoke);
+    tcase_add_test(tc, runwin_held_trim_goes_before_a_write_it_would_delete);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
