@@ -562,7 +562,8 @@ static void detectors_after_commit(struct analyzer *a)
  * every assigned partition, which now cover only what PostgreSQL and Redis
  * hold; then trims and evicts. Used when the stream is idle, and forced
  * before a revoke forgets the state and at the end of --drain or a stop,
- * so that no change leaves memory unwritten. Retried with backoff until
+ * so that no change leaves memory unwritten (forced, it sends the trims
+ * runwin.c holds back while few, too). Retried with backoff until
  * Redis takes it (the detectors marked the state saved in it: it must
  * run); returns -1 when asked to stop meanwhile (offsets not committed: the
  * batches are redone, as after a crash). @locality the main thread */
@@ -583,6 +584,7 @@ static int detectors_flush(struct analyzer *a, int force)
     st_checkpoint_clear(a->flush_ckpt);
     st_workers_end_batch(a->workers, a->flush_ckpt, a->ck_seq + 1, force);
     if (st_checkpoint_len(a->flush_ckpt) == 0 && a->committed_seq == a->ck_seq) {
+        a->last_ckpt_ms = now; /* (held trims: looked at once an interval) */
         detectors_after_commit(a);
         return 0; /* nothing changed, every offset committed */
     }
