@@ -137,7 +137,8 @@ static const struct st_conf_prop analyzer_props[] = {
      "detector state of a run (or credential, destination) not used for this long "
      "(wall clock) is dropped from memory once Redis holds it, and read back on "
      "its next event; must be below state.ttl_s (0: after every batch, tests)"},
-    {"state.checkpoint_ms", NULL, ST_CONF_INT, A(checkpoint_ms), 0, 3600000, "1000",
+    {"state.checkpoint_ms", "SANDTRAIL_CHECKPOINT_MS", ST_CONF_INT, A(checkpoint_ms), 0,
+     3600000, "1000",
      "the detectors' state is written to Redis, and the Kafka offsets committed, once "
      "per this interval (with the first batch after it, after that batch's PostgreSQL "
      "commit): a run changed in several batches of an interval costs one write-back. "
