@@ -4,7 +4,8 @@
  * st_detector_ops. Its state lives in process memory, per run (runwin.c)
  * or, for what spans runs, in the registry (registry.c); Redis is the
  * durable copy of it, read only for what is not in memory and written
- * behind each batch (docs/architecture.md, "One batch in the analyzer").
+ * behind, once per state.checkpoint_ms (docs/architecture.md, "One batch
+ * in the analyzer").
  *
  * For each batch the analyzer calls prefetch() once per event, in
  * partition order: a detector queues on ctx->redis the loads of the state

@@ -522,8 +522,9 @@ static struct slot *slot_of(struct analyzer *a, const struct st_store_batch *b)
 }
 
 /* Runs in the store's committer thread after a batch's PostgreSQL commit and before
- * its Kafka commit: the detectors' checkpoint of that batch to Redis, on
- * the store's own connection. Idempotent (absolute values), so the store
+ * its Kafka commit: the detectors' checkpoint the batch carries (every
+ * change since the previous one; none for most batches with
+ * state.checkpoint_ms) to Redis, on the store's own connection. Idempotent (absolute values), so the store
  * runs it again after a failure; the offsets wait for it. Redis thus never
  * holds state PostgreSQL has not committed, and the offsets never pass
  * state Redis lacks. @locality the store thread */
