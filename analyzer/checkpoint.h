@@ -1,16 +1,19 @@
-/* checkpoint.h: the Redis commands that make Redis hold a batch's detector
+/* checkpoint.h: the Redis commands that make Redis hold the detectors'
  * state, detached from the detectors.
  *
  * The detectors keep their state in process memory (runwin.c, registry.c)
- * and, at the end of each batch, append to a checkpoint the commands that
- * copy what the batch changed to Redis: absolute values only (ZADD of
- * members, HSET of totals, HSETNX where the first value wins, EXPIRE, and
- * the deletions of the previous batch's trims), so that running a
+ * and, at the end of a batch that carries a checkpoint (one per
+ * state.checkpoint_ms; every batch with 0), append to a checkpoint the
+ * commands that copy what changed since the previous checkpoint to Redis,
+ * each run once however many batches changed it: absolute values only
+ * (ZADD of members, HSET of totals, HSETNX where the first value wins,
+ * EXPIRE, and the deletions of the trims since), so that running a
  * checkpoint twice, or an older one again, changes nothing. The analyzer
- * runs it after the batch's PostgreSQL commit and before its Kafka commit
- * (docs/architecture.md, "One batch in the analyzer"): Redis never holds
- * state PostgreSQL has not committed, and Kafka offsets never pass state
- * Redis lacks.
+ * runs it after the PostgreSQL commit of the batch carrying it (so of every
+ * batch it covers) and before that batch's Kafka commit, which alone
+ * commits offsets (docs/architecture.md, "One batch in the analyzer"):
+ * Redis never holds state PostgreSQL has not committed, and Kafka offsets
+ * never pass state Redis lacks.
  *
  * A checkpoint owns copies of everything it holds: once built it can be run
  * from another thread while the detectors go on with the next batch. It is

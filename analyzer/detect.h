@@ -4,7 +4,8 @@
  * st_detector_ops. Its state lives in process memory, per run (runwin.c)
  * or, for what spans runs, in the registry (registry.c); Redis is the
  * durable copy of it, read only for what is not in memory and written
- * behind each batch (docs/architecture.md, "One batch in the analyzer").
+ * behind, once per state.checkpoint_ms (docs/architecture.md, "One batch
+ * in the analyzer").
  *
  * For each batch the analyzer calls prefetch() once per event, in
  * partition order: a detector queues on ctx->redis the loads of the state
@@ -22,9 +23,13 @@
  * by one thread at a time; every call other than begin_batch, prefetch,
  * feed and end_batch of a batch is made by the main thread. Two instances
  * never write the same Redis key (keys name their detector and run), but
- * for the run index, which only ever gains members (runidx.h). end_batch() appends to ctx->ckpt the commands that copy
- * what changed to Redis (checkpoint.h); the analyzer runs them after the
- * batch's PostgreSQL commit and before its Kafka commit. A batch is retried,
+ * for the run index, which only ever gains members (runidx.h). end_batch()
+ * appends to ctx->ckpt the commands that copy what changed since the last
+ * checkpoint to Redis (checkpoint.h), or, ctx->ckpt NULL (a batch that
+ * carries no checkpoint: state.checkpoint_ms), keeps them pending; the
+ * analyzer runs a checkpoint after the PostgreSQL commit of the batch
+ * carrying it and before its Kafka commit, the only one that commits
+ * offsets. A batch is retried,
  * or replayed after a crash, until its offsets are committed, so what feed
  * keeps must be what a redo computes again: members keyed by event (adding
  * one twice changes nothing), episodes that only grow.
@@ -36,7 +41,9 @@
  * "Why a redone batch changes nothing"). It trims relative to the newest
  * on-time event of the batch, keeping 2 x window + detect.lateness_s behind
  * it, records the deletions for the next checkpoint, and evicts state idle
- * for state.evict_s whose changes are in a checkpoint that ran.
+ * for state.evict_s whose changes are in a checkpoint that ran: state with
+ * writes pending (changes or deletions no checkpoint carried yet) is never
+ * evicted, and a revoke (forget) comes only after a forced checkpoint.
  *
  * Events reach feed() per partition in event-time order (reorder.c), except
  * late ones, which come when they arrive with ctx->late set: a detector
@@ -104,6 +111,13 @@ struct st_detect_ctx {
     /* its time is the receive time (reorder.h): fed out of order, like a
      * late event, and never moves a run's newest time (no trim) */
     int skewed;
+    /* end_batch: a run's trims may stay out of this checkpoint (fewer than
+     * 64 things removed, the run not idle for state.evict_s, nothing
+     * written after them that they would delete): the run stays dirty, so
+     * it is never evicted with them pending. 0: every trim is sent (a
+     * forced checkpoint before a revoke or at a stop, and
+     * state.checkpoint_ms=0) */
+    int hold_trims;
 };
 
 /* Where a detector's state lives, which decides the thread that runs it

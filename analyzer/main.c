@@ -3,15 +3,17 @@
  *   consume (consume.c) -> parse (common/event.c) -> detect (detectors/,
  *   state in memory, what is missing prefetched from Redis via rpipe.c) ->
  *   store (store.c, its own thread: one transaction over the sink parts in
- *   sinks/, then the detectors' checkpoint to Redis (checkpoint.c), then
- *   the offsets' commit)
+ *   sinks/, then, once per state.checkpoint_ms, the detectors' checkpoint
+ *   to Redis (checkpoint.c) and the offsets' commit)
  *
  * This thread polls, parses and detects batch N+1 while the store thread writes
  * batch N (the parse and the detection spread over the detection workers, this
  * thread being worker 0: workers.h, ingest below); it hands N+1 over only once
- * N is done (pipeline depth 1). A batch's offsets are committed only after the
- * PostgreSQL transaction that holds its events and findings has committed, and
- * after Kafka acknowledged the dead-letter records of the batch (deadletter.c).
+ * N is done (pipeline depth 1). Offsets are committed only by a batch that
+ * carries a checkpoint (once per state.checkpoint_ms, or detectors_flush),
+ * after the PostgreSQL transactions holding the events and findings up to them
+ * have committed, after that checkpoint ran, and after Kafka acknowledged the
+ * dead-letter records queued (deadletter.c).
  * When Redis or PostgreSQL is unavailable, the batch is retried with backoff,
  * never skipped; when PostgreSQL refuses the batch for its data, the refused
  * events are dead-lettered and the rest written. Redis is written only after
@@ -135,6 +137,14 @@ static const struct st_conf_prop analyzer_props[] = {
      "detector state of a run (or credential, destination) not used for this long "
      "(wall clock) is dropped from memory once Redis holds it, and read back on "
      "its next event; must be below state.ttl_s (0: after every batch, tests)"},
+    {"state.checkpoint_ms", "SANDTRAIL_CHECKPOINT_MS", ST_CONF_INT, A(checkpoint_ms), 0,
+     3600000, "1000",
+     "the detectors' state is written to Redis, and the Kafka offsets committed, once "
+     "per this interval (with the first batch after it, after that batch's PostgreSQL "
+     "commit): a run changed in several batches of an interval costs one write-back. "
+     "Findings are still written per batch; a crash redoes the batches since the last "
+     "checkpoint. A revoke, the end of --drain and a stop write one first "
+     "(0: after every batch)"},
     {"detect.workers", "SANDTRAIL_DETECT_WORKERS", ST_CONF_INT, A(detect_workers), 1, 64,
      "2",
      "detection workers: worker w runs the per-run detectors over the partitions p "
@@ -285,6 +295,10 @@ struct slot {
      * after the PostgreSQL commit (store_checkpoint); seq is its number */
     struct st_checkpoint *ckpt;
     uint64_t seq;
+    /* the batch carries a checkpoint (of every change since the previous
+     * one) and commits offsets; one without commits none (state.checkpoint_ms:
+     * its offsets are the next carrier's, computed later) */
+    int carries;
 };
 
 struct analyzer {
@@ -298,6 +312,8 @@ struct analyzer {
     /* checkpoints built; the newest that ran and whose batch's offsets
      * Kafka took (what after_commit may trim and evict up to) */
     uint64_t ck_seq, committed_seq;
+    int64_t last_ckpt_ms; /* monotonic time the last checkpoint was built */
+    struct st_checkpoint *flush_ckpt; /* detectors_flush's (main thread) */
     int64_t loads_seen, evictions_seen;
     struct st_sink *sink;
     struct st_store *store;
@@ -435,10 +451,22 @@ static int detect_try(struct analyzer *a, struct slot *sl, char *errstr, size_t 
     /* partitions added change where a task's events go (runidx.h) */
     st_workers_set_partitions(a->workers, st_consumer_topic_partitions(a->consumer));
     if (st_workers_detect(a->workers, sl->rel, sl->nrel, a->ck_seq + 1, &sl->b->findings,
-                          sl->ckpt, errstr, errsz))
+                          sl->carries ? sl->ckpt : NULL, errstr, errsz))
         return -1;
     sl->seq = ++a->ck_seq;
     return 0;
+}
+
+/* Whether the batch being detected carries a checkpoint: the first batch
+ * once state.checkpoint_ms has passed since the last one (every batch with
+ * 0). Decided once per batch, before its first attempt. */
+static int checkpoint_due(struct analyzer *a)
+{
+    int64_t now = st_time_mono_ms();
+    if (a->conf.checkpoint_ms > 0 && now - a->last_ckpt_ms < a->conf.checkpoint_ms)
+        return 0;
+    a->last_ckpt_ms = now;
+    return 1;
 }
 
 /* Detects until Redis answers. Returns 0, or -1 when asked to stop first. */
@@ -447,6 +475,7 @@ static int detect(struct analyzer *a, struct slot *sl)
     int64_t backoff = 100;
     char errstr[1024];
 
+    sl->carries = checkpoint_due(a);
     while (detect_try(a, sl, errstr, sizeof(errstr))) {
         st_metrics_set_ready(a->metrics, "a batch cannot be written to PostgreSQL or "
                                          "Redis: retrying");
@@ -495,8 +524,9 @@ static struct slot *slot_of(struct analyzer *a, const struct st_store_batch *b)
 }
 
 /* Runs in the store's committer thread after a batch's PostgreSQL commit and before
- * its Kafka commit: the detectors' checkpoint of that batch to Redis, on
- * the store's own connection. Idempotent (absolute values), so the store
+ * its Kafka commit: the detectors' checkpoint the batch carries (every
+ * change since the previous one; none for most batches with
+ * state.checkpoint_ms) to Redis, on the store's own connection. Idempotent (absolute values), so the store
  * runs it again after a failure; the offsets wait for it. Redis thus never
  * holds state PostgreSQL has not committed, and the offsets never pass
  * state Redis lacks. @locality the store thread */
@@ -505,6 +535,8 @@ static int store_checkpoint(void *arg, const struct st_store_batch *b, char *err
 {
     struct analyzer *a = arg;
     const struct slot *sl = slot_of(a, b);
+    if (st_checkpoint_len(sl->ckpt) == 0)
+        return 0; /* a batch without a checkpoint (state.checkpoint_ms) */
     int64_t t0 = st_time_mono_us();
     int rc = st_checkpoint_exec(sl->ckpt, a->store_redis, errstr, errsz);
     st_metric_observe(a->m_ckpt_s, (double)(st_time_mono_us() - t0) / 1e6);
@@ -526,33 +558,72 @@ static void detectors_after_commit(struct analyzer *a)
     metrics_state(a);
 }
 
-/* Between batches, with no batch in flight: writes what the last trims
- * deleted, so that Redis is trimmed while the stream is idle or stopped,
- * and evicts idle state. A failure keeps the deletions for the next
- * checkpoint. sl is a free slot whose checkpoint is borrowed. */
-static void detectors_idle(struct analyzer *a, struct slot *sl)
+/* Between batches, with no batch in flight (every batch detected is
+ * committed to PostgreSQL): when a checkpoint is due (state.checkpoint_ms
+ * passed since the last one) or force is set, writes every change the
+ * detectors hold that no checkpoint carried yet -- the batches detected
+ * since the last carrier, the trims since -- then commits the offsets of
+ * every assigned partition, which now cover only what PostgreSQL and Redis
+ * hold; then trims and evicts. Used when the stream is idle, and forced
+ * before a revoke forgets the state and at the end of --drain or a stop,
+ * so that no change leaves memory unwritten (forced, it sends the trims
+ * runwin.c holds back while few, too). Retried with backoff until
+ * Redis takes it (the detectors marked the state saved in it: it must
+ * run); returns -1 when asked to stop meanwhile (offsets not committed: the
+ * batches are redone, as after a crash). @locality the main thread */
+static int detectors_flush(struct analyzer *a, int force)
 {
     char errstr[512];
+    int32_t parts[1024];
+    int64_t offsets[1024];
+    int64_t backoff = 100;
 
     if (!a->workers || st_store_busy(a->store))
-        return;
-    st_checkpoint_clear(sl->ckpt);
-    st_workers_end_batch(a->workers, sl->ckpt, a->ck_seq + 1);
-    if (st_checkpoint_len(sl->ckpt) > 0) {
-        a->ck_seq++;
-        int rc = st_checkpoint_exec(sl->ckpt, a->redis, errstr, sizeof(errstr));
-        st_checkpoint_clear(sl->ckpt);
-        if (rc) {
-            st_metric_add(a->m_redis_err, 1);
-            st_warn("detector state not trimmed in Redis (the next checkpoint will): %s",
-                    errstr);
-            return;
-        }
-        /* deletions only: nothing for Kafka to take */
-        if (a->committed_seq == a->ck_seq - 1)
-            a->committed_seq = a->ck_seq;
+        return 0;
+    int64_t now = st_time_mono_ms();
+    if (!force && a->conf.checkpoint_ms > 0 && now - a->last_ckpt_ms < a->conf.checkpoint_ms) {
+        detectors_after_commit(a); /* evicts what is idle and written */
+        return 0;
     }
+    st_checkpoint_clear(a->flush_ckpt);
+    st_workers_end_batch(a->workers, a->flush_ckpt, a->ck_seq + 1, force);
+    if (st_checkpoint_len(a->flush_ckpt) == 0 && a->committed_seq == a->ck_seq) {
+        a->last_ckpt_ms = now; /* (held trims: looked at once an interval) */
+        detectors_after_commit(a);
+        return 0; /* nothing changed, every offset committed */
+    }
+    a->ck_seq++;
+    a->last_ckpt_ms = now;
+    while (st_checkpoint_exec(a->flush_ckpt, a->redis, errstr, sizeof(errstr))) {
+        st_metric_add(a->m_redis_err, 1);
+        st_metrics_set_ready(a->metrics, "the detectors' checkpoint cannot be written to "
+                                         "Redis: retrying");
+        if (stop) {
+            st_error("stopped while the detectors' checkpoint was being retried: offsets "
+                     "not committed (%s)",
+                     errstr);
+            return -1;
+        }
+        st_error("detectors' checkpoint not written, retrying in %" PRId64 " ms: %s",
+                 backoff, errstr);
+        usleep((useconds_t)backoff * 1000);
+        backoff = backoff * 2 > a->conf.retry_max_backoff_ms ? a->conf.retry_max_backoff_ms
+                                                             : backoff * 2;
+    }
+    st_checkpoint_clear(a->flush_ckpt);
+    /* offsets past a dead-lettered message only once Kafka has its record */
+    while (st_deadletter_flush(a->dlq, 5000, errstr, sizeof(errstr))) {
+        st_error("%s: offsets are not committed until they are", errstr);
+        if (stop)
+            return -1;
+    }
+    int n = st_consumer_partitions(a->consumer, parts, 1024);
+    for (int i = 0; i < n; i++)
+        offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
+    if (st_consumer_commit(a->consumer, parts, offsets, n) == 0)
+        a->committed_seq = a->ck_seq;
     detectors_after_commit(a);
+    return 0;
 }
 
 /* Partitions revoked: every detector state is forgotten, and read again
@@ -696,6 +767,7 @@ static int batch_done(struct analyzer *a)
         return 0;
     struct slot *sl = slot_of(a, b);
     int failed = b->failed;
+    /* (the store role has no detectors: every batch commits its offsets) */
     if (!failed) {
         for (size_t i = 0; i < b->nrefused; i++)
             st_reorder_forget(a->reorder, b->refused[i].partition, b->refused[i].offset);
@@ -705,9 +777,11 @@ static int batch_done(struct analyzer *a)
         st_metric_add(a->m_batches, 1);
         metrics_findings(a, &b->findings);
         /* offsets Kafka did not take (a rebalance) may be redone by
-         * another analyzer: then nothing is trimmed */
+         * another analyzer: then nothing is trimmed. A batch without a
+         * checkpoint committed no offsets: it trims nothing new (its
+         * trims wait for the next carrier's commit), only evicts */
         if (b->committed && slot_held(a, sl)) {
-            if (sl->seq > a->committed_seq)
+            if (sl->carries && sl->seq > a->committed_seq)
                 a->committed_seq = sl->seq;
             detectors_after_commit(a);
         }
@@ -720,16 +794,20 @@ static int batch_done(struct analyzer *a)
     return failed ? -1 : 0;
 }
 
-/* A partition is taken away (inside st_consumer_poll_batch): the batch in
- * flight is stored and its offsets committed first, while the partition
- * is still ours, so that every offset we had is either committed by us or
- * redone by the next owner. */
+/* A partition is taken away (inside st_consumer_poll_batch): the batches in
+ * flight are stored, then every change no checkpoint carried yet is written
+ * and the offsets committed (detectors_flush), while the partition is
+ * still ours, so that every offset we had is either committed by us with
+ * its state in Redis or redone by the next owner, and nothing we forget
+ * below is missing from Redis. */
 static void on_revoke(int32_t partition, void *arg)
 {
     struct analyzer *a = arg;
     while (st_store_busy(a->store))
         if (batch_done(a))
             a->gave_up = 1; /* run() ends with status 1 */
+    if (!a->gave_up && detectors_flush(a, 1))
+        a->gave_up = 1;
     st_reorder_drop(a->reorder, partition);
     detectors_forget(a);
 }
@@ -742,6 +820,7 @@ static int run(struct analyzer *a, int drain)
     int rc = 0, failed = 0;
 
     st_consumer_on_revoke(a->consumer, on_revoke, a);
+    a->last_ckpt_ms = st_time_mono_ms(); /* the first checkpoint one interval in */
     while (!stop) {
         if (hup)
             reload(&a->conf);
@@ -781,6 +860,8 @@ static int run(struct analyzer *a, int drain)
             if (failed)
                 break;
             batch_offsets(a, b);
+            if (a->workers && !sl->carries)
+                b->nparts = 0; /* the next checkpoint's batch commits them */
             st_store_submit(a->store, b);
             a->fill = (a->fill + 1) % NSLOTS;
         } else {
@@ -789,9 +870,8 @@ static int run(struct analyzer *a, int drain)
              * the lag */
             while (!failed && st_store_done(a->store))
                 failed = batch_done(a);
-            if (failed)
+            if (failed || (failed = detectors_flush(a, 0)) != 0)
                 break;
-            detectors_idle(a, sl);
             batch_offsets(a, b);
             slot_clear(sl);
         }
@@ -807,13 +887,14 @@ static int run(struct analyzer *a, int drain)
             }
         }
     }
-    /* a clean stop, or the end of --drain, waits for the batch in flight,
-     * then writes the last trims */
+    /* a clean stop, or the end of --drain, waits for the batches in
+     * flight, then writes what no checkpoint carried yet (and the last
+     * trims) and commits the offsets */
     while (st_store_busy(a->store))
         if (batch_done(a))
             failed = 1;
-    if (!rc && !failed)
-        detectors_idle(a, &a->slots[a->fill]);
+    if (!rc && !failed && detectors_flush(a, 1))
+        failed = 1;
     slot_clear(&a->slots[a->fill]);
     return rc || failed ? -1 : 0;
 }
@@ -983,6 +1064,7 @@ int main(int argc, char **argv)
         a.slots[i].b = st_store_batch_new(a.sink, (int)a.conf.batch_max_events);
         a.slots[i].ckpt = st_checkpoint_new();
     }
+    a.flush_ckpt = st_checkpoint_new();
     a.reorder = st_reorder_new(a.conf.lateness_s * 1000000);
     if (st_role_detects(a.conf.role)) {
         a.registry = st_registry_new(&a.conf);
@@ -1027,6 +1109,7 @@ out:
         st_checkpoint_destroy(a.slots[i].ckpt);
         free(a.slots[i].rel);
     }
+    st_checkpoint_destroy(a.flush_ckpt);
     st_rpipe_destroy(a.redis);
     st_rpipe_destroy(a.store_redis);
     st_deadletter_destroy(a.dlq);

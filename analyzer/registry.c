@@ -508,6 +508,8 @@ size_t st_registry_dest_feed(struct st_registry *r, const char *host, const char
 void st_registry_end_batch(struct st_registry *r, struct st_detect_ctx *ctx)
 {
     char ttl[24], num[24];
+    if (!ctx->ckpt)
+        return; /* no checkpoint with this batch: the entries stay dirty */
     snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
     for (size_t i = 0; i < r->ndirty; i++) {
         struct entry *e = r->dirty[i];

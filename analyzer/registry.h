@@ -76,7 +76,9 @@ void st_registry_fp_set(struct st_registry *r, const char *fp, const char *value
 size_t st_registry_dest_feed(struct st_registry *r, const char *host, const char *field,
                              const char *member, const struct st_registry_field **f);
 
-/* Appends the write-back of what changed to ctx->ckpt. */
+/* Appends the write-back of what changed since the last checkpoint to
+ * ctx->ckpt; ctx->ckpt NULL (a batch without a checkpoint): nothing, the
+ * changes stay pending (and the entries are not evicted). */
 void st_registry_end_batch(struct st_registry *r, struct st_detect_ctx *ctx);
 /* Evicts idle entries (ctx->seq: the newest checkpoint that ran). */
 void st_registry_after_commit(struct st_registry *r, struct st_detect_ctx *ctx);

@@ -70,6 +70,7 @@ struct run {
     size_t ndel_eps;
     int64_t *del_b;           /* buckets trimmed */
     size_t ndel_b;
+    size_t ndel_m;            /* members trimmed since the deletion was last sent */
     int64_t max_ts;           /* newest on-time event of the run in this batch */
     int64_t trim_ts;          /* newest on-time event of batches not yet trimmed */
     uint64_t trim_seq;        /* the last of those batches' checkpoint */
@@ -78,6 +79,7 @@ struct run {
     int64_t w_exp_s, e_exp_s, b_exp_s; /* EXPIRE last sent (st_detect_expire_due) */
     uint64_t ck_seq;          /* checkpoint holding its latest change */
     int in_batch, dirty;
+    int fed; /* fed since its last checkpoint (its window key's EXPIRE may be due) */
 };
 
 struct st_runwin {
@@ -527,6 +529,7 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
     if (!r || r->state != RUN_READY)
         st_fatal("%s: fed a run that was not prefetched", w->name);
     w->cur = r;
+    r->fed = 1;
     if (!r->in_batch) {
         r->in_batch = 1;
         if (w->nbatch == w->capbatch) {
@@ -685,8 +688,49 @@ static int any_saved_bucket(const struct run *r)
     return 0;
 }
 
+/* Held trims (ctx->hold_trims): a run's deletions wait while they removed
+ * fewer than this many things and the run is not idle (state.evict_s). */
+#define HOLD_MAX 64
+
+/* Whether the run holds something its pending deletions would delete in
+ * Redis once written: a member below the trim point (a late event added
+ * after the trim), an episode or bucket trimmed and made again. Such a
+ * deletion must go first, before the write, as an unheld one does. */
+static int trims_hit_writes(const struct run *r)
+{
+    if (r->trim_below != INT64_MIN && r->n && r->m[0].ts_us < r->trim_below)
+        return 1;
+    for (size_t i = 0; i < r->ndel_eps; i++)
+        for (size_t j = 0; j < r->neps; j++)
+            if (!strcmp(r->del_eps[i], r->eps[j].id))
+                return 1;
+    for (size_t i = 0; i < r->ndel_b; i++)
+        for (size_t j = 0; j < r->nb; j++)
+            if (r->del_b[i] == r->b[j].key)
+                return 1;
+    return 0;
+}
+
+static int has_trims(const struct run *r)
+{
+    return r->trim_below != INT64_MIN || r->ndel_eps || r->ndel_b;
+}
+
+/* Whether the run's trims stay out of this checkpoint (ctx->hold_trims):
+ * in Redis they only remove what no window in memory uses, so they may
+ * wait and be sent together -- but never past the run's stay in memory:
+ * a run idle for state.evict_s (about to be evicted) sends them, and a
+ * revoke's or stop's checkpoint holds none (docs/architecture.md, "A
+ * checkpoint per interval"). */
+static int trims_held(const struct run *r, const struct st_detect_ctx *ctx, int64_t now)
+{
+    return ctx->hold_trims && has_trims(r) &&
+           r->ndel_m + r->ndel_eps + r->ndel_b < HOLD_MAX &&
+           now - r->touched_s < ctx->conf->state_evict_s && !trims_hit_writes(r);
+}
+
 static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
-                           struct cmd *c, const char *ttl)
+                           struct cmd *c, const char *ttl, int hold)
 {
     /* state written (a key may be created), and with an EXPIRE: the run's
      * index entry goes before it (runidx.h) */
@@ -706,16 +750,17 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
      * makes it again without a TTL, so its EXPIRE is due again (last sent
      * set to 0) when nothing Redis holds of the key is left in memory. */
     /* deletions first: a member re-added after the trim is then kept */
-    if (r->trim_below != INT64_MIN) {
+    if (!hold && r->trim_below != INT64_MIN) {
         char below[24];
         snprintf(below, sizeof(below), "(%" PRId64, r->trim_below);
         const char *zrem[] = {"ZREMRANGEBYSCORE", wkey, "-inf", below};
         st_checkpoint_cmd(ctx->ckpt, 4, zrem);
         r->trim_below = INT64_MIN;
+        r->ndel_m = 0;
         if (r->n == r->nunsaved) /* no saved member left: the key may be gone */
             r->w_exp_s = 0;
     }
-    if (r->ndel_eps && ekey) {
+    if (!hold && r->ndel_eps && ekey) {
         cmd_arg(c, "HDEL", 0);
         cmd_arg(c, ekey, 0);
         for (size_t i = 0; i < r->ndel_eps; i++)
@@ -724,8 +769,9 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         if (!any_saved_episode(r))
             r->e_exp_s = 0;
     }
-    r->ndel_eps = 0;
-    if (r->ndel_b && bkey) {
+    if (!hold)
+        r->ndel_eps = 0;
+    if (!hold && r->ndel_b && bkey) {
         cmd_arg(c, "HDEL", 0);
         cmd_arg(c, bkey, 0);
         for (size_t i = 0; i < r->ndel_b; i++)
@@ -734,7 +780,8 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         if (!any_saved_bucket(r))
             r->b_exp_s = 0;
     }
-    r->ndel_b = 0;
+    if (!hold)
+        r->ndel_b = 0;
     if (r->nunsaved) {
         cmd_arg(c, "ZADD", 0);
         cmd_arg(c, wkey, 0);
@@ -749,7 +796,9 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         r->nunsaved = 0;
         wrote = 1;
     }
-    if (r->in_batch && st_detect_expire_due(&r->w_exp_s, w->conf)) {
+    /* fed in any batch since the last checkpoint (with state.checkpoint_ms
+     * that may be several: in_batch only tells the last one) */
+    if (r->fed && st_detect_expire_due(&r->w_exp_s, w->conf)) {
         const char *expire[] = {"EXPIRE", wkey, ttl};
         st_checkpoint_cmd(ctx->ckpt, 3, expire);
         wrote = expired = 1;
@@ -804,6 +853,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, expired,
                        wall_s(ctx));
     r->ck_seq = ctx->seq;
+    r->fed = 0;
     free(wkey);
     free(ekey);
     free(bkey);
@@ -833,11 +883,23 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
             w->trimq[w->ntrimq++] = r;
         }
     }
+    /* no checkpoint with this batch (state.checkpoint_ms): the runs stay
+     * dirty, and the checkpoint that carries a later batch writes each of
+     * them once, whatever the number of batches that changed it */
+    if (!ctx->ckpt)
+        return;
+    int64_t now = wall_s(ctx);
+    size_t keep = 0;
     for (size_t i = 0; i < w->ndirty; i++) {
-        run_checkpoint(w, w->dirty[i], ctx, &c, ttl);
-        w->dirty[i]->dirty = 0;
+        struct run *r = w->dirty[i];
+        int hold = trims_held(r, ctx, now);
+        run_checkpoint(w, r, ctx, &c, ttl, hold);
+        if (hold)
+            w->dirty[keep++] = r; /* dirty while its trims wait: not evicted */
+        else
+            r->dirty = 0;
     }
-    w->ndirty = 0;
+    w->ndirty = keep;
     free(c.argv);
     free(c.owned);
 }
@@ -852,6 +914,7 @@ static void run_trim(struct st_runwin *w, struct run *r)
     }
     memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));
     r->n -= k;
+    r->ndel_m += k;
     if (k && r->trim_below < oldest)
         r->trim_below = oldest;
     /* no on-time trigger to come can continue an episode that ended

@@ -109,11 +109,15 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
                        int64_t end_us, const struct st_runwin_member *opener,
                        char out[33]);
 
-/* Appends to ctx->ckpt what changed since the last call: the trims of the
- * committed batches (before the writes), the new
- * members (one ZADD per run), the episodes and buckets changed (HSET of
- * absolute values), EXPIRE; and notes each run written in its partition's
- * run index (ctx->runidx), whose entries the caller puts first. */
+/* After each batch's feeds: notes the trims the batch allows once
+ * committed (checkpoint ctx->seq). Then, when ctx->ckpt is set (a batch
+ * that carries a checkpoint, state.checkpoint_ms), appends to it what
+ * changed since the last checkpoint, over however many batches: the trims
+ * of the committed batches (before the writes), the new members (one ZADD
+ * per run), the episodes and buckets changed (HSET of absolute values),
+ * EXPIRE; and notes each run written in its partition's run index
+ * (ctx->runidx), whose entries the caller puts first. ctx->ckpt NULL: the
+ * changes stay pending (the runs dirty, never evicted) for the next one. */
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx);
 
 /* Once the batch's offsets are committed (detect.h): trims in memory the

@@ -51,6 +51,7 @@ struct st_workers {
     const struct st_reorder_item *rel;
     size_t nrel;
     uint64_t seq;
+    int write; /* the batch carries a checkpoint: end_batch writes it */
     /* the batch being parsed (st_workers_parse), the same way */
     rd_kafka_message_t *const *pmsgs;
     size_t npmsgs;
@@ -87,6 +88,9 @@ static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
         .registry = p->global ? p->w->wc.registry : NULL,
         .stats = &p->stats,
         .runidx = p->runidx,
+        /* trims held while they are few (runwin.c); with a checkpoint
+         * after every batch, every trim goes with the next, as before */
+        .hold_trims = p->w->wc.conf->checkpoint_ms > 0,
     };
     return ctx;
 }
@@ -162,10 +166,20 @@ static void part_prefetch(struct part *p)
 /* Calls the end_batch of the part's detectors (and the registry's) into
  * out, preceded by the run index entries their state needs: Redis applies
  * the pipeline in order, so no state is ever there without its entry
- * (runidx.h). */
+ * (runidx.h). out NULL: a batch without a checkpoint (state.checkpoint_ms),
+ * whose changes stay pending in the detectors. */
 static void part_end_batch(struct part *p, struct st_detect_ctx *ctx,
                            struct st_checkpoint *out)
 {
+    if (!out) {
+        ctx->ckpt = NULL;
+        for (int d = 0; st_detectors[d]; d++)
+            if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
+                st_detectors[d]->end_batch(p->det[d], ctx);
+        if (p->global)
+            st_registry_end_batch(p->w->wc.registry, ctx);
+        return;
+    }
     ctx->ckpt = p->state;
     st_checkpoint_clear(p->state);
     for (int d = 0; st_detectors[d]; d++)
@@ -197,7 +211,7 @@ static void part_feed(struct part *p)
                 st_detectors[d]->feed(p->det[d], &ctx, &w->rel[i].ev);
         p->events++;
     }
-    part_end_batch(p, &ctx, p->ckpt);
+    part_end_batch(p, &ctx, w->write ? p->ckpt : NULL);
     p->cpu_us += thread_cpu_us() - cpu0;
 }
 
@@ -435,6 +449,7 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
     w->rel = rel;
     w->nrel = nrel;
     w->seq = seq;
+    w->write = ckpt != NULL;
     run_job(w, JOB_PREFETCH, &wait_us);
     for (int i = 0; i <= w->k; i++) {
         struct part *p = &w->parts[i];
@@ -458,7 +473,8 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
     for (int i = 0; i <= w->k; i++) {
         struct part *p = &w->parts[i];
         st_findings_take(findings, &p->findings);
-        st_checkpoint_take(ckpt, p->ckpt);
+        if (ckpt)
+            st_checkpoint_take(ckpt, p->ckpt);
     }
     if (w->nthreads)
         st_metric_observe(w->m_wait, (double)wait_us / 1e6);
@@ -480,12 +496,15 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
     return 0;
 }
 
-void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq)
+void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq,
+                          int all)
 {
     for (int i = 0; i <= w->k; i++) {
         struct part *p = &w->parts[i];
         struct st_detect_ctx ctx = part_ctx(p, ckpt);
         ctx.seq = seq;
+        if (all)
+            ctx.hold_trims = 0;
         part_end_batch(p, &ctx, ckpt);
     }
 }

@@ -82,7 +82,11 @@ void st_workers_destroy(struct st_workers *w);
 
 /* Detects the nrel released events (they must live until the next
  * st_workers_reset: the detectors hold pointers into them): findings
- * appended to *findings, the write-back to ckpt (checkpoint number seq).
+ * appended to *findings, the write-back of everything changed since the
+ * last checkpoint to ckpt (checkpoint number seq); ckpt NULL: a batch
+ * without a checkpoint (state.checkpoint_ms), the changes stay pending in
+ * the detectors for a later one (numbered seq still: its trims wait for
+ * the commit of a checkpoint numbered seq or later).
  * Every instance is reset first. Returns 0, or -1 with errstr when a
  * prefetch round trip failed (nothing was fed; simply call again). */
 int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, size_t nrel,
@@ -118,8 +122,11 @@ void st_workers_parse(struct st_workers *w, rd_kafka_message_t *const *msgs, siz
 /* The same operations for every instance and the registry (detect.h),
  * workers parked: */
 void st_workers_reset(struct st_workers *w); /* reset_batch */
-/* end_batch between batches (no feed): pending deletions into ckpt */
-void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq);
+/* end_batch between batches (no feed): every change pending into ckpt;
+ * all: the trims too, even those held while few (ctx->hold_trims: before
+ * a revoke forgets the state, and at a stop) */
+void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq,
+                          int all);
 void st_workers_after_commit(struct st_workers *w, uint64_t seq);
 void st_workers_forget(struct st_workers *w);
 

@@ -4,7 +4,10 @@
  *     writes again still gets its EXPIRE: no state without a TTL;
  *   - a run forgotten (revoke; an eviction drops it the same way) and
  *     loaded again gives a late event the window it had in memory: every
- *     trim reached Redis with the checkpoint after it. */
+ *     trim reached Redis with the checkpoint after it;
+ *   - with state.checkpoint_ms, a run whose trims and members no
+ *     checkpoint carried yet is not evicted, and a revoke's forced
+ *     checkpoint writes them before the run is forgotten. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,12 +158,166 @@ START_TEST(runwin_reloaded_run_gives_a_late_event_the_same_window)
 }
 END_TEST
 
+/* One batch of one event with state.checkpoint_ms: the batch carries a
+ * checkpoint (write) or not (its changes stay pending in memory); then the
+ * trims and evictions of a commit up to checkpoint committed. */
+static void batch_deferred(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
+                           uint64_t committed, const char *id, int64_t ts, int late,
+                           int write)
+{
+    char err[256];
+    struct st_event ev = {0};
+    ev.event_id = id;
+    ev.ts_us = ts;
+    ev.source_name = "s";
+    ev.task_id = "task";
+    ev.run_id = "run";
+    struct st_checkpoint *ck = st_checkpoint_new();
+    ctx->ckpt = write ? ck : NULL;
+    ctx->late = late;
+    ctx->seq = seq;
+    st_runwin_begin(w, 1);
+    st_runwin_prefetch(w, ctx, &ev);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    st_runwin_feed(w, ctx, &ev, "{}", 0, count_window, NULL);
+    st_runwin_end_batch(w, ctx);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    ctx->seq = committed;
+    st_runwin_after_commit(w, ctx);
+    st_checkpoint_destroy(ck);
+}
+
+/* A checkpoint with no batch (the analyzer's detectors_flush): everything
+ * pending, numbered seq, committed at once. */
+static void flush(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq)
+{
+    char err[256];
+    struct st_checkpoint *ck = st_checkpoint_new();
+    ctx->ckpt = ck;
+    ctx->seq = seq;
+    st_runwin_end_batch(w, ctx);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_runwin_after_commit(w, ctx);
+    st_checkpoint_destroy(ck);
+}
+
+/* state.checkpoint_ms: e1 is trimmed after checkpoint 2 is committed; its
+ * deletion, and a late event of batch 3 (which carries no checkpoint), are
+ * pending when a commit asks to evict idle runs (state.evict_s 0) or a
+ * revoke forgets the run. how: 0 held throughout, 1 eviction asked (must
+ * wait: the run has pending writes), 2 revoke (a forced checkpoint first,
+ * as on_revoke does, then forgotten and loaded again). A later late
+ * event's window must be the same in all three. */
+static size_t late_window_deferred(int how)
+{
+    char err[256], prefix[64];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_d%d:", (int)getpid(), how);
+    memset(&conf, 0, sizeof(conf));
+    conf.redis_prefix = prefix;
+    conf.state_ttl_s = 86400;
+    conf.state_evict_s = how == 1 ? 0 : 600;
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
+    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
+    w = st_runwin_new(&conf, "rd", win, keep, 0, 0);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
+    batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
+    batch_deferred(p, &ctx, 2, 2, "e2", T + 600000000LL, 0, 1); /* e1 trimmed, pending */
+    batch_deferred(p, &ctx, 3, 2, "e2l", T + 599000000LL, 1, 0); /* no checkpoint */
+    if (how == 2) {
+        ctx.hold_trims = 0; /* a revoke's checkpoint holds nothing back */
+        flush(p, &ctx, 4);
+        st_runwin_forget(w, &ctx);
+    }
+    batch_deferred(p, &ctx, 5, 2, "e3", T + 30000000LL, 1, 0); /* late: T-30 s .. T+90 s */
+    size_t n = seen_n;
+    char *wkey = st_detect_key(&conf, "rd", "w", "task", "run");
+    const char *d[] = {"DEL", wkey};
+    st_rpipe_cmd(p, NULL, NULL, 2, d);
+    st_rpipe_exec(p, err, sizeof(err));
+    free(wkey);
+    st_runwin_destroy(w);
+    st_rpipe_destroy(p);
+    return n;
+}
+
+/* Held trims (ctx->hold_trims, state.checkpoint_ms > 0): e1's trim is
+ * held out of the checkpoints while few; a late event L below the trim
+ * point is then added: its checkpoint must send the held deletion before
+ * L's ZADD, or the deletion, sent later (here by a revoke's forced
+ * checkpoint), would delete L in Redis while memory keeps it. reload: 0
+ * held throughout, 1 forced checkpoint, forgotten and loaded again. */
+static size_t late_window_held(int reload)
+{
+    char err[256], prefix[64];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_h%d:", (int)getpid(), reload);
+    memset(&conf, 0, sizeof(conf));
+    conf.redis_prefix = prefix;
+    conf.state_ttl_s = 86400;
+    conf.state_evict_s = 600;
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
+    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
+    w = st_runwin_new(&conf, "rh", win, keep, 0, 0);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
+    batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
+    batch_deferred(p, &ctx, 2, 2, "e2", T + 600000000LL, 0, 1); /* e1 trimmed */
+    batch_deferred(p, &ctx, 3, 3, "e2b", T + 601000000LL, 0, 1); /* its deletion held */
+    batch_deferred(p, &ctx, 4, 4, "L", T + 400000000LL, 1, 1); /* late, below the trim */
+    if (reload) {
+        ctx.hold_trims = 0;
+        flush(p, &ctx, 5);
+        st_runwin_forget(w, &ctx);
+        ctx.hold_trims = 1;
+    }
+    batch_deferred(p, &ctx, 6, 5, "e6", T + 420000000LL, 1, 1); /* T+360 s .. T+480 s */
+    size_t n = seen_n;
+    char *wkey = st_detect_key(&conf, "rh", "w", "task", "run");
+    const char *d[] = {"DEL", wkey};
+    st_rpipe_cmd(p, NULL, NULL, 2, d);
+    st_rpipe_exec(p, err, sizeof(err));
+    free(wkey);
+    st_runwin_destroy(w);
+    st_rpipe_destroy(p);
+    return n;
+}
+
+START_TEST(runwin_held_trim_goes_before_a_write_it_would_delete)
+{
+    size_t held = late_window_held(0), rel = late_window_held(1);
+    fprintf(stderr, "late event's window with a held trim: %zu held, %zu reloaded\n", held,
+            rel);
+    ck_assert_uint_eq(held, 2);
+    ck_assert_uint_eq(rel, held);
+}
+END_TEST
+
+START_TEST(runwin_pending_writes_survive_eviction_and_revoke)
+{
+    size_t held = late_window_deferred(0), evict = late_window_deferred(1),
+           revoke = late_window_deferred(2);
+    fprintf(stderr,
+            "late event's window with writes pending: %zu held, %zu eviction asked, "
+            "%zu revoked\n",
+            held, evict, revoke);
+    ck_assert_uint_eq(held, 1);
+    ck_assert_uint_eq(evict, held);
+    ck_assert_uint_eq(revoke, held);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runwin_redis");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, runwin_emptied_key_keeps_its_ttl);
     tcase_add_test(tc, runwin_reloaded_run_gives_a_late_event_the_same_window);
+    tcase_add_test(tc, runwin_pending_writes_survive_eviction_and_revoke);
+    tcase_add_test(tc, runwin_held_trim_goes_before_a_write_it_would_delete);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
