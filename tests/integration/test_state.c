@@ -658,7 +658,7 @@ END_TEST
  * same four bursts drained in batches of 2 with a checkpoint after every
  * batch (0), in batches of 2 with one interval longer than the drain (only
  * the final checkpoint of --drain), and in one batch: the last two send
- * exactly the same Redis commands, the first several times more, and all
+ * the same checkpoint commands, the first several times more, and all
  * three find the same. */
 START_TEST(state_checkpoint_interval_coalesces_writes)
 {
@@ -688,7 +688,10 @@ START_TEST(state_checkpoint_interval_coalesces_writes)
             "(one interval), %ld in %ld batches\n",
             cmds[0], batches[0], cmds[1], batches[1], cmds[2], batches[2]);
     ck_assert_int_ge(batches[1], 20);
-    ck_assert_int_eq(cmds[1], cmds[2]);
+    /* the same checkpoint commands; the run index's check (runidx.h: at
+     * assignment, then every 10 s) adds a few more when a drain on a busy
+     * machine takes longer than that */
+    ck_assert_msg(labs(cmds[1] - cmds[2]) <= 8, "%ld vs %ld", cmds[1], cmds[2]);
     ck_assert_msg(cmds[0] > 2 * cmds[1], "%ld vs %ld", cmds[0], cmds[1]);
     char *r = rows(w[1].dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
     ck_assert_str_eq(r, "4\n");
