@@ -162,6 +162,14 @@ struct st_onepass {
 
     struct name attr_names[NATTR + 1]; /* every attrs member a type names */
     struct dispatch top, source, identity, attrs;
+    /* validate's look-ups, made once: each type's name (field: its enum
+     * st_event_type), the slot of each attrs member it names, in the order
+     * of its st_type_info, and the slot of its identity_required member
+     * (-1: not a slot, -2: none required) */
+    struct name type_names[ST_TYPE__COUNT + 1];
+    struct dispatch types;
+    short attr_field[ST_TYPE__COUNT][ST_EVENT_ATTRS_MAX];
+    short idreq_field[ST_TYPE__COUNT];
 };
 
 static unsigned dispatch_hash(const char *k, size_t n)
@@ -228,6 +236,22 @@ struct st_onepass *st_onepass_new(struct st_redactor *r)
     dispatch_init(&p->source, source_names);
     dispatch_init(&p->identity, identity_names);
     dispatch_init(&p->attrs, p->attr_names);
+    for (int t = 0; t < ST_TYPE__COUNT; t++) {
+        const struct st_type_info *ti = st_event_type_info((enum st_event_type)t);
+        p->type_names[t].s = st_event_type_name((enum st_event_type)t);
+        p->type_names[t].len = strlen(p->type_names[t].s);
+        p->type_names[t].field = t;
+        for (size_t a = 0; a < ST_EVENT_ATTRS_MAX && ti->attrs[a].name; a++)
+            p->attr_field[t][a] = (short)field_of(&p->attrs, ti->attrs[a].name,
+                                                  strlen(ti->attrs[a].name));
+        p->idreq_field[t] =
+            ti->identity_required
+                ? (short)field_of(&p->identity, ti->identity_required,
+                                  strlen(ti->identity_required))
+                : -2;
+    }
+    p->type_names[ST_TYPE__COUNT].s = NULL;
+    dispatch_init(&p->types, p->type_names);
     return p;
 }
 
@@ -951,11 +975,12 @@ static int name_index(const char *s, const char *const *names, int n)
     return -1;
 }
 
-static int check_attrs(const struct st_onepass *p, const struct st_type_info *ti)
+static int check_attrs(const struct st_onepass *p, enum st_event_type type,
+                       const struct st_type_info *ti)
 {
     for (const struct st_attr_spec *a = ti->attrs;
          a < ti->attrs + ST_EVENT_ATTRS_MAX && a->name; a++) {
-        int f = field_of(&p->attrs, a->name, strlen(a->name));
+        int f = p->attr_field[type][a - ti->attrs];
         int t = p->vt[F_ATTRS] == V_OBJECT ? p->vt[f] : V_ABSENT;
         if (t == V_ABSENT || t == V_NULL) {
             if (a->required)
@@ -1003,11 +1028,10 @@ static int validate(struct st_onepass *p, struct st_event *ev)
         get_id(p, F_RUN_ID, 1, 256, &ev->run_id) ||
         get_id(p, F_TRACE_ID, 0, 256, &ev->trace_id) || get_str(p, F_TYPE, 1, 64, &s))
         return -1;
-    int t;
-    for (t = 0; t < ST_TYPE__COUNT; t++)
-        if (strcmp(s, st_event_type_name((enum st_event_type)t)) == 0)
-            break;
-    if (t == ST_TYPE__COUNT)
+    /* the slot's string has no NUL in it (read_string refuses \u0000):
+     * equal bytes and length are strcmp's equality */
+    int t = field_of(&p->types, s, p->vlen[F_TYPE]);
+    if (t < 0)
         return -1;
     const struct st_type_info *ti = st_event_type_info((enum st_event_type)t);
     ev->type = (enum st_event_type)t;
@@ -1043,16 +1067,15 @@ static int validate(struct st_onepass *p, struct st_event *ev)
             (p->vt[F_SCOPES] != V_ARRAY || !p->scopes_strings))
             return -1;
     }
-    if (ti->identity_required) {
-        int f = field_of(&p->identity, ti->identity_required,
-                         strlen(ti->identity_required));
+    if (p->idreq_field[t] != -2) {
+        int f = p->idreq_field[t];
         if (!has_identity || f < 0 || p->vt[f] != V_STRING)
             return -1;
     }
     if (p->vt[F_ATTRS] != V_ABSENT && p->vt[F_ATTRS] != V_NULL &&
         p->vt[F_ATTRS] != V_OBJECT)
         return -1;
-    return check_attrs(p, ti);
+    return check_attrs(p, (enum st_event_type)t, ti);
 }
 
 /* ---- the line ------------------------------------------------------------ */
