@@ -118,11 +118,11 @@ struct repl {
 };
 
 /* The member or element being read at one depth (redact.c's struct frame):
- * its key, for the path of a redaction, lives in p->keys at key_off. */
+ * its key, for the path of a redaction, is p->kref[key]. */
 struct frame {
     int in_array;
     size_t idx;
-    size_t key_off;
+    size_t key;
 };
 
 struct st_onepass {
@@ -134,10 +134,13 @@ struct st_onepass {
     struct st_buf out;     /* the event as printed */
     struct st_buf entries; /* the "redactions" elements, comma-separated */
     struct st_buf path;    /* a redaction's path */
-    struct st_buf keys;    /* the keys of the open objects, NUL-terminated */
+    struct st_buf keytmp;  /* a key of it, NUL-terminated */
+    const unsigned char *line; /* the line being read */
+    struct st_buf keys; /* the open objects' keys that had escapes, decoded */
     struct keyref {
         size_t off, len;
-    } *kref; /* where each is in keys */
+        int decoded; /* off is in keys, else in the line (no escape) */
+    } *kref; /* the keys of the open objects, not copied when plain */
     size_t nk, capk;
     struct st_buf str;  /* a string with escapes, decoded */
     struct st_buf vals; /* the slots' strings, NUL-terminated */
@@ -212,6 +215,7 @@ struct st_onepass *st_onepass_new(struct st_redactor *r)
     st_buf_init(&p->out);
     st_buf_init(&p->entries);
     st_buf_init(&p->path);
+    st_buf_init(&p->keytmp);
     st_buf_init(&p->keys);
     st_buf_init(&p->str);
     st_buf_init(&p->vals);
@@ -262,6 +266,7 @@ void st_onepass_destroy(struct st_onepass *p)
     st_buf_fini(&p->out);
     st_buf_fini(&p->entries);
     st_buf_fini(&p->path);
+    st_buf_fini(&p->keytmp);
     st_buf_fini(&p->keys);
     st_buf_fini(&p->str);
     st_buf_fini(&p->vals);
@@ -566,14 +571,24 @@ static int has_control(const char *s, size_t n)
 /* ---- redaction, as redact.c's walk does it ------------------------------- */
 
 /* The path of frames[0..depth] (path_build). */
+static inline const char *key_at(const struct st_onepass *p, size_t i)
+{
+    const struct keyref *k = &p->kref[i];
+    return k->decoded ? p->keys.data + k->off : (const char *)p->line + k->off;
+}
+
 static const char *path_of(struct st_onepass *p, int depth)
 {
     st_buf_reset(&p->path);
     for (int i = 0; i <= depth; i++) {
-        if (p->frames[i].in_array)
+        if (p->frames[i].in_array) {
             st_buf_printf(&p->path, "[%zu]", p->frames[i].idx);
-        else
-            st_redact_path_add_key(&p->path, p->keys.data + p->frames[i].key_off);
+        } else { /* st_redact_path_add_key takes it NUL-terminated */
+            const struct keyref *k = &p->kref[p->frames[i].key];
+            st_buf_reset(&p->keytmp);
+            st_buf_add(&p->keytmp, key_at(p, p->frames[i].key), k->len);
+            st_redact_path_add_key(&p->path, p->keytmp.data);
+        }
     }
     return p->path.data ? p->path.data : "";
 }
@@ -703,8 +718,7 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
                            63u);
         if (seen & bit)
             for (size_t i = k0; i < p->nk; i++) {
-                const char *o = p->keys.data + p->kref[i].off;
-                if (p->kref[i].len == klen && memcmp(o, key, klen) == 0)
+                if (p->kref[i].len == klen && memcmp(key_at(p, i), key, klen) == 0)
                     return bail(p);
             }
         seen |= bit;
@@ -712,11 +726,15 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
             p->capk = p->capk ? p->capk * 2 : 64;
             p->kref = st_realloc(p->kref, p->capk * sizeof(*p->kref));
         }
-        size_t koff = p->keys.len;
-        p->kref[p->nk++] = (struct keyref){koff, klen};
-        add(&p->keys, key, klen);
-        add(&p->keys, "", 1);
-        key = p->keys.data + koff;
+        size_t kidx = p->nk;
+        if (plain) { /* in the line, where it stays */
+            p->kref[p->nk++] = (struct keyref){(size_t)((const unsigned char *)key - p->line),
+                                               klen, 0};
+        } else { /* p->str is the next string's */
+            p->kref[p->nk++] = (struct keyref){p->keys.len, klen, 1};
+            add(&p->keys, key, klen);
+            key = p->keys.data + p->kref[kidx].off;
+        }
         ws(p);
         if (p->p >= p->end || *p->p != ':')
             return bail(p);
@@ -759,7 +777,7 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
         if (!muted)
             wrote = 1;
         p->frames[depth].in_array = 0;
-        p->frames[depth].key_off = koff;
+        p->frames[depth].key = kidx;
         int t = value(p, depth, field, sub, key, klen, km);
         if (muted)
             p->mute--;
@@ -1083,7 +1101,7 @@ static int validate(struct st_onepass *p, struct st_event *ev)
 /* One pass over the line from its start. */
 static int pass(struct st_onepass *p, const char *line, size_t len, int write)
 {
-    p->p = (const unsigned char *)line;
+    p->p = p->line = (const unsigned char *)line;
     p->end = p->p + len;
     p->write = write;
     p->mute = 0;
