@@ -369,10 +369,16 @@ static inline void ws(struct st_onepass *p)
         p->p++;
 }
 
+static int read_escaped(struct st_onepass *p, const unsigned char *b,
+                        const unsigned char *q, const char **s, size_t *n,
+                        int *plain);
+
 /* p->p at the opening quote: the decoded string in *s, *n (in the line when
  * it has no escape, *plain then set: it needs none in the output either;
- * else in p->str). -1 (bail) where jp_string fails. */
-static int read_string(struct st_onepass *p, const char **s, size_t *n, int *plain)
+ * else in p->str). -1 (bail) where jp_string fails. Inline: most strings
+ * are short and have no escape; read_escaped decodes the others. */
+static inline __attribute__((always_inline)) int
+read_string(struct st_onepass *p, const char **s, size_t *n, int *plain)
 {
     const unsigned char *b = ++p->p, *q = b, *end = p->end;
     /* one scan for the closing quote, a backslash, a control byte and
@@ -417,6 +423,17 @@ static int read_string(struct st_onepass *p, const char **s, size_t *n, int *pla
         p->p = q + 1;
         return 0;
     }
+    return read_escaped(p, b, q, s, n, plain);
+}
+
+/* read_string's string from b (after the quote), whose first backslash is
+ * at q. */
+static __attribute__((noinline)) int read_escaped(struct st_onepass *p,
+                                                  const unsigned char *b,
+                                                  const unsigned char *q,
+                                                  const char **s, size_t *n,
+                                                  int *plain)
+{
     const unsigned char *e = q; /* the first backslash */
     while (e < p->end && *e != '"')
         e += *e == '\\' ? 2 : 1;
