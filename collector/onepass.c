@@ -103,6 +103,7 @@ struct dispatch {
  * repeat the same few dozen names. */
 #define KEYCACHE_LEN 16
 #define KEYCACHE_SLOTS 256
+_Static_assert(KEYCACHE_LEN == 16, "keycache_equal loads a key's sixteen bytes");
 
 struct keycache {
     size_t len; /* 0: empty */
@@ -661,15 +662,38 @@ static int field_in(const struct st_onepass *p, enum ctx ctx, const char *k, siz
 /* st_redact_key and the key's field in ctx, through the cache: 0 with
  * *kmask and *field, or -1 when the key is redacted (its hits noted, to be
  * undone: the tree path's case). */
-static int key_info(struct st_onepass *p, const char *key, size_t klen, enum ctx ctx,
-                    uint64_t *kmask, int *field)
+static inline int keycache_equal(const struct st_onepass *p, const struct keycache *c,
+                                  const char *key, size_t klen, int in_line)
+{
+    if (c->len != klen)
+        return 0;
+#ifdef __SSE2__
+    /* one compare of sixteen bytes when they all are the line's (c->s has
+     * sixteen): the first klen must be equal */
+    if (in_line && p->end - (const unsigned char *)key >= 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)key);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)c->s);
+        unsigned eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(a, b));
+        unsigned need = (1u << klen) - 1; /* klen < 16 */
+        return (eq & need) == need;
+    }
+#else
+    (void)p;
+    (void)in_line;
+#endif
+    return memcmp(c->s, key, klen) == 0;
+}
+
+/* in_line: key is in the line being read (not decoded). */
+static int key_info(struct st_onepass *p, const char *key, size_t klen, int in_line,
+                    enum ctx ctx, uint64_t *kmask, int *field)
 {
     struct keycache *c = NULL;
     if (klen > 0 && klen < KEYCACHE_LEN) {
         unsigned h = (unsigned)klen * 31u + (unsigned char)key[0] * 7u +
                      (unsigned char)key[klen - 1] * 13u + (unsigned char)key[klen / 2];
         c = &p->kc[h % KEYCACHE_SLOTS];
-        if (c->len == klen && memcmp(c->s, key, klen) == 0) {
+        if (keycache_equal(p, c, key, klen, in_line)) {
             *kmask = c->kmask;
             *field = c->field[ctx];
             return 0;
@@ -772,7 +796,7 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
             p->forged = 1;
             p->mute++;
         } else if (!p->mute && !p->write) {
-            if (key_info(p, key, klen, ctx, &km, &field))
+            if (key_info(p, key, klen, plain, ctx, &km, &field))
                 return bail(p);
             if (ctx == C_TOP)
                 sub = field == F_SOURCE     ? C_SOURCE
