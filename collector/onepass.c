@@ -692,12 +692,21 @@ static int key_info(struct st_onepass *p, const char *key, size_t klen, int in_l
     if (klen > 0 && klen < KEYCACHE_LEN) {
         unsigned h = (unsigned)klen * 31u + (unsigned char)key[0] * 7u +
                      (unsigned char)key[klen - 1] * 13u + (unsigned char)key[klen / 2];
-        c = &p->kc[h % KEYCACHE_SLOTS];
-        if (keycache_equal(p, c, key, klen, in_line)) {
+        /* two slots a key: two names of one event whose hashes meet
+         * (schema and method, trace_id and cwd) would otherwise put each
+         * other out on every event; a miss replaces the second slot's key
+         * unless the first is empty */
+        struct keycache *c0 = &p->kc[h % KEYCACHE_SLOTS], *c1 = &p->kc[(h ^ 1) % KEYCACHE_SLOTS];
+        if (keycache_equal(p, c0, key, klen, in_line))
+            c = c0;
+        else if (keycache_equal(p, c1, key, klen, in_line))
+            c = c1;
+        if (c) {
             *kmask = c->kmask;
             *field = c->field[ctx];
             return 0;
         }
+        c = c0->len ? c1 : c0;
     }
     size_t k = st_redact_key(p->r, key, klen, kmask);
     if (k) { /* frames[depth] is not this member's yet: no path, no entry */
