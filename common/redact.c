@@ -406,8 +406,26 @@ struct st_redactor {
     const char *cred;
     size_t credlen;
     const struct st_credset *issued; /* shared, not owned; NULL: none */
+    struct vcache *vc; /* st_redact_value's short values that hold nothing */
     cJSON *doc;     /* the event being redacted */
     cJSON *entries; /* its new "redactions" array, made at the first entry */
+};
+
+/* Values shorter than VCACHE_LEN in which st_redact_value found nothing,
+ * when it was not run under a keyed name nor with a credential to remove:
+ * the answer then depends only on the bytes and on the redactor's rules,
+ * canaries, key and switched-off rules, fixed for its life -- not on the
+ * issued credentials, ST_CREDSET_MIN_LEN bytes at least, which no form of
+ * a shorter string (decoding only shortens) can hold. Most events repeat
+ * the same short values (a type, a kind, a host, a task). Two slots per
+ * hash, as onepass.c's key cache. */
+#define VCACHE_LEN 16
+#define VCACHE_SLOTS 1024
+_Static_assert(VCACHE_LEN <= ST_CREDSET_MIN_LEN,
+               "no cached value can hold an issued credential");
+struct vcache {
+    size_t len; /* 0: empty */
+    char s[VCACHE_LEN];
 };
 
 /* Byte classes for the passes over every string (init_classes): base64
@@ -684,6 +702,7 @@ struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, init_classes);
     r = st_calloc(1, sizeof(*r));
+    r->vc = st_calloc(VCACHE_SLOTS, sizeof(*r->vc));
     r->fp_len = conf->fp_hex_len ? conf->fp_hex_len : ST_REDACT_FP_DEFAULT;
     r->issued = conf->issued;
     st_buf_init(&r->out);
@@ -757,6 +776,7 @@ void st_redactor_destroy(struct st_redactor *r)
     EVP_MAC_free(r->mac);
     free(r->m);
     free(r->frames);
+    free(r->vc);
     st_buf_fini(&r->out);
     st_buf_fini(&r->scratch);
     st_buf_fini(&r->path);
@@ -2109,21 +2129,74 @@ size_t st_redact_key(struct st_redactor *r, const char *key, size_t len,
     return k;
 }
 
+/* s[0..len) (len < VCACHE_LEN) is in c. Two loads of eight bytes (or
+ * four) that overlap cover every byte. */
+static inline int vcache_equal(const struct vcache *c, const char *s, size_t len)
+{
+    if (c->len != len)
+        return 0;
+    if (len >= 8) {
+        uint64_t a, b, x, y;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + len - 8, 8);
+        memcpy(&x, c->s, 8);
+        memcpy(&y, c->s + len - 8, 8);
+        return a == x && b == y;
+    }
+    if (len >= 4) {
+        uint32_t a, b, x, y;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + len - 4, 4);
+        memcpy(&x, c->s, 4);
+        memcpy(&y, c->s + len - 4, 4);
+        return a == x && b == y;
+    }
+    return memcmp(s, c->s, len) == 0;
+}
+
+/* The cache's two slots for s[0..len) (0 < len < VCACHE_LEN). */
+static inline struct vcache *vcache_slots(const struct st_redactor *r, const char *s,
+                                          size_t len)
+{
+    unsigned h = (unsigned)len * 31u + (unsigned char)s[0] * 7u +
+                 (unsigned char)s[len - 1] * 131u + (unsigned char)s[len / 2] * 17u +
+                 (unsigned char)s[len - 2] * 3u;
+    return &r->vc[(h * 2u) % VCACHE_SLOTS];
+}
+
 size_t st_redact_value(struct st_redactor *r, const char *s, size_t len,
                        const char *name, size_t namelen, uint64_t kmask,
                        const char **out, size_t *outlen)
 {
     int forms = 0;
+    struct vcache *c = NULL;
     if (too_short(r, len, name, kmask)) { /* most short values: no pass */
         r->nm = 0;
         return 0;
     }
+    if (len >= 2 && len < VCACHE_LEN && !(name && (kmask & r->keyed)) &&
+        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN)) {
+        c = vcache_slots(r, s, len);
+        if (vcache_equal(&c[0], s, len) || vcache_equal(&c[1], s, len)) {
+            r->nm = 0;
+            return 0;
+        }
+        c = c[0].len ? &c[1] : &c[0]; /* where it goes if it holds nothing */
+    }
     uint64_t mask = prefilter(r, s, len, &forms);
     if (nothing_to_run(r, mask, forms, name ? kmask : 0)) { /* most values */
         r->nm = 0;
+        if (c) {
+            c->len = len;
+            memcpy(c->s, s, len);
+        }
         return 0;
     }
     size_t k = redact_string(r, s, len, mask, forms, name, namelen, kmask);
+    if (!k && c) {
+        c->len = len;
+        memcpy(c->s, s, len);
+    }
     if (k) {
         *out = r->out.data;
         *outlen = r->out.len;
