@@ -14,6 +14,8 @@
 
 #include <check.h>
 
+#include "corpus.h"
+
 static struct st_redactor *new_redactor(void)
 {
     static const unsigned char key[] = "0123456789abcdef0123456789abcdef";
@@ -160,6 +162,132 @@ START_TEST(redact_min_len_is_a_lower_bound)
 }
 END_TEST
 
+/* ---- st_redact_value's cache of short values ---------------------------- */
+
+/* st_redact_value as it was before the cache: the plain path. */
+static size_t plain_value(struct st_redactor *r, const char *s, size_t len,
+                          const char *name, size_t namelen, uint64_t kmask,
+                          const char **out, size_t *outlen)
+{
+    int forms = 0;
+    r->nm = 0;
+    if (too_short(r, len, name, kmask))
+        return 0;
+    uint64_t mask = prefilter(r, s, len, &forms);
+    if (nothing_to_run(r, mask, forms, name ? kmask : 0))
+        return 0;
+    size_t k = redact_string(r, s, len, mask, forms, name, namelen, kmask);
+    if (k) {
+        *out = r->out.data;
+        *outlen = r->out.len;
+    }
+    return k;
+}
+
+struct vpair {
+    struct st_redactor *cached, *plain;
+    size_t calls, hits, redacted, redacted_short;
+};
+
+/* Names: none, plain ones, and keyed ones (secret_assignment, aws_secret_key
+ * run over "<name>=<value>"), so that one value is met under each. */
+static const char *const vnames[] = {NULL, "command", "password", "api_key",
+                                     "aws_secret_access_key"};
+
+static void vcompare(struct vpair *v, const char *s, size_t len)
+{
+    for (size_t i = 0; i < sizeof(vnames) / sizeof(vnames[0]); i++) {
+        const char *name = vnames[i];
+        size_t namelen = name ? strlen(name) : 0;
+        uint64_t km = name ? prefilter(v->cached, name, namelen, NULL) : 0;
+        const char *o1 = NULL, *o2 = NULL;
+        size_t l1 = 0, l2 = 0;
+        if (len > 1 && len < VCACHE_LEN) {
+            struct vcache *c = vcache_slots(v->cached, s, len);
+            v->hits += vcache_equal(&c[0], s, len) || vcache_equal(&c[1], s, len);
+        }
+        size_t k1 = st_redact_value(v->cached, s, len, name, namelen, km, &o1, &l1);
+        size_t k2 = plain_value(v->plain, s, len, name, namelen, km, &o2, &l2);
+        v->calls++;
+        ck_assert_msg(k1 == k2, "%zu redactions of \"%.*s\" under %s, plainly %zu", k1,
+                      (int)len, s, name ? name : "no name", k2);
+        if (k1) {
+            ck_assert_msg(l1 == l2 && memcmp(o1, o2, l1) == 0, "\"%.*s\" redacted as %.*s",
+                          (int)len, s, (int)l1, o1);
+            v->redacted++;
+            v->redacted_short += len < VCACHE_LEN;
+        }
+    }
+}
+
+/* Every JSON string of a line (between unescaped quotes), whole and its
+ * first and last bytes at a few lengths under 16, each under every name. A
+ * whole file (with newlines) is skipped: its lines come one by one. */
+static void vcompare_line(const char *text, size_t len, void *arg)
+{
+    static const size_t cuts[] = {2, 7, 8, 9, 12, 15};
+    struct vpair *v = arg;
+    if (memchr(text, '\n', len))
+        return;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] != '"')
+            continue;
+        size_t j = i + 1;
+        while (j < len && text[j] != '"')
+            j += text[j] == '\\' ? 2 : 1;
+        if (j > len)
+            j = len;
+        const char *s = text + i + 1;
+        size_t n = j - i - 1;
+        vcompare(v, s, n);
+        for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]) && cuts[c] < n; c++) {
+            vcompare(v, s, cuts[c]);
+            vcompare(v, s + n - cuts[c], cuts[c]);
+        }
+        i = j;
+    }
+}
+
+static struct st_redactor *new_short_canary_redactor(void)
+{
+    static const unsigned char key[] = "0123456789abcdef0123456789abcdef";
+    static const char *const canaries[] = {"CANARY-1", "CANARY-abc123xyz"};
+    char err[256];
+    struct st_redact_conf conf = {0};
+    conf.key = key;
+    conf.keylen = sizeof(key) - 1;
+    conf.canaries = canaries;
+    conf.ncanaries = 2;
+    struct st_redactor *r = st_redactor_new(&conf, err, sizeof(err));
+    ck_assert_msg(r != NULL, "st_redactor_new: %s", err);
+    return r;
+}
+
+/* The cache gives what the plain path gives, on the shared corpus and the
+ * benchmark's input, for every value met again under a keyed name, and for
+ * short secrets (a canary of 8 bytes, keyed assignments). */
+START_TEST(redact_value_cache_same_as_plain_path)
+{
+    struct vpair v = {new_short_canary_redactor(), new_short_canary_redactor(), 0, 0, 0, 0};
+    static const char *const planted[] = {
+        "xCANARY-1", "CANARY-1", "aZ9kQ2mXpL", "Zq8wLm3Rt7", "hunter2!xK",
+        "AKIA0123456789ABCDEF", "ghp_0123456789", "a://:b@", "a://u:pw@h"};
+    for (int round = 0; round < 2; round++)
+        for (size_t i = 0; i < sizeof(planted) / sizeof(planted[0]); i++)
+            vcompare(&v, planted[i], strlen(planted[i]));
+    size_t files = corpus_tree(SANDTRAIL_SOURCE_DIR "/tests/data", vcompare_line, &v);
+    ck_assert_msg(files > 20, "only %zu files under tests/data", files);
+    corpus_generated("python3 " SANDTRAIL_SOURCE_DIR "/scripts/bench/gen_mixed.py 500 ",
+                     " 7 2>/dev/null", vcompare_line, &v);
+    printf("value cache: %zu calls, %zu hits, %zu redacted (%zu short)\n", v.calls, v.hits,
+           v.redacted, v.redacted_short);
+    ck_assert_msg(v.hits > v.calls / 4, "only %zu hits in %zu calls", v.hits, v.calls);
+    ck_assert_msg(v.redacted_short > 20, "only %zu short values redacted", v.redacted_short);
+    st_redactor_destroy(v.cached);
+    st_redactor_destroy(v.plain);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("prefilter");
@@ -168,6 +296,7 @@ int main(void)
     tcase_add_test(tc, redact_prefilter_matches_the_plain_definitions);
     tcase_add_test(tc, redact_prefilter_finds_every_planted_keyword);
     tcase_add_test(tc, redact_min_len_is_a_lower_bound);
+    tcase_add_test(tc, redact_value_cache_same_as_plain_path);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
