@@ -113,9 +113,11 @@ struct keycache {
 };
 
 /* A replacement found in the first pass: the ord-th string read (not
- * counting the sender's "redactions") becomes repl[off..off+len). */
+ * counting the sender's "redactions") becomes repl[off..off+len); its
+ * bytes in the line, between its quotes, are line[at..at+was) (splice). */
 struct repl {
     size_t ord, off, len;
+    size_t at, was;
 };
 
 /* The member or element being read at one depth (redact.c's struct frame):
@@ -149,6 +151,8 @@ struct st_onepass {
     size_t nhits, caphits;
     struct frame frames[ST_JSON_MAX_DEPTH];
     int mute;     /* > 0 inside the sender's "redactions": read, not kept */
+    int canon;    /* the line so far is as cJSON_PrintUnformatted prints it */
+    size_t spliced; /* events printed by splice (st_onepass_spliced) */
     int forged;   /* the line had a top-level "redactions" */
     size_t nred;  /* redactions made */
 
@@ -365,9 +369,12 @@ static inline void ws(struct st_onepass *p)
 {
     if (p->p < p->end && *p->p > ' ')
         return;
+    const unsigned char *from = p->p;
     while (p->p < p->end &&
            (*p->p == ' ' || *p->p == '\t' || *p->p == '\n' || *p->p == '\r'))
         p->p++;
+    if (p->p != from) /* the printer writes none */
+        p->canon = 0;
 }
 
 static int read_escaped(struct st_onepass *p, const unsigned char *b,
@@ -452,8 +459,13 @@ static __attribute__((noinline)) int read_escaped(struct st_onepass *p,
         x++;
         unsigned cp, lo;
         char u[4];
+        /* print_string_ptr writes '/' itself, and \u only for the control
+         * bytes without a short escape, as \u00 and two lowercase digits:
+         * any other escape makes the line one the printer writes
+         * otherwise (p->canon) */
         switch (*x) {
-        case '"': case '\\': case '/': st_buf_addc(o, (char)*x++); continue;
+        case '/': p->canon = 0; /* fall through */
+        case '"': case '\\': st_buf_addc(o, (char)*x++); continue;
         case 'b': st_buf_addc(o, '\b'); x++; continue;
         case 'f': st_buf_addc(o, '\f'); x++; continue;
         case 'n': st_buf_addc(o, '\n'); x++; continue;
@@ -464,6 +476,10 @@ static __attribute__((noinline)) int read_escaped(struct st_onepass *p,
         }
         if (st_json_hex4(x + 1, e, &cp))
             return bail(p);
+        if (!(cp < 0x20 && cp != '\b' && cp != '\t' && cp != '\n' && cp != '\f' &&
+              cp != '\r' && x[1] == '0' && x[2] == '0' && (x[3] == '0' || x[3] == '1') &&
+              ((x[4] >= '0' && x[4] <= '9') || (x[4] >= 'a' && x[4] <= 'f'))))
+            p->canon = 0;
         x += 5;
         if (cp >= 0xDC00 && cp <= 0xDFFF)
             return bail(p);
@@ -561,6 +577,8 @@ static int read_number(struct st_onepass *p, double *out)
         return bail(p);
     p->p = q;
     *out = v;
+    if (!(simple && n - (*s == '-') <= 15))
+        p->canon = 0; /* print_number may write it otherwise */
     if (!writing(p))
         return 0;
     if (simple && n - (*s == '-') <= 15)
@@ -916,6 +934,7 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
         const char *s;
         size_t n;
         int plain;
+        const unsigned char *open = p->p; /* for splice */
         if (read_string(p, &s, &n, &plain))
             return -1;
         if (p->mute)
@@ -930,7 +949,9 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
                     p->caprepl = p->caprepl ? p->caprepl * 2 : 16;
                     p->repl = st_realloc(p->repl, p->caprepl * sizeof(*p->repl));
                 }
-                p->repl[p->nrepl++] = (struct repl){p->nstr, p->rtext.len, rlen};
+                p->repl[p->nrepl++] = (struct repl){
+                    p->nstr, p->rtext.len, rlen, (size_t)(open + 1 - p->line),
+                    (size_t)(p->p - 1 - (open + 1))};
                 add(&p->rtext, red, rlen);
                 s = red;
                 n = rlen;
@@ -1166,6 +1187,37 @@ static int pass(struct st_onepass *p, const char *line, size_t len, int write)
     return p->p < p->end ? -1 : 0;
 }
 
+/* The event's line with its redacted strings put in place and the
+ * "redactions" array added before its last '}': what the second pass
+ * writes, for a line that is already as the printer prints it (p->canon:
+ * no whitespace between tokens, only the escapes the printer writes, every
+ * number an integer of at most 15 digits) but for those strings, and has
+ * no "redactions" of its
+ * own. Every member is printed as it is in the line then, and the top
+ * object, valid, has members: the array follows a ','. */
+static void splice(struct st_onepass *p, const char *line, size_t len)
+{
+    size_t pos = 0;
+    assert(len > 1 && line[len - 1] == '}' && !p->forged);
+    for (size_t i = 0; i < p->nrepl; i++) {
+        const struct repl *x = &p->repl[i];
+        assert(x->at > pos && line[x->at - 1] == '"' && line[x->at + x->was] == '"');
+        add(&p->out, line + pos, x->at - 1 - pos); /* up to its opening quote */
+        put_string(&p->out, p->rtext.data + x->off, x->len);
+        pos = x->at + x->was + 1; /* past its closing quote */
+    }
+    add(&p->out, line + pos, len - 1 - pos);
+    add(&p->out, ",\"redactions\":[", 15);
+    add(&p->out, p->entries.data, p->entries.len);
+    add(&p->out, "]}", 2);
+    p->spliced++;
+}
+
+size_t st_onepass_spliced(const struct st_onepass *p)
+{
+    return p->spliced;
+}
+
 int st_onepass_event(struct st_onepass *p, const char *line, size_t len,
                      struct st_event *ev, const char **out, size_t *outlen)
 {
@@ -1175,6 +1227,7 @@ int st_onepass_event(struct st_onepass *p, const char *line, size_t len,
     p->nred = 0;
     p->nhits = 0;
     p->nrepl = 0;
+    p->canon = 1;
     st_buf_reset(&p->entries);
     st_buf_reset(&p->vals);
     st_buf_reset(&p->rtext);
@@ -1187,7 +1240,9 @@ int st_onepass_event(struct st_onepass *p, const char *line, size_t len,
         goto undecided;
     if (p->nred || p->forged) {
         st_buf_reset(&p->out);
-        if (pass(p, line, len, 1))
+        if (p->canon && !p->forged && len > 1 && line[len - 1] == '}')
+            splice(p, line, len); /* most: no second pass */
+        else if (pass(p, line, len, 1))
             goto undecided; /* cannot happen: the same line passed once */
         add(&p->out, "", 1); /* NUL-terminated, as printed text is */
         p->out.len--;
