@@ -1565,6 +1565,35 @@ static int decodable_at(const char *p, size_t n)
     return zero_width((const unsigned char *)p, n) > 0;
 }
 
+/* The offset of the first byte of s[0..len) where a decoding starts
+ * (decodable_at), len when none: sixteen bytes a load for the bytes that
+ * may start one (decode_trigger), which most strings do not hold. */
+static size_t first_decodable(const char *s, size_t len)
+{
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i pct = _mm_set1_epi8('%'), bsl = _mm_set1_epi8('\\'),
+                  c2 = _mm_set1_epi8((char)0xC2), e2 = _mm_set1_epi8((char)0xE2),
+                  ef = _mm_set1_epi8((char)0xEF);
+    for (; len - i >= 16; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, pct), _mm_cmpeq_epi8(v, bsl)),
+            _mm_or_si128(_mm_cmpeq_epi8(v, c2),
+                         _mm_or_si128(_mm_cmpeq_epi8(v, e2), _mm_cmpeq_epi8(v, ef)))));
+        for (; m; m &= m - 1) {
+            size_t k = i + (size_t)__builtin_ctz(m);
+            if (decodable_at(s + k, len - k))
+                return k;
+        }
+    }
+#endif
+    for (; i < len; i++)
+        if ((cls[(unsigned char)s[i]] & C_TRIGGER) && decodable_at(s + i, len - i))
+            return i;
+    return len;
+}
+
 /* v = the decoded view of s[0..len): escapes undone (decode_escapes), then
  * zero-width characters dropped, v->map giving each byte's offset in s.
  * Returns 0, without making v, when s has nothing to decode. */
@@ -1572,13 +1601,10 @@ static int decode_view(struct st_redactor *r, struct view *v, const char *s,
                        size_t len)
 {
     const char *t;
-    size_t n, i = 0;
+    size_t n, i;
 
     /* most strings with a '%', '\\' or non-ASCII byte encode nothing */
-    while (i < len && !((cls[(unsigned char)s[i]] & C_TRIGGER) &&
-                        decodable_at(s + i, len - i)))
-        i++;
-    if (i == len)
+    if (first_decodable(s, len) == len)
         return 0;
     decode_escapes(r, s, len);
     t = r->tmp.text.data;

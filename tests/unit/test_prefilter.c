@@ -115,6 +115,32 @@ START_TEST(redact_prefilter_matches_the_plain_definitions)
 }
 END_TEST
 
+/* decode_view's search for the first place a decoding starts, sixteen
+ * bytes a load, gives the plain byte-by-byte answer. */
+START_TEST(redact_first_decodable_matches_the_plain_loop)
+{
+    struct st_redactor *r = new_redactor(); /* the byte classes */
+    unsigned x = 99;
+    char buf[200];
+    static const char bytes[] = "%\\u/0aF\xc2\xad\xe2\x80\x8b\x81\xa0\xef\xbb\xbfzZ9";
+    size_t found = 0;
+    for (int it = 0; it < 300000; it++) {
+        size_t len = next(&x) % (it & 1 ? sizeof(buf) : 40);
+        for (size_t i = 0; i < len; i++)
+            buf[i] = next(&x) % 6 ? (char)alpha[next(&x) % (sizeof(alpha) - 1)]
+                                  : bytes[next(&x) % (sizeof(bytes) - 1)];
+        size_t want = 0;
+        while (want < len && !((cls[(unsigned char)buf[want]] & C_TRIGGER) &&
+                               decodable_at(buf + want, len - want)))
+            want++;
+        ck_assert_uint_eq(first_decodable(buf, len), want);
+        found += want < len && want >= 16;
+    }
+    ck_assert_msg(found > 1000, "only %zu found past the first block", found);
+    st_redactor_destroy(r);
+}
+END_TEST
+
 /* Each keyword, in any case where the rule ignores case, at any offset of
  * random text, selects its rule. */
 START_TEST(redact_prefilter_finds_every_planted_keyword)
@@ -296,6 +322,7 @@ int main(void)
     tcase_add_test(tc, redact_prefilter_matches_the_plain_definitions);
     tcase_add_test(tc, redact_prefilter_finds_every_planted_keyword);
     tcase_add_test(tc, redact_min_len_is_a_lower_bound);
+    tcase_add_test(tc, redact_first_decodable_matches_the_plain_loop);
     tcase_add_test(tc, redact_value_cache_same_as_plain_path);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
