@@ -122,13 +122,24 @@ START_TEST(redact_first_decodable_matches_the_plain_loop)
     struct st_redactor *r = new_redactor(); /* the byte classes */
     unsigned x = 99;
     char buf[200];
-    static const char bytes[] = "%\\u/0aF\xc2\xad\xe2\x80\x8b\x81\xa0\xef\xbb\xbfzZ9";
+    /* every kind of start, whole or cut short, and near misses */
+    static const char *const pieces[] = {
+        "%2F", "%zz", "%4", "\\u0041", "\\u00", "\\/", "\\x", "\xc2\xad", "\xc2\xae",
+        "\xe2\x80\x8b", "\xe2\x80\x8d", "\xe2\x80\x8e", "\xe2\x81\xa0", "\xe2\x81",
+        "\xef\xbb\xbf", "\xef\xbb", "\xef\xbf\xbd"};
     size_t found = 0;
     for (int it = 0; it < 300000; it++) {
         size_t len = next(&x) % (it & 1 ? sizeof(buf) : 40);
-        for (size_t i = 0; i < len; i++)
-            buf[i] = next(&x) % 6 ? (char)alpha[next(&x) % (sizeof(alpha) - 1)]
-                                  : bytes[next(&x) % (sizeof(bytes) - 1)];
+        for (size_t i = 0; i < len; i++) {
+            const char *pc = pieces[next(&x) % (sizeof(pieces) / sizeof(pieces[0]))];
+            size_t pl = strlen(pc);
+            if (next(&x) % 40 || pl > len - i) { /* filler that starts none */
+                buf[i] = "abcXYZ019 -_./:\xc3\xa9"[next(&x) % 17];
+                continue;
+            }
+            memcpy(buf + i, pc, pl);
+            i += pl - 1;
+        }
         size_t want = 0;
         while (want < len && !((cls[(unsigned char)buf[want]] & C_TRIGGER) &&
                                decodable_at(buf + want, len - want)))
