@@ -199,6 +199,68 @@ START_TEST(redact_min_len_is_a_lower_bound)
 }
 END_TEST
 
+/* ---- check_assignment's parts -------------------------------------------- */
+
+/* As first written: each word looked for at every offset, and the entropy
+ * summed over all 256 byte values. */
+static int plain_holds_word(const char *v, size_t n, const char *w)
+{
+    size_t wl = strlen(w);
+    for (size_t i = 0; i + wl <= n; i++) {
+        size_t k = 0;
+        while (k < wl && ascii_lower((unsigned char)v[i + k]) == (unsigned char)w[k])
+            k++;
+        if (k == wl)
+            return 1;
+    }
+    return 0;
+}
+
+static double plain_entropy(const char *v, size_t n)
+{
+    size_t counts[256] = {0};
+    double h = 0;
+    for (size_t i = 0; i < n; i++)
+        counts[(unsigned char)v[i]]++;
+    for (int c = 0; c < 256; c++)
+        if (counts[c]) {
+            double q = (double)counts[c] / (double)n;
+            h -= q * log2(q);
+        }
+    return h;
+}
+
+START_TEST(redact_assignment_checks_match_the_plain_loops)
+{
+    static const char *const words[] = {
+        "changeme", "change_me", "change-me", "example", "placeholder",
+        "redacted", "dummy", "your_", "your-", "xxxxx", "*****", "sample"};
+    unsigned x = 5;
+    char buf[120];
+    size_t held = 0;
+    for (int it = 0; it < 200000; it++) {
+        size_t len = next(&x) % sizeof(buf);
+        for (size_t i = 0; i < len; i++)
+            buf[i] = next(&x) % 8 ? (char)alpha[next(&x) % (sizeof(alpha) - 1)]
+                                  : (char)(next(&x) % 256);
+        if (len && next(&x) % 2) { /* a word, whole or cut, in random case */
+            const char *w = words[next(&x) % 12];
+            size_t at = next(&x) % len, wl = strlen(w) - (next(&x) % 4 == 0);
+            for (size_t k = 0; k < wl && at + k < len; k++)
+                buf[at + k] = next(&x) % 2 ? (char)ascii_upper((unsigned char)w[k]) : w[k];
+        }
+        int want = 0;
+        for (size_t k = 0; k < 12 && !want; k++)
+            want = plain_holds_word(buf, len, words[k]);
+        ck_assert_int_eq(holds_placeholder(buf, len), want);
+        held += want;
+        double e = st_redact_entropy(buf, len), pe = plain_entropy(buf, len);
+        ck_assert_msg(memcmp(&e, &pe, sizeof(e)) == 0, "entropy %.17g, plainly %.17g", e, pe);
+    }
+    ck_assert_msg(held > 20000, "only %zu strings held a word", held);
+}
+END_TEST
+
 /* ---- st_redact_value's cache of short values ---------------------------- */
 
 /* st_redact_value as it was before the cache: the plain path. */
@@ -335,6 +397,7 @@ int main(void)
     tcase_add_test(tc, redact_min_len_is_a_lower_bound);
     tcase_add_test(tc, redact_first_decodable_matches_the_plain_loop);
     tcase_add_test(tc, redact_value_cache_same_as_plain_path);
+    tcase_add_test(tc, redact_assignment_checks_match_the_plain_loops);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
