@@ -702,14 +702,21 @@ static inline int keycache_equal(const struct st_onepass *p, const struct keycac
     return memcmp(c->s, key, klen) == 0;
 }
 
-/* in_line: key is in the line being read (not decoded). */
-static int key_info(struct st_onepass *p, const char *key, size_t klen, int in_line,
-                    enum ctx ctx, uint64_t *kmask, int *field)
+/* A key's hash: its slots in the key cache, its bit in object()'s filter
+ * of the keys met. */
+static inline unsigned key_hash(const char *key, size_t klen)
+{
+    return klen ? (unsigned)klen * 31u + (unsigned char)key[0] * 7u +
+                      (unsigned char)key[klen - 1] * 13u + (unsigned char)key[klen / 2]
+                : 0u;
+}
+
+/* in_line: key is in the line being read (not decoded); h its key_hash. */
+static int key_info(struct st_onepass *p, const char *key, size_t klen, unsigned h,
+                    int in_line, enum ctx ctx, uint64_t *kmask, int *field)
 {
     struct keycache *c = NULL;
     if (klen > 0 && klen < KEYCACHE_LEN) {
-        unsigned h = (unsigned)klen * 31u + (unsigned char)key[0] * 7u +
-                     (unsigned char)key[klen - 1] * 13u + (unsigned char)key[klen / 2];
         /* two slots a key: two names of one event whose hashes meet
          * (schema and method, trace_id and cwd) would otherwise put each
          * other out on every event; a miss replaces the second slot's key
@@ -755,7 +762,8 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
 {
     size_t k0 = p->nk, keys0 = p->keys.len;
     int wrote = 0;
-    /* a bit per key of this object, from its length and end bytes: a key
+    /* a bit per key of this object, from its key_hash (also its slots in
+     * the key cache): a key
      * whose bit is not set yet cannot be a duplicate, so the keys before it
      * are compared only when it is (equal keys have equal bits) */
     uint64_t seen = 0;
@@ -779,11 +787,8 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
         /* a duplicate is the tree path's to name */
         if (p->nk - k0 >= ONEPASS_KEYS)
             return bail(p);
-        uint64_t bit = (uint64_t)1
-                       << ((klen * 7u + (klen ? (unsigned char)key[0] * 3u +
-                                                    (unsigned char)key[klen - 1]
-                                              : 0u)) &
-                           63u);
+        unsigned h = key_hash(key, klen);
+        uint64_t bit = (uint64_t)1 << (h & 63u);
         if (seen & bit)
             for (size_t i = k0; i < p->nk; i++) {
                 if (p->kref[i].len == klen && memcmp(key_at(p, i), key, klen) == 0)
@@ -823,7 +828,7 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
             p->forged = 1;
             p->mute++;
         } else if (!p->mute && !p->write) {
-            if (key_info(p, key, klen, plain, ctx, &km, &field))
+            if (key_info(p, key, klen, h, plain, ctx, &km, &field))
                 return bail(p);
             if (ctx == C_TOP)
                 sub = field == F_SOURCE     ? C_SOURCE
