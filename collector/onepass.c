@@ -763,9 +763,9 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
     size_t k0 = p->nk, keys0 = p->keys.len;
     int wrote = 0;
     /* a bit per key of this object, from its key_hash (also its slots in
-     * the key cache): a key
-     * whose bit is not set yet cannot be a duplicate, so the keys before it
-     * are compared only when it is (equal keys have equal bits) */
+     * the key cache): a key whose bit is not set yet cannot be a duplicate,
+     * so the keys before it are compared only when it is (equal keys have
+     * equal bits) */
     uint64_t seen = 0;
 
     if (depth >= ST_JSON_MAX_DEPTH)
