@@ -413,16 +413,17 @@ struct st_redactor {
 
 /* Values shorter than VCACHE_LEN in which st_redact_value found nothing,
  * when it was not run under a keyed name nor with a credential to remove:
- * the answer then depends only on the bytes and on the redactor's rules,
- * canaries, key and switched-off rules, fixed for its life -- not on the
- * issued credentials, ST_CREDSET_MIN_LEN bytes at least, which no form of
- * a shorter string (decoding only shortens) can hold. Most events repeat
- * the same short values (a type, a kind, a host, a task). Two slots per
+ * the answer then depends only on the bytes, on the redactor's rules,
+ * canaries, key and switched-off rules, fixed for its life, and on the
+ * issued credentials. A value shorter than ST_CREDSET_MIN_LEN cannot hold
+ * one in any form (decoding only shortens); a longer one is looked up and
+ * remembered only while no credential is issued (issued_on false: the
+ * answer is that of an empty set, whenever it was remembered). Most events
+ * repeat the same values (a schema, a type, a host, a path). Two slots per
  * hash, as onepass.c's key cache. */
-#define VCACHE_LEN 16
+#define VCACHE_LEN 64
 #define VCACHE_SLOTS 1024
-_Static_assert(VCACHE_LEN <= ST_CREDSET_MIN_LEN,
-               "no cached value can hold an issued credential");
+_Static_assert(ST_CREDSET_MIN_LEN >= 16, "vcache_equal's sixteen-byte loads");
 struct vcache {
     size_t len; /* 0: empty */
     char s[VCACHE_LEN];
@@ -2174,12 +2175,25 @@ size_t st_redact_key(struct st_redactor *r, const char *key, size_t len,
     return k;
 }
 
-/* s[0..len) (len < VCACHE_LEN) is in c. Two loads of eight bytes (or
- * four) that overlap cover every byte. */
+/* s[0..len) (len < VCACHE_LEN) is in c. Loads that overlap cover every
+ * byte, none past s + len. */
 static inline int vcache_equal(const struct vcache *c, const char *s, size_t len)
 {
     if (c->len != len)
         return 0;
+#ifdef __SSE2__
+    if (len >= 16) {
+        for (size_t i = 0;; i += 16) {
+            size_t at = i + 16 <= len ? i : len - 16; /* the last overlaps */
+            __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + at));
+            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(c->s + at));
+            if (_mm_movemask_epi8(_mm_cmpeq_epi8(a, b)) != 0xFFFF)
+                return 0;
+            if (at + 16 >= len)
+                return 1;
+        }
+    }
+#endif
     if (len >= 8) {
         uint64_t a, b, x, y;
         memcpy(&a, s, 8);
@@ -2205,7 +2219,8 @@ static inline struct vcache *vcache_slots(const struct st_redactor *r, const cha
 {
     unsigned h = (unsigned)len * 31u + (unsigned char)s[0] * 7u +
                  (unsigned char)s[len - 1] * 131u + (unsigned char)s[len / 2] * 17u +
-                 (unsigned char)s[len - 2] * 3u;
+                 (unsigned char)s[len - 2] * 3u + (unsigned char)s[len / 4] * 257u +
+                 (unsigned char)s[len - len / 4 - 1] * 11u;
     return &r->vc[(h * 2u) % VCACHE_SLOTS];
 }
 
@@ -2220,7 +2235,8 @@ size_t st_redact_value(struct st_redactor *r, const char *s, size_t len,
         return 0;
     }
     if (len >= 2 && len < VCACHE_LEN && !(name && (kmask & r->keyed)) &&
-        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN)) {
+        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) &&
+        (len < ST_CREDSET_MIN_LEN || !issued_on(r))) {
         c = vcache_slots(r, s, len);
         if (vcache_equal(&c[0], s, len) || vcache_equal(&c[1], s, len)) {
             r->nm = 0;
