@@ -378,8 +378,8 @@ START_TEST(redact_value_cache_same_as_plain_path)
     ck_assert_msg(files > 20, "only %zu files under tests/data", files);
     corpus_generated("python3 " SANDTRAIL_SOURCE_DIR "/scripts/bench/gen_mixed.py 500 ",
                      " 7 2>/dev/null", vcompare_line, &v);
-    printf("value cache: %zu calls, %zu hits, %zu redacted (%zu of a cacheable length)\n", v.calls, v.hits,
-           v.redacted, v.redacted_short);
+    printf("value cache: %zu calls, %zu hits, %zu redacted (%zu of a cacheable length)\n",
+           v.calls, v.hits, v.redacted, v.redacted_short);
     ck_assert_msg(v.hits > v.calls / 5, "only %zu hits in %zu calls", v.hits, v.calls);
     ck_assert_msg(v.redacted_short > 20, "only %zu values of a cacheable length redacted",
                   v.redacted_short);
