@@ -1133,7 +1133,7 @@ static int validate(struct st_onepass *p, struct st_event *ev)
     if (get_str(p, F_SCHEMA, 1, 64, &s) || strcmp(s, ST_EVENT_SCHEMA) != 0 ||
         get_id(p, F_EVENT_ID, 1, ST_EVENT_ID_MAX, &ev->event_id) ||
         get_str(p, F_TS, 1, 64, &s) ||
-        st_time_parse_rfc3339(s, strlen(s), &ev->ts_us) ||
+        st_time_parse_rfc3339(s, p->vlen[F_TS], &ev->ts_us) ||
         ev->ts_us < ST_EVENT_TS_MIN_US || ev->ts_us > ST_EVENT_TS_MAX_US)
         return -1;
     if (p->vt[F_SOURCE] != V_OBJECT || get_str(p, F_KIND, 1, 16, &s))
