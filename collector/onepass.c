@@ -987,7 +987,9 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
                 s = red;
                 n = rlen;
             }
-            if (field >= 0) {
+            /* an attrs member's slot is checked for its type only
+             * (check_attrs): its string is not kept */
+            if (field >= 0 && field < F_ATTR0) {
                 /* only ids are held to having no control character
                  * (get_id); a string without escapes has no byte below
                  * 0x20 */
