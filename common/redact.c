@@ -2213,15 +2213,30 @@ static inline int vcache_equal(const struct vcache *c, const char *s, size_t len
     return memcmp(s, c->s, len) == 0;
 }
 
-/* The cache's two slots for s[0..len) (0 < len < VCACHE_LEN). */
+/* The cache's two slots for s[0..len) (1 < len < VCACHE_LEN): a hash of
+ * its first, middle and last eight bytes (four, two, for shorter ones). */
 static inline struct vcache *vcache_slots(const struct st_redactor *r, const char *s,
                                           size_t len)
 {
-    unsigned h = (unsigned)len * 31u + (unsigned char)s[0] * 7u +
-                 (unsigned char)s[len - 1] * 131u + (unsigned char)s[len / 2] * 17u +
-                 (unsigned char)s[len - 2] * 3u + (unsigned char)s[len / 4] * 257u +
-                 (unsigned char)s[len - len / 4 - 1] * 11u;
-    return &r->vc[(h * 2u) % VCACHE_SLOTS];
+    uint64_t a, b, m = 0;
+    if (len >= 8) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + len - 8, 8);
+        if (len >= 16)
+            memcpy(&m, s + len / 2 - 4, 8);
+    } else if (len >= 4) {
+        uint32_t x, y;
+        memcpy(&x, s, 4);
+        memcpy(&y, s + len - 4, 4);
+        a = x, b = y;
+    } else {
+        a = (unsigned char)s[0], b = (unsigned char)s[len - 1];
+    }
+    uint64_t h = (a * 0x9E3779B97F4A7C15u) ^ (b * 0xC2B2AE3D27D4EB4Fu) ^
+                 (m * 0x165667B19E3779F9u) ^ len;
+    h *= 0x9E3779B97F4A7C15u;
+    _Static_assert(VCACHE_SLOTS == 1024, "ten bits of the hash");
+    return &r->vc[(h >> 54) & ~(uint64_t)1];
 }
 
 size_t st_redact_value(struct st_redactor *r, const char *s, size_t len,
