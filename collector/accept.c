@@ -348,6 +348,11 @@ struct st_redactor *st_accept_redactor(struct st_accept *a)
     return a->redactor;
 }
 
+size_t st_accept_spliced(const struct st_accept *a)
+{
+    return a->onepass ? st_onepass_spliced(a->onepass) : 0;
+}
+
 const struct st_event *st_accept_event(const struct st_accept *a)
 {
     return &a->ev;

@@ -72,4 +72,8 @@ char *st_accept_redact_raw(struct st_accept *a, const char *line, size_t len,
 /* Redactions made so far, per rule (for the summary line and metrics). */
 struct st_redactor *st_accept_redactor(struct st_accept *a);
 
+/* Events the one pass printed by splicing (st_onepass_spliced); 0 without
+ * the one pass. For tests. */
+size_t st_accept_spliced(const struct st_accept *a);
+
 #endif

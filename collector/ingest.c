@@ -60,6 +60,8 @@ struct outcome {
     enum outcome_kind kind;
     const char *code;
     size_t off, len, key_off, msg_off;
+    int in_text; /* an event that is its line as read: off is in the batch's
+                  * text (not copied), else in its range's output */
 };
 
 enum batch_state { B_FREE, B_SUBMITTED };
@@ -180,9 +182,16 @@ static void accept_one(struct st_ingest_pool *pool, int exec, struct batch *b, s
             o->kind = OUT_EVENT;
             o->key_off = out->len;
             st_buf_add(out, key, strlen(key) + 1);
-            o->off = out->len;
             o->len = evlen;
-            st_buf_add(out, ev, evlen);
+            /* most events are their line, which stays in b->text until
+             * emit: not copied again */
+            o->in_text = ev == line;
+            if (o->in_text) {
+                o->off = l->off;
+            } else {
+                o->off = out->len;
+                st_buf_add(out, ev, evlen);
+            }
             return;
         }
     }
@@ -327,7 +336,8 @@ static int emit(struct st_ingest *in, struct batch *b)
             st_metric_add(in->m_skipped, 1);
             break;
         case OUT_EVENT:
-            if (st_producer_event(in->prod, base + o->key_off, base + o->off, o->len)) {
+            if (st_producer_event(in->prod, base + o->key_off,
+                                  (o->in_text ? b->text.data : base) + o->off, o->len)) {
                 rc = -1;
                 break;
             }

@@ -40,4 +40,8 @@ void st_onepass_destroy(struct st_onepass *p); /* accepts NULL */
 int st_onepass_event(struct st_onepass *p, const char *line, size_t len,
                      struct st_event *ev, const char **out, size_t *outlen);
 
+/* How many events p printed by splicing their redacted strings into the
+ * line rather than by a second pass (for tests). */
+size_t st_onepass_spliced(const struct st_onepass *p);
+
 #endif

@@ -406,8 +406,27 @@ struct st_redactor {
     const char *cred;
     size_t credlen;
     const struct st_credset *issued; /* shared, not owned; NULL: none */
+    struct vcache *vc; /* st_redact_value's short values that hold nothing */
     cJSON *doc;     /* the event being redacted */
     cJSON *entries; /* its new "redactions" array, made at the first entry */
+};
+
+/* Values shorter than VCACHE_LEN in which st_redact_value found nothing,
+ * when it was not run under a keyed name nor with a credential to remove:
+ * the answer then depends only on the bytes, on the redactor's rules,
+ * canaries, key and switched-off rules, fixed for its life, and on the
+ * issued credentials. A value shorter than ST_CREDSET_MIN_LEN cannot hold
+ * one in any form (decoding only shortens); a longer one is looked up and
+ * remembered only while no credential is issued (issued_on false: the
+ * answer is that of an empty set, whenever it was remembered). Most events
+ * repeat the same values (a schema, a type, a host, a path). Two slots per
+ * hash, as onepass.c's key cache. */
+#define VCACHE_LEN 64
+#define VCACHE_SLOTS 1024
+_Static_assert(ST_CREDSET_MIN_LEN >= 16, "vcache_equal's sixteen-byte loads");
+struct vcache {
+    size_t len; /* 0: empty */
+    char s[VCACHE_LEN];
 };
 
 /* Byte classes for the passes over every string (init_classes): base64
@@ -684,6 +703,7 @@ struct st_redactor *st_redactor_new(const struct st_redact_conf *conf,
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, init_classes);
     r = st_calloc(1, sizeof(*r));
+    r->vc = st_calloc(VCACHE_SLOTS, sizeof(*r->vc));
     r->fp_len = conf->fp_hex_len ? conf->fp_hex_len : ST_REDACT_FP_DEFAULT;
     r->issued = conf->issued;
     st_buf_init(&r->out);
@@ -757,6 +777,7 @@ void st_redactor_destroy(struct st_redactor *r)
     EVP_MAC_free(r->mac);
     free(r->m);
     free(r->frames);
+    free(r->vc);
     st_buf_fini(&r->out);
     st_buf_fini(&r->scratch);
     st_buf_fini(&r->path);
@@ -1307,34 +1328,59 @@ static void scan_private_key(struct st_redactor *r, unsigned rule,
 
 /* ---- checks -------------------------------------------------------------- */
 
-/* Whether v[0..n) holds w (lowercase) ignoring ASCII case. */
-static int holds_word(const char *v, size_t n, const char *w)
-{
-    size_t wl = strlen(w);
-    for (size_t i = 0; i + wl <= n; i++) {
-        size_t k = 0;
-        while (k < wl && ascii_lower((unsigned char)v[i + k]) == (unsigned char)w[k])
-            k++;
-        if (k == wl)
-            return 1;
-    }
-    return 0;
-}
-
+/* The bytes met are visited in increasing order, as a loop over all 256
+ * would (the sum is the same to the last bit), through a bitmap of them. */
 double st_redact_entropy(const char *v, size_t n)
 {
-    size_t counts[256] = {0};
+    size_t counts[256];
+    uint64_t met[4] = {0, 0, 0, 0};
     double h = 0;
 
-    for (size_t i = 0; i < n; i++)
-        counts[(unsigned char)v[i]]++;
-    for (int c = 0; c < 256; c++) {
-        if (counts[c]) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        uint64_t bit = (uint64_t)1 << (c & 63);
+        if (!(met[c >> 6] & bit)) {
+            met[c >> 6] |= bit;
+            counts[c] = 0;
+        }
+        counts[c]++;
+    }
+    for (int w = 0; w < 4; w++)
+        for (uint64_t m = met[w]; m; m &= m - 1) {
+            int c = w * 64 + __builtin_ctzll(m);
             double q = (double)counts[c] / (double)n;
             h -= q * log2(q);
         }
-    }
     return h;
+}
+
+/* Whether v[0..n) holds one of check_assignment's placeholder words,
+ * ignoring ASCII case: one pass, each offset compared only with the words
+ * that start with its byte. */
+static int holds_placeholder(const char *v, size_t n)
+{
+    static const char *const words[] = {
+        "changeme", "change_me", "change-me", "example", "placeholder",
+        "redacted", "dummy", "your_", "your-", "xxxxx", "*****", "sample"};
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = ascii_lower((unsigned char)v[i]);
+        switch (c) { /* every word's first byte */
+        case 'c': case 'e': case 'p': case 'r': case 'd': case 'y': case 'x': case '*':
+        case 's': break;
+        default: continue;
+        }
+        for (size_t k = 0; k < sizeof(words) / sizeof(words[0]); k++) {
+            const char *w = words[k];
+            size_t x = 0;
+            if ((unsigned char)w[0] != c)
+                continue;
+            while (w[x] && i + x < n && ascii_lower((unsigned char)v[i + x]) == (unsigned char)w[x])
+                x++;
+            if (!w[x])
+                return 1;
+        }
+    }
+    return 0;
 }
 
 /* Rule secret_assignment keeps a value that looks random: two kinds of
@@ -1343,9 +1389,6 @@ double st_redact_entropy(const char *v, size_t n)
 static int check_assignment(const char *subj, size_t slen, size_t g0,
                             size_t g1)
 {
-    static const char *const placeholders[] = {
-        "changeme", "change_me", "change-me", "example", "placeholder",
-        "redacted", "dummy", "your_", "your-", "xxxxx", "*****", "sample"};
     const char *v = subj + g0;
     size_t n = g1 - g0;
     int kinds[4] = {0};
@@ -1378,10 +1421,7 @@ static int check_assignment(const char *subj, size_t slen, size_t g0,
     if (kinds[0] + kinds[1] + kinds[2] + kinds[3] < 2 ||
         st_redact_entropy(v, n) < ST_REDACT_ENTROPY_MIN)
         return 0;
-    for (size_t i = 0; i < sizeof(placeholders) / sizeof(placeholders[0]); i++)
-        if (holds_word(v, n, placeholders[i]))
-            return 0;
-    return 1;
+    return !holds_placeholder(v, n);
 }
 
 /* Rule azure_sas keeps a sig= whose query (within 1 kB around it) also has
@@ -1545,6 +1585,35 @@ static int decodable_at(const char *p, size_t n)
     return zero_width((const unsigned char *)p, n) > 0;
 }
 
+/* The offset of the first byte of s[0..len) where a decoding starts
+ * (decodable_at), len when none: sixteen bytes a load for the bytes that
+ * may start one (decode_trigger), which most strings do not hold. */
+static size_t first_decodable(const char *s, size_t len)
+{
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i pct = _mm_set1_epi8('%'), bsl = _mm_set1_epi8('\\'),
+                  c2 = _mm_set1_epi8((char)0xC2), e2 = _mm_set1_epi8((char)0xE2),
+                  ef = _mm_set1_epi8((char)0xEF);
+    for (; len - i >= 16; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, pct), _mm_cmpeq_epi8(v, bsl)),
+            _mm_or_si128(_mm_cmpeq_epi8(v, c2),
+                         _mm_or_si128(_mm_cmpeq_epi8(v, e2), _mm_cmpeq_epi8(v, ef)))));
+        for (; m; m &= m - 1) {
+            size_t k = i + (size_t)__builtin_ctz(m);
+            if (decodable_at(s + k, len - k))
+                return k;
+        }
+    }
+#endif
+    for (; i < len; i++)
+        if ((cls[(unsigned char)s[i]] & C_TRIGGER) && decodable_at(s + i, len - i))
+            return i;
+    return len;
+}
+
 /* v = the decoded view of s[0..len): escapes undone (decode_escapes), then
  * zero-width characters dropped, v->map giving each byte's offset in s.
  * Returns 0, without making v, when s has nothing to decode. */
@@ -1552,13 +1621,10 @@ static int decode_view(struct st_redactor *r, struct view *v, const char *s,
                        size_t len)
 {
     const char *t;
-    size_t n, i = 0;
+    size_t n, i;
 
     /* most strings with a '%', '\\' or non-ASCII byte encode nothing */
-    while (i < len && !((cls[(unsigned char)s[i]] & C_TRIGGER) &&
-                        decodable_at(s + i, len - i)))
-        i++;
-    if (i == len)
+    if (first_decodable(s, len) == len)
         return 0;
     decode_escapes(r, s, len);
     t = r->tmp.text.data;
@@ -2109,21 +2175,104 @@ size_t st_redact_key(struct st_redactor *r, const char *key, size_t len,
     return k;
 }
 
+/* s[0..len) (len < VCACHE_LEN) is in c. Loads that overlap cover every
+ * byte, none past s + len. */
+static inline int vcache_equal(const struct vcache *c, const char *s, size_t len)
+{
+    if (c->len != len)
+        return 0;
+#ifdef __SSE2__
+    if (len >= 16) {
+        for (size_t i = 0;; i += 16) {
+            size_t at = i + 16 <= len ? i : len - 16; /* the last overlaps */
+            __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + at));
+            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(c->s + at));
+            if (_mm_movemask_epi8(_mm_cmpeq_epi8(a, b)) != 0xFFFF)
+                return 0;
+            if (at + 16 >= len)
+                return 1;
+        }
+    }
+#endif
+    if (len >= 8) {
+        uint64_t a, b, x, y;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + len - 8, 8);
+        memcpy(&x, c->s, 8);
+        memcpy(&y, c->s + len - 8, 8);
+        return a == x && b == y;
+    }
+    if (len >= 4) {
+        uint32_t a, b, x, y;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + len - 4, 4);
+        memcpy(&x, c->s, 4);
+        memcpy(&y, c->s + len - 4, 4);
+        return a == x && b == y;
+    }
+    return memcmp(s, c->s, len) == 0;
+}
+
+/* The cache's two slots for s[0..len) (1 < len < VCACHE_LEN): a hash of
+ * its first, middle and last eight bytes (four, two, for shorter ones). */
+static inline struct vcache *vcache_slots(const struct st_redactor *r, const char *s,
+                                          size_t len)
+{
+    uint64_t a, b, m = 0;
+    if (len >= 8) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + len - 8, 8);
+        if (len >= 16)
+            memcpy(&m, s + len / 2 - 4, 8);
+    } else if (len >= 4) {
+        uint32_t x, y;
+        memcpy(&x, s, 4);
+        memcpy(&y, s + len - 4, 4);
+        a = x, b = y;
+    } else {
+        a = (unsigned char)s[0], b = (unsigned char)s[len - 1];
+    }
+    uint64_t h = (a * 0x9E3779B97F4A7C15u) ^ (b * 0xC2B2AE3D27D4EB4Fu) ^
+                 (m * 0x165667B19E3779F9u) ^ len;
+    h *= 0x9E3779B97F4A7C15u;
+    _Static_assert(VCACHE_SLOTS == 1024, "ten bits of the hash");
+    return &r->vc[(h >> 54) & ~(uint64_t)1];
+}
+
 size_t st_redact_value(struct st_redactor *r, const char *s, size_t len,
                        const char *name, size_t namelen, uint64_t kmask,
                        const char **out, size_t *outlen)
 {
     int forms = 0;
+    struct vcache *c = NULL;
     if (too_short(r, len, name, kmask)) { /* most short values: no pass */
         r->nm = 0;
         return 0;
     }
+    if (len >= 2 && len < VCACHE_LEN && !(name && (kmask & r->keyed)) &&
+        !(r->cred && r->credlen >= ST_REDACT_CANARY_MIN) &&
+        (len < ST_CREDSET_MIN_LEN || !issued_on(r))) {
+        c = vcache_slots(r, s, len);
+        if (vcache_equal(&c[0], s, len) || vcache_equal(&c[1], s, len)) {
+            r->nm = 0;
+            return 0;
+        }
+        c = c[0].len ? &c[1] : &c[0]; /* where it goes if it holds nothing */
+    }
     uint64_t mask = prefilter(r, s, len, &forms);
     if (nothing_to_run(r, mask, forms, name ? kmask : 0)) { /* most values */
         r->nm = 0;
+        if (c) {
+            c->len = len;
+            memcpy(c->s, s, len);
+        }
         return 0;
     }
     size_t k = redact_string(r, s, len, mask, forms, name, namelen, kmask);
+    if (!k && c) {
+        c->len = len;
+        memcpy(c->s, s, len);
+    }
     if (k) {
         *out = r->out.data;
         *outlen = r->out.len;

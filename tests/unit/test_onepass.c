@@ -501,8 +501,12 @@ static void compare_everything(struct pair *p)
     compare_placed(p, "CANARY-7f3e9a21-do-not-use");
     compare_tricky(p);
 
-    printf("onepass: %zu lines, %zu accepted, %zu of them by the one pass\n", p->lines,
-           p->accepted, p->decided);
+    /* splice (redacted strings put into the line, no second pass) is
+     * compared with the tree path like the rest: it must have run */
+    size_t spliced = st_accept_spliced(p->fast);
+    printf("onepass: %zu lines, %zu accepted, %zu of them by the one pass, %zu spliced\n",
+           p->lines, p->accepted, p->decided, spliced);
+    ck_assert_msg(spliced > 500, "only %zu events spliced", spliced);
     ck_assert_msg(p->accepted > 2000 && p->decided * 10 > p->accepted * 9,
                   "%zu lines, %zu accepted, only %zu by the one pass", p->lines,
                   p->accepted, p->decided);
@@ -522,6 +526,34 @@ START_TEST(onepass_same_as_tree_path_with_issued_credentials)
     struct pair p;
     pair_init(&p, 1);
     compare_everything(&p);
+    pair_fini(&p);
+}
+END_TEST
+
+/* A credential issued after a value was read is found in it the next time:
+ * the redactor's value cache (st_redact_value) remembers values of 16 bytes
+ * or more only while no credential is issued. */
+START_TEST(onepass_finds_a_credential_issued_after_its_value_was_seen)
+{
+    struct pair p;
+    char fp[ST_REDACT_FP_MAX + 1];
+    memset(&p, 0, sizeof(p));
+    p.issued = st_credset_new(); /* empty: lineage on, nothing issued yet */
+    p.fast = new_accept(1, p.issued);
+    p.tree = new_accept(0, p.issued);
+    struct st_redactor *r = st_accept_redactor(p.fast);
+    size_t issued_rule = 0;
+    while (strcmp(st_redact_rule_name(r, issued_rule), "issued") != 0)
+        issued_rule++;
+
+    compare_placed(&p, ISSUED); /* nothing to find yet, remembered */
+    compare_placed(&p, "x" ISSUED "y");
+    ck_assert_uint_eq(st_redact_rule_hits(r, issued_rule), 0);
+    st_redact_fingerprint(r, ISSUED, strlen(ISSUED), fp, sizeof(fp));
+    ck_assert_int_eq(st_credset_add(p.issued, fp, strlen(ISSUED)), 1);
+    compare_placed(&p, ISSUED);
+    compare_placed(&p, "x" ISSUED "y");
+    ck_assert_uint_gt(st_redact_rule_hits(r, issued_rule), 0);
     pair_fini(&p);
 }
 END_TEST
@@ -559,6 +591,7 @@ int main(void)
     tcase_add_test(tc, onepass_decides_a_redacted_line_itself);
     tcase_add_test(tc, onepass_same_as_tree_path);
     tcase_add_test(tc, onepass_same_as_tree_path_with_issued_credentials);
+    tcase_add_test(tc, onepass_finds_a_credential_issued_after_its_value_was_seen);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
