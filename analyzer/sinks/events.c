@@ -351,13 +351,15 @@ static int copy_rows(const char *data, size_t len, PGconn *pg, const char *sql,
  * brings rows already there; then the COPY fails on the primary key, and the
  * batch goes through the staging table and INSERT ... ON CONFLICT DO
  * NOTHING instead. The savepoint keeps the transaction usable. */
-static int events_write(void *state, void *batch, PGconn *pg,
-                        const struct st_findings *fs, char *errstr, size_t errsz)
+static int events_write(void *state, void *batch, PGconn *pg, struct st_sink_txn *tx,
+                        char *errstr, size_t errsz)
 {
     struct events_batch *p = batch;
     char err[512];
-    if (p->copy.len == 0)
+    if (p->copy.len == 0) {
+        tx->events_all_new = 1; /* none staged: none can be a duplicate */
         return ST_SINK_OK;
+    }
     int rc = ensure_partitions(state, p, pg, errstr, errsz);
     if (rc)
         return rc;
@@ -366,6 +368,8 @@ static int events_write(void *state, void *batch, PGconn *pg,
         return ST_SINK_RETRY;
     }
     rc = copy_rows(p->copy.data, p->copy.len, pg, sql_copy_direct, errstr, errsz);
+    if (rc == 0)
+        tx->events_all_new = 1;
     if (rc <= 0)
         return rc;
     if (st_pg_exec(pg, "ROLLBACK TO SAVEPOINT copy_direct", err, sizeof(err))) {

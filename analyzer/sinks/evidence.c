@@ -603,7 +603,7 @@ static int write_partition(struct evidence_part *p, PGconn *pg, struct tree *t,
 }
 
 static int evidence_write(void *state, void *batch, PGconn *pg,
-                          const struct st_findings *fs, char *errstr, size_t errsz)
+                          struct st_sink_txn *tx, char *errstr, size_t errsz)
 {
     struct evidence_part *p = state;
     struct evidence_batch *b = batch;
@@ -654,8 +654,13 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
             sp[j].n--;
         }
     }
-    if (!rc && nt)
+    /* only a batch that went the redo's way (some of its events already
+     * stored) can hold duplicates: a first delivery needs no query */
+    if (!rc && nt && !tx->events_all_new)
         rc = mark_duplicates(p, pg, sp, nt, errstr, errsz);
+    else
+        for (size_t i = 0; i < b->n; i++)
+            b->items[i].dup = 0; /* a retry's earlier try may have set it */
     for (size_t j = 0; j < nt && !rc; j++) {
         struct tree *t = sp[j].t;
         rc = write_partition(p, pg, t, sp[j].items, sp[j].n, errstr, errsz);

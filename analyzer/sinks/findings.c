@@ -116,9 +116,10 @@ static int queue_finding(struct findings_part *s, PGconn *pg, const struct st_fi
  * the server in order. The first error is the part's, with its class; the
  * statements after it are aborted by the server and the transaction is
  * rolled back by the sink. */
-static int findings_write(void *state, void *batch, PGconn *pg, const struct st_findings *fs,
+static int findings_write(void *state, void *batch, PGconn *pg, struct st_sink_txn *tx,
                           char *errstr, size_t errsz)
 {
+    const struct st_findings *fs = tx->fs;
     struct findings_part *p = state;
     int rc = ST_SINK_OK;
     (void)batch;
