@@ -527,7 +527,8 @@ static int tree_cut(struct evidence_part *p, PGconn *pg, struct tree *t, char *e
                          "SELECT task_id, run_id, count(*) FROM events"
                          " WHERE kafka_topic = $1 AND kafka_partition = $2"
                          " AND kafka_offset BETWEEN $3 AND $4"
-                         " GROUP BY 1, 2 ORDER BY task_id COLLATE \"C\", run_id COLLATE \"C\"",
+                         " GROUP BY 1, 2"
+                         " ORDER BY task_id COLLATE \"C\", run_id COLLATE \"C\"",
                          4, qv, &res, "could not count a checkpoint's runs", errstr, errsz);
     if (rc)
         return rc;

@@ -108,7 +108,8 @@ static int queue_finding(struct findings_part *s, PGconn *pg, const struct st_fi
 /* Queues the refresh of what follows from the evidence rows (count,
  * window, evidence) of every finding of the batch: one statement, after
  * all their rows (a finding's refresh reads only its own). */
-static int queue_refresh(struct findings_part *s, PGconn *pg, const struct st_findings *fs)
+static int queue_refresh(struct findings_part *s, PGconn *pg,
+                         const struct st_findings *fs)
 {
     st_buf_reset(&s->a1);
     for (size_t i = 0; i < fs->n; i++)
@@ -120,9 +121,9 @@ static int queue_refresh(struct findings_part *s, PGconn *pg, const struct st_fi
 
 /* Every finding of the batch in one round trip (libpq's pipeline mode,
  * inside the batch's transaction): two statements per finding and one
- * refresh of them all, run by the server in order. The first error is the part's, with its class; the
- * statements after it are aborted by the server and the transaction is
- * rolled back by the sink. */
+ * refresh of them all, run by the server in order. The first error is
+ * the part's, with its class; the statements after it are aborted by the
+ * server and the transaction is rolled back by the sink. */
 static int findings_write(void *state, void *batch, PGconn *pg, struct st_sink_txn *tx,
                           char *errstr, size_t errsz)
 {
