@@ -249,9 +249,10 @@ int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_fi
         rc = ST_SINK_RETRY;
         goto fail;
     }
+    struct st_sink_txn tx = {fs, 0};
     for (size_t i = 0; i < NPARTS; i++)
         if (s->on[i] &&
-            (rc = OP(s, i, write)(s->state[i], b->part[i], s->pg, fs, errstr, errsz)))
+            (rc = OP(s, i, write)(s->state[i], b->part[i], s->pg, &tx, errstr, errsz)))
             goto fail;
     PGresult *res = PQexec(s->pg, "COMMIT");
     if ((rc = st_sink_result(res, "could not commit", errstr, errsz)))

@@ -47,6 +47,18 @@ struct st_sink_event {
 typedef void (*st_sink_refused_cb)(void *arg, int32_t partition, int64_t offset,
                                    const char *error);
 
+/* What one transaction's parts share: the batch's findings, and what an
+ * earlier part learned that spares a later one a query. Set up by
+ * st_sink_write, one per try. */
+struct st_sink_txn {
+    const struct st_findings *fs;
+    /* set by the events part: every event staged in the batch was inserted
+     * at its own offset by this transaction (the COPY straight into
+     * events took them all: none was stored before), so the evidence part
+     * need not ask which ones were duplicates */
+    int events_all_new;
+};
+
 /* One output of a batch. Every callback but write may be NULL; batch_new
  * and batch_destroy go together. `batch` is what batch_new returned (NULL
  * for a part without it).
@@ -85,7 +97,7 @@ struct st_sink_part_ops {
                    void *arg, char *errstr, size_t errsz);
     /* Writes the part's rows inside the open transaction. Returns ST_SINK_OK
      * or an error class with errstr set. */
-    int (*write)(void *state, void *batch, PGconn *pg, const struct st_findings *fs,
+    int (*write)(void *state, void *batch, PGconn *pg, struct st_sink_txn *tx,
                  char *errstr, size_t errsz);
     /* The transaction committed (committed = 1: forget the staged data,
      * advance in-memory state) or was rolled back (0: keep the staged data

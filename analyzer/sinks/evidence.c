@@ -24,6 +24,7 @@ struct item {
     int dup;       /* this write found no row at the offset (set per write) */
     char reason[48];
     size_t at, len;  /* the payload in the batch's payloads */
+    size_t run_at;   /* its "task\0run\0" in the batch's runs */
     int hashed;      /* leaf holds its hash (a retried write hashes once) */
     uint8_t leaf[ST_MERKLE_HASH];
 };
@@ -42,6 +43,29 @@ struct tree {
      * cut; before the first cut they follow evidence_state.pending */
     struct st_buf mem;
     int after_db; /* no cut yet: mem continues the stored pending */
+    /* "task\0run\0" of every stored event among the pending leaves, when
+     * runs_known (the writer saw each of them: see struct pending_runs);
+     * else the next cut counts them in events */
+    struct st_buf runs;
+    int runs_known;
+};
+
+/* What the writer remembers of a partition's pending leaves between
+ * transactions: the runs of their stored events, valid while the stored
+ * tree is still the one it left (same seq, first pending offset, next
+ * offset and pending count: no other writer, no rolled-back batch came
+ * between). Then a cut signs the per-run counts from memory instead of
+ * counting the rows again. `next` is this transaction's, kept by end()
+ * only when it commits. */
+struct runs_key {
+    int64_t seq, first, next, leaves;
+};
+
+struct pending_runs {
+    int32_t partition;
+    int valid, next_set, next_valid;
+    struct runs_key key, next_key;
+    struct st_buf runs, next_runs;
 };
 
 /* One batch's offsets, and whether it carries a seal. Owned by the batch. */
@@ -51,6 +75,7 @@ struct evidence_batch {
     /* the staged payloads, end to end: SHA-256 is the writer's work, off
      * the main thread, which only copies them */
     struct st_buf payloads;
+    struct st_buf runs; /* each staged event's "task\0run\0" */
     int seal;          /* a seal is pending for this batch's write */
     int64_t seal_now;  /* its wall clock (0: everything) */
 };
@@ -58,7 +83,7 @@ struct evidence_batch {
 /* topic, key, on, every_*: set at creation, read-only after.
  * staged_any, last_live_seal: the filling thread's (staged_any is atomic:
  * a refused message is skipped by the writer).
- * seen, scratch: the writing thread's. */
+ * seen, scratch, pend: the writing thread's. */
 struct evidence_part {
     char *topic;
     struct st_evkey key;
@@ -69,6 +94,7 @@ struct evidence_part {
     int32_t *seen; /* partitions ever written here, sorted: sealed when caught up */
     size_t nseen, capseen;
     struct st_buf scratch;
+    struct pending_runs *pend; /* one per partition of seen, same order */
 };
 
 static void *evidence_create(const struct st_analyzer_conf *conf, char *errstr,
@@ -99,6 +125,11 @@ static void evidence_destroy(void *state)
         return;
     st_evkey_fini(&p->key);
     st_buf_fini(&p->scratch);
+    for (size_t i = 0; i < p->nseen; i++) {
+        st_buf_fini(&p->pend[i].runs);
+        st_buf_fini(&p->pend[i].next_runs);
+    }
+    free(p->pend);
     free(p->seen);
     free(p->topic);
     free(p);
@@ -116,6 +147,7 @@ static void evidence_batch_destroy(void *batch)
         return;
     free(b->items);
     st_buf_fini(&b->payloads);
+    st_buf_fini(&b->runs);
     free(b);
 }
 
@@ -129,9 +161,15 @@ static void note_partition(struct evidence_part *p, int32_t part)
     if (p->nseen == p->capseen) {
         p->capseen = p->capseen ? 2 * p->capseen : 8;
         p->seen = st_realloc(p->seen, p->capseen * sizeof(*p->seen));
+        p->pend = st_realloc(p->pend, p->capseen * sizeof(*p->pend));
     }
     memmove(p->seen + i + 1, p->seen + i, (p->nseen - i) * sizeof(*p->seen));
+    memmove(p->pend + i + 1, p->pend + i, (p->nseen - i) * sizeof(*p->pend));
     p->seen[i] = part;
+    memset(&p->pend[i], 0, sizeof(p->pend[i]));
+    p->pend[i].partition = part;
+    st_buf_init(&p->pend[i].runs);
+    st_buf_init(&p->pend[i].next_runs);
     p->nseen++;
 }
 
@@ -163,6 +201,9 @@ static void evidence_stage(void *state, void *batch, const struct st_sink_event 
     it->at = b->payloads.len;
     it->len = se->msg->len;
     st_buf_add(&b->payloads, se->msg->payload, se->msg->len);
+    it->run_at = b->runs.len;
+    st_buf_add(&b->runs, se->ev->task_id, strlen(se->ev->task_id) + 1);
+    st_buf_add(&b->runs, se->ev->run_id, strlen(se->ev->run_id) + 1);
 }
 
 static void evidence_skip(void *state, void *batch, const rd_kafka_message_t *msg,
@@ -195,11 +236,24 @@ static int evidence_seal(void *state, void *batch, int64_t now_ms)
 
 static void evidence_end(void *state, void *batch, int committed)
 {
+    struct evidence_part *p = state;
     struct evidence_batch *b = batch;
     if (committed) {
         b->n = 0;
         b->seal = 0;
         st_buf_reset(&b->payloads);
+        st_buf_reset(&b->runs);
+    }
+    for (size_t i = 0; p && i < p->nseen; i++) {
+        struct pending_runs *r = &p->pend[i];
+        if (committed && r->next_set) {
+            struct st_buf t = r->runs;
+            r->runs = r->next_runs;
+            r->next_runs = t;
+            r->key = r->next_key;
+            r->valid = r->next_valid;
+        }
+        r->next_set = 0;
     }
 }
 
@@ -224,6 +278,8 @@ static void tree_empty(struct tree *t)
 {
     st_merkle_frontier_init(&t->f);
     st_buf_reset(&t->mem);
+    st_buf_reset(&t->runs);
+    t->runs_known = 1; /* nothing pending yet */
     t->exists = 0;
     t->after_db = 1;
     t->next_offset = -1;
@@ -231,6 +287,95 @@ static void tree_empty(struct tree *t)
     memset(t->last_hash, '0', 64);
     t->last_hash[64] = '\0';
     t->pending_leaves = t->pending_first = t->pending_since_ms = t->pending_last_ms = 0;
+}
+
+static struct pending_runs *pending_of(struct evidence_part *p, int32_t partition)
+{
+    for (size_t i = 0; i < p->nseen; i++)
+        if (p->seen[i] == partition)
+            return &p->pend[i];
+    return NULL; /* cannot happen: every tree's partition was noted */
+}
+
+static struct runs_key key_of(const struct tree *t)
+{
+    struct runs_key k = {t->seq, t->pending_first, t->next_offset, t->pending_leaves};
+    if (t->pending_leaves == 0)
+        k.first = 0; /* meaningless with nothing pending */
+    return k;
+}
+
+/* After t was read: the runs of its pending leaves, if what the last
+ * committed transaction of this writer left is still what is stored. */
+static void runs_recall(struct evidence_part *p, struct tree *t)
+{
+    struct pending_runs *r = pending_of(p, t->partition);
+    struct runs_key k = key_of(t);
+    st_buf_reset(&t->runs);
+    if (t->pending_leaves == 0) {
+        t->runs_known = 1;
+        return;
+    }
+    t->runs_known = r && r->valid && memcmp(&r->key, &k, sizeof(k)) == 0;
+    if (t->runs_known && r->runs.len)
+        st_buf_add(&t->runs, r->runs.data, r->runs.len);
+}
+
+/* Before t's transaction commits: what end() keeps if it does. */
+static void runs_propose(struct evidence_part *p, const struct tree *t)
+{
+    struct pending_runs *r = pending_of(p, t->partition);
+    if (!r)
+        return;
+    r->next_key = key_of(t);
+    r->next_valid = t->runs_known;
+    st_buf_reset(&r->next_runs);
+    if (t->runs.len)
+        st_buf_add(&r->next_runs, t->runs.data, t->runs.len);
+    r->next_set = 1;
+}
+
+/* One run's "task\0run\0" record in a list of them. */
+struct run_ref {
+    const char *task, *run;
+};
+
+static int run_ref_cmp(const void *a, const void *b)
+{
+    const struct run_ref *x = a, *y = b;
+    int c = strcmp(x->task, y->task);
+    return c ? c : strcmp(x->run, y->run);
+}
+
+/* Appends the "runs" member's entries ([task, run, count], ordered by task
+ * then run, bytewise) counted from t->runs. */
+static void runs_json(const struct tree *t, struct st_buf *body)
+{
+    size_t n = 0, cap = 64;
+    struct run_ref *v = st_malloc(cap * sizeof(*v));
+    for (size_t at = 0; at < t->runs.len;) {
+        const char *task = t->runs.data + at;
+        const char *run = task + strlen(task) + 1;
+        at = (size_t)(run + strlen(run) + 1 - t->runs.data);
+        if (n == cap) {
+            cap *= 2;
+            v = st_realloc(v, cap * sizeof(*v));
+        }
+        v[n++] = (struct run_ref){task, run};
+    }
+    qsort(v, n, sizeof(*v), run_ref_cmp);
+    for (size_t i = 0, out = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && run_ref_cmp(&v[i], &v[j]) == 0)
+            j++;
+        st_buf_adds(body, out++ ? ",[" : "[");
+        st_json_quote(body, v[i].task);
+        st_buf_addc(body, ',');
+        st_json_quote(body, v[i].run);
+        st_buf_printf(body, ",%zu]", j - i);
+        i = j;
+    }
+    free(v);
 }
 
 /* Reads the stored state of the n trees in trees[] (partitions ascending)
@@ -288,6 +433,8 @@ static int trees_load(struct evidence_part *p, PGconn *pg, struct tree **trees, 
         t->pending_last_ms = strtoll(PQgetvalue(res, r, 8), NULL, 10);
     }
     PQclear(res);
+    for (size_t i = 0; i < n; i++)
+        runs_recall(p, trees[i]);
     return ST_SINK_OK;
 }
 
@@ -355,7 +502,10 @@ static int tree_save(struct evidence_part *p, PGconn *pg, const struct tree *t,
 }
 
 /* Signs the pending leaves of t as the next checkpoint. The per-run counts
- * come from the rows the events part wrote in this transaction. */
+ * are those of the rows stored at the pending offsets: counted in memory
+ * when this writer saw every pending leaf (t->runs_known), else counted in
+ * events (after a restart, a rebalance or a rolled-back transaction). Both
+ * order the runs bytewise, so a replay signs the same body. */
 static int tree_cut(struct evidence_part *p, PGconn *pg, struct tree *t, char *errstr,
                     size_t errsz)
 {
@@ -371,11 +521,14 @@ static int tree_cut(struct evidence_part *p, PGconn *pg, struct tree *t, char *e
     snprintf(last, sizeof(last), "%" PRId64, last_offset);
     const char *qv[4] = {p->topic, part, first, last};
     PGresult *res = NULL;
-    int rc = exec_params(pg,
+    int rc = ST_SINK_OK;
+    if (!t->runs_known)
+        rc = exec_params(pg,
                          "SELECT task_id, run_id, count(*) FROM events"
                          " WHERE kafka_topic = $1 AND kafka_partition = $2"
                          " AND kafka_offset BETWEEN $3 AND $4"
-                         " GROUP BY 1, 2 ORDER BY 1, 2",
+                         " GROUP BY 1, 2"
+                         " ORDER BY task_id COLLATE \"C\", run_id COLLATE \"C\"",
                          4, qv, &res, "could not count a checkpoint's runs", errstr, errsz);
     if (rc)
         return rc;
@@ -395,13 +548,15 @@ static int tree_cut(struct evidence_part *p, PGconn *pg, struct tree *t, char *e
                   t->partition, t->seq + 1, t->pending_first, last_offset,
                   (int64_t)t->f.size - t->pending_leaves, t->f.size, roothex, t->last_hash, ts,
                   p->key.id);
-    for (int i = 0; i < PQntuples(res); i++) {
+    for (int i = 0; res && i < PQntuples(res); i++) {
         st_buf_adds(&body, i ? ",[" : "[");
         st_json_quote(&body, PQgetvalue(res, i, 0));
         st_buf_addc(&body, ',');
         st_json_quote(&body, PQgetvalue(res, i, 1));
         st_buf_printf(&body, ",%s]", PQgetvalue(res, i, 2));
     }
+    if (!res)
+        runs_json(t, &body);
     st_buf_adds(&body, "]}");
     PQclear(res);
 
@@ -439,14 +594,18 @@ static int tree_cut(struct evidence_part *p, PGconn *pg, struct tree *t, char *e
     memcpy(t->last_hash, hash, sizeof(hash));
     t->pending_leaves = 0;
     st_buf_reset(&t->mem);
+    st_buf_reset(&t->runs);
+    t->runs_known = 1; /* every later pending leaf passes through this writer */
     t->after_db = 0;
     t->touched = 1;
     return ST_SINK_OK;
 }
 
+/* run: the "task\0run\0" of the event stored at the leaf's offset, NULL
+ * for a leaf without a row (a skip). */
 static int add_leaf(struct evidence_part *p, PGconn *pg, struct tree *t,
                     const uint8_t leaf[ST_MERKLE_HASH], int64_t first, int64_t last,
-                    int64_t ts_ms, char *errstr, size_t errsz)
+                    int64_t ts_ms, const char *run, char *errstr, size_t errsz)
 {
     int rc;
     /* a leaf that starts a new span of checkpoint_s closes the old one */
@@ -459,6 +618,10 @@ static int add_leaf(struct evidence_part *p, PGconn *pg, struct tree *t,
     }
     st_merkle_frontier_add(&t->f, leaf);
     st_buf_add(&t->mem, leaf, ST_MERKLE_HASH);
+    if (run) {
+        size_t task_len = strlen(run) + 1;
+        st_buf_add(&t->runs, run, task_len + strlen(run + task_len) + 1);
+    }
     t->pending_leaves++;
     t->pending_last_ms = ts_ms;
     t->next_offset = last + 1;
@@ -487,7 +650,7 @@ static int add_skip(struct evidence_part *p, PGconn *pg, struct tree *t, int64_t
     st_buf_reset(&p->scratch);
     st_evidence_skip_leaf(&p->scratch, t->partition, first, last, reason);
     st_merkle_leaf_hash(p->scratch.data, p->scratch.len, leaf);
-    return add_leaf(p, pg, t, leaf, first, last, ts_ms, errstr, errsz);
+    return add_leaf(p, pg, t, leaf, first, last, ts_ms, NULL, errstr, errsz);
 }
 
 static int item_cmp(const void *a, const void *b)
@@ -579,7 +742,8 @@ static int mark_duplicates(struct evidence_part *p, PGconn *pg, struct span *sp,
 }
 
 static int write_partition(struct evidence_part *p, PGconn *pg, struct tree *t,
-                           struct item *items, size_t n, char *errstr, size_t errsz)
+                           struct item *items, size_t n, const struct st_buf *runs,
+                           char *errstr, size_t errsz)
 {
     int rc;
     for (size_t i = 0; i < n; i++) {
@@ -595,7 +759,7 @@ static int write_partition(struct evidence_part *p, PGconn *pg, struct tree *t,
              : it->dup ? add_skip(p, pg, t, it->offset, it->offset, it->ts_ms, "duplicate",
                                   errstr, errsz)
                        : add_leaf(p, pg, t, it->leaf, it->offset, it->offset, it->ts_ms,
-                                 errstr, errsz);
+                                 runs->data + it->run_at, errstr, errsz);
         if (rc)
             return rc;
     }
@@ -603,7 +767,7 @@ static int write_partition(struct evidence_part *p, PGconn *pg, struct tree *t,
 }
 
 static int evidence_write(void *state, void *batch, PGconn *pg,
-                          const struct st_findings *fs, char *errstr, size_t errsz)
+                          struct st_sink_txn *tx, char *errstr, size_t errsz)
 {
     struct evidence_part *p = state;
     struct evidence_batch *b = batch;
@@ -654,19 +818,28 @@ static int evidence_write(void *state, void *batch, PGconn *pg,
             sp[j].n--;
         }
     }
-    if (!rc && nt)
+    /* only a batch that went the redo's way (some of its events already
+     * stored) can hold duplicates: a first delivery needs no query */
+    if (!rc && nt && !tx->events_all_new)
         rc = mark_duplicates(p, pg, sp, nt, errstr, errsz);
+    else
+        for (size_t i = 0; i < b->n; i++)
+            b->items[i].dup = 0; /* a retry's earlier try may have set it */
     for (size_t j = 0; j < nt && !rc; j++) {
         struct tree *t = sp[j].t;
-        rc = write_partition(p, pg, t, sp[j].items, sp[j].n, errstr, errsz);
+        rc = write_partition(p, pg, t, sp[j].items, sp[j].n, &b->runs, errstr, errsz);
         if (!rc && b->seal && t->pending_leaves > 0 &&
             (b->seal_now == 0 || b->seal_now - t->pending_since_ms >= p->every_ms))
             rc = tree_cut(p, pg, t, errstr, errsz);
         if (!rc && t->touched)
             rc = tree_save(p, pg, t, errstr, errsz);
+        if (!rc)
+            runs_propose(p, t);
     }
-    for (size_t j = 0; j < p->nseen; j++)
+    for (size_t j = 0; j < p->nseen; j++) {
         st_buf_fini(&trees[j].mem);
+        st_buf_fini(&trees[j].runs);
+    }
     free(sp);
     free(want);
     free(trees);

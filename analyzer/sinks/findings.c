@@ -74,10 +74,10 @@ static void findings_destroy(void *state)
     free(p);
 }
 
-/* Queues the three statements of one finding (upsert, its evidence rows,
- * the refresh of what follows from them) on the pipeline. libpq copies the
- * parameters as it queues, so the arrays are reused for the next finding.
- * Returns 0, or -1 when the connection refused to queue. */
+/* Queues the two statements of one finding (upsert, its evidence rows) on
+ * the pipeline. libpq copies the parameters as it queues, so the arrays
+ * are reused for the next finding. Returns 0, or -1 when the connection
+ * refused to queue. */
 static int queue_finding(struct findings_part *s, PGconn *pg, const struct st_finding *f)
 {
     char version[16], first[40], last[40];
@@ -102,23 +102,32 @@ static int queue_finding(struct findings_part *s, PGconn *pg, const struct st_fi
     st_pg_array_end(&s->a2);
     st_pg_array_end(&s->a3);
     const char *pe[4] = {f->id, s->a1.data, s->a2.data, s->a3.data};
-    if (!PQsendQueryParams(pg, sql_finding_events, 4, NULL, pe, NULL, NULL, 0))
-        return -1;
+    return PQsendQueryParams(pg, sql_finding_events, 4, NULL, pe, NULL, NULL, 0) ? 0 : -1;
+}
+
+/* Queues the refresh of what follows from the evidence rows (count,
+ * window, evidence) of every finding of the batch: one statement, after
+ * all their rows (a finding's refresh reads only its own). */
+static int queue_refresh(struct findings_part *s, PGconn *pg,
+                         const struct st_findings *fs)
+{
     st_buf_reset(&s->a1);
-    st_pg_array_add(&s->a1, f->id);
+    for (size_t i = 0; i < fs->n; i++)
+        st_pg_array_add(&s->a1, fs->items[i].id);
     st_pg_array_end(&s->a1);
     const char *pr[1] = {s->a1.data};
     return PQsendQueryParams(pg, sql_finding_refresh, 1, NULL, pr, NULL, NULL, 0) ? 0 : -1;
 }
 
 /* Every finding of the batch in one round trip (libpq's pipeline mode,
- * inside the batch's transaction): three statements per finding, run by
- * the server in order. The first error is the part's, with its class; the
- * statements after it are aborted by the server and the transaction is
- * rolled back by the sink. */
-static int findings_write(void *state, void *batch, PGconn *pg, const struct st_findings *fs,
+ * inside the batch's transaction): two statements per finding and one
+ * refresh of them all, run by the server in order. The first error is
+ * the part's, with its class; the statements after it are aborted by the
+ * server and the transaction is rolled back by the sink. */
+static int findings_write(void *state, void *batch, PGconn *pg, struct st_sink_txn *tx,
                           char *errstr, size_t errsz)
 {
+    const struct st_findings *fs = tx->fs;
     struct findings_part *p = state;
     int rc = ST_SINK_OK;
     (void)batch;
@@ -135,6 +144,8 @@ static int findings_write(void *state, void *batch, PGconn *pg, const struct st_
     for (size_t i = 0; i < fs->n && rc == ST_SINK_OK; i++)
         if (queue_finding(state, pg, &fs->items[i]))
             rc = ST_SINK_RETRY;
+    if (rc == ST_SINK_OK && queue_refresh(state, pg, fs))
+        rc = ST_SINK_RETRY;
     if (rc || !PQpipelineSync(pg)) {
         snprintf(errstr, errsz, "could not upsert findings: %s", PQerrorMessage(pg));
         PQexitPipelineMode(pg); /* fails while results are pending: the

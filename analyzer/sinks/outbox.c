@@ -47,9 +47,10 @@ static void outbox_destroy(void *state)
     free(p);
 }
 
-static int outbox_write(void *state, void *batch, PGconn *pg, const struct st_findings *fs,
+static int outbox_write(void *state, void *batch, PGconn *pg, struct st_sink_txn *tx,
                         char *errstr, size_t errsz)
 {
+    const struct st_findings *fs = tx->fs;
     struct outbox_part *p = state;
     if (fs->n == 0)
         return ST_SINK_OK;

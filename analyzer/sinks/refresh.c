@@ -92,12 +92,12 @@ static const char *closed(struct st_buf *to, const struct st_buf *from)
 }
 
 static int refresh_write(void *state, void *batch, PGconn *pg,
-                         const struct st_findings *fs, char *errstr, size_t errsz)
+                         struct st_sink_txn *tx, char *errstr, size_t errsz)
 {
     struct refresh_part *p = state;
     struct refresh_batch *b = batch;
     int rc;
-    (void)fs;
+    (void)tx;
     if (b->n == 0)
         return ST_SINK_OK;
     /* after the events' COPY: held from here to the commit */

@@ -78,6 +78,65 @@ START_TEST(pipeline_finds_the_burst_and_not_the_benign_runs)
 }
 END_TEST
 
+/* Every column of a stored event says what the event says, whatever its
+ * bytes: escapes in strings (a backslash, a tab, a newline, a quote, a
+ * non-ASCII letter), optional fields absent or present, a time with
+ * microseconds, one before 2000 (PostgreSQL's epoch: the COPY is binary,
+ * so the analyzer encodes times itself) and skewed (a boolean true), the
+ * Kafka timestamp as received_at (detect.max_past_s of ten years: only
+ * the one of 1999 is skewed). */
+START_TEST(pipeline_stored_columns_are_the_events_own)
+{
+    static const char *lines[] = {
+        "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"esc-1\","
+        "\"ts\":\"2026-11-29T07:00:02.123456Z\",\"source\":{\"kind\":\"proxy\","
+        "\"name\":\"squid\",\"platform\":\"linux\"},\"task_id\":\"T-\\\\1\","
+        "\"run_id\":\"run-\\u00e9\",\"type\":\"request\",\"trace_id\":\"tr\\\"1\","
+        "\"decision\":\"deny\",\"reason\":\"not\\nlisted\",\"attrs\":{\"method\":"
+        "\"GET\",\"host\":\"a\\\\b\\tc.example\",\"port\":443,\"status\":403}}",
+        "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"old-1\","
+        "\"ts\":\"1999-12-31T23:59:59.5Z\",\"source\":{\"kind\":\"sandbox\","
+        "\"name\":\"sbx-a\"},\"task_id\":\"T-2\",\"run_id\":\"run-2\",\"type\":\"exec\","
+        "\"attrs\":{\"command\":\"ls\",\"exit_code\":0,\"cwd\":\"/w\"}}",
+        NULL};
+    struct world w;
+    char path[128];
+    world_init(&w, "columns");
+    snprintf(path, sizeof(path), "/tmp/%s.ndjson", w.name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; lines[i]; i++)
+        fprintf(f, "%s\n", lines[i]);
+    fclose(f);
+    ck_assert_int_eq(run(&w, w.name, w.name, BIN "/collector/sandtrail-collector --input %s",
+                         path),
+                     0);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/analyzer/sandtrail-analyzer --drain"
+                             " -X detect.max_past_s=315360000"),
+                     0);
+    unlink(path);
+    char *got = rows(
+        w.dsn,
+        "SELECT event_id, source_kind, coalesce(source_platform, '-'),"
+        " to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'),"
+        " ts = (raw::jsonb->>'ts')::timestamptz, task_id = raw::jsonb->>'task_id',"
+        " run_id = raw::jsonb->>'run_id', length(run_id),"
+        " coalesce(trace_id, '-') = coalesce(raw::jsonb->>'trace_id', '-'),"
+        " type, decision, coalesce(reason, '-') = coalesce(raw::jsonb->>'reason', '-'),"
+        " target = coalesce(raw::jsonb->'attrs'->>'host', raw::jsonb->'attrs'->>'command'),"
+        " length(target), body = raw::jsonb, kafka_partition >= 0 AND kafka_offset >= 0,"
+        " received_at > now() - interval '10 minutes' AND received_at <= now(), skewed"
+        " FROM events ORDER BY event_id");
+    ck_assert_str_eq(got, "esc-1|proxy|linux|2026-11-29 07:00:02.123456|t|t|t|5|t|request|"
+                          "deny|t|t|13|t|t|t|f\n"
+                          "old-1|sandbox|-|1999-12-31 23:59:59.500000|t|t|t|5|t|exec|"
+                          "allow|t|t|2|t|t|t|t\n");
+    free(got);
+    world_drop(&w);
+}
+END_TEST
+
 START_TEST(pipeline_thresholds_come_from_config)
 {
     struct world w;
@@ -438,6 +497,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, pipeline_finds_the_burst_and_not_the_benign_runs);
     tcase_add_test(tc, pipeline_stdin_line_is_produced_while_the_pipe_is_quiet);
+    tcase_add_test(tc, pipeline_stored_columns_are_the_events_own);
     tcase_add_test(tc, pipeline_thresholds_come_from_config);
     tcase_add_test(tc, pipeline_rejected_line_reaches_dead_letter_topic_with_reason);
     tcase_add_test(tc, pipeline_crash_and_restart_equals_clean_run);
