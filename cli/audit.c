@@ -279,7 +279,8 @@ static int pruned_load(PGconn *pg, const char *topic, const char *part, struct p
             s = *end == ',' ? end + 1 : end;
         }
     }
-    qsort(p->off, p->n, sizeof(*p->off), cmp_i64);
+    if (p->n) /* qsort(NULL, 0) is undefined */
+        qsort(p->off, p->n, sizeof(*p->off), cmp_i64);
     return 0;
 }
 
