@@ -326,7 +326,9 @@ struct analyzer {
     struct slot slots[NSLOTS];
     int fill;
     struct slot *detected; /* the slot whose batch the detectors hold */
-    int gave_up; /* the store gave up during a revocation (asked to stop) */
+    /* the store gave up during a revocation (asked to stop), or run()
+     * failed: on_revoke (at the consumer's close) then writes nothing */
+    int gave_up;
     struct st_deadletter *dlq;
     long events, invalid, refused, late, skewed, batches, findings_written;
     struct st_metrics *metrics;
@@ -896,6 +898,13 @@ static int run(struct analyzer *a, int drain)
     if (!rc && !failed && detectors_flush(a, 1))
         failed = 1;
     slot_clear(&a->slots[a->fill]);
+    /* A failed run leaves what it did not write as a crash does (a batch
+     * the store gave up on, changes no checkpoint carried): closing the
+     * consumer then revokes the partitions, and on_revoke must neither
+     * write the detectors' state nor commit offsets, which would pass
+     * that batch's events (released from the reorder buffer) unstored. */
+    if (rc || failed)
+        a->gave_up = 1;
     return rc || failed ? -1 : 0;
 }
 
