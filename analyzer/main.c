@@ -326,7 +326,9 @@ struct analyzer {
     struct slot slots[NSLOTS];
     int fill;
     struct slot *detected; /* the slot whose batch the detectors hold */
-    int gave_up; /* the store gave up during a revocation (asked to stop) */
+    /* the store gave up during a revocation (asked to stop), or run()
+     * failed: on_revoke (at the consumer's close) then writes nothing */
+    int gave_up;
     struct st_deadletter *dlq;
     long events, invalid, refused, late, skewed, batches, findings_written;
     struct st_metrics *metrics;
@@ -567,7 +569,8 @@ static void detectors_after_commit(struct analyzer *a)
  * hold; then trims and evicts. Used when the stream is idle, and forced
  * before a revoke forgets the state and at the end of --drain or a stop,
  * so that no change leaves memory unwritten (forced, it sends the trims
- * runwin.c holds back while few, too). Retried with backoff until
+ * runwin.c holds back while few, too, and then the trims its own commit
+ * allows, deletions only). Retried with backoff until
  * Redis takes it (the detectors marked the state saved in it: it must
  * run); returns -1 when asked to stop meanwhile (offsets not committed: the
  * batches are redone, as after a crash). @locality the main thread */
@@ -623,6 +626,26 @@ static int detectors_flush(struct analyzer *a, int force)
     if (st_consumer_commit(a->consumer, parts, offsets, n) == 0)
         a->committed_seq = a->ck_seq;
     detectors_after_commit(a);
+    /* forced (the state may leave memory next: a revoke forgets it, a stop
+     * or the end of --drain exits): the trims that commit just allowed go
+     * too, or Redis would keep what memory dropped (a run loaded again
+     * would give a late event another window). Deletions of committed
+     * state only: nothing for Kafka to take. A failure leaves them to
+     * state.ttl_s, as a crash would. */
+    if (force && a->committed_seq == a->ck_seq) {
+        st_checkpoint_clear(a->flush_ckpt);
+        st_workers_end_batch(a->workers, a->flush_ckpt, a->ck_seq + 1, 1);
+        if (st_checkpoint_len(a->flush_ckpt) > 0) {
+            a->ck_seq++;
+            if (st_checkpoint_exec(a->flush_ckpt, a->redis, errstr, sizeof(errstr)) == 0) {
+                a->committed_seq = a->ck_seq;
+            } else {
+                st_metric_add(a->m_redis_err, 1);
+                st_warn("detector state not trimmed in Redis: %s", errstr);
+            }
+            st_checkpoint_clear(a->flush_ckpt);
+        }
+    }
     return 0;
 }
 
@@ -896,6 +919,13 @@ static int run(struct analyzer *a, int drain)
     if (!rc && !failed && detectors_flush(a, 1))
         failed = 1;
     slot_clear(&a->slots[a->fill]);
+    /* A failed run leaves what it did not write as a crash does (a batch
+     * the store gave up on, changes no checkpoint carried): closing the
+     * consumer then revokes the partitions, and on_revoke must neither
+     * write the detectors' state nor commit offsets, which would pass
+     * that batch's events (released from the reorder buffer) unstored. */
+    if (rc || failed)
+        a->gave_up = 1;
     return rc || failed ? -1 : 0;
 }
 

@@ -2194,6 +2194,10 @@ static inline int vcache_equal(const struct vcache *c, const char *s, size_t len
         }
     }
 #endif
+    /* (without SSE2: two eight-byte loads would leave the bytes between
+     * them unread for len > 16) */
+    if (len > 16)
+        return memcmp(s, c->s, len) == 0;
     if (len >= 8) {
         uint64_t a, b, x, y;
         memcpy(&a, s, 8);

@@ -220,6 +220,73 @@ START_TEST(exactly_once_kill_during_retry_keeps_the_finding)
 }
 END_TEST
 
+/* The same, but the analyzer is stopped (SIGTERM) while PostgreSQL keeps
+ * refusing the batch: the store gives up on it, and nothing may commit its
+ * offsets on the way out -- closing the consumer revokes the partitions,
+ * whose callback wrote the detectors' checkpoint and committed every
+ * offset (the unwritten batch's too: its events were lost). The next
+ * analyzer redoes the batch. */
+START_TEST(exactly_once_stop_during_retry_commits_nothing)
+{
+    struct world clean, w;
+    char first[128], rest[128], log[128];
+    snprintf(first, sizeof(first), "/tmp/st_eo_%d_s.ndjson", (int)getpid());
+    snprintf(rest, sizeof(rest), "/tmp/st_eo_%d_t.ndjson", (int)getpid());
+    snprintf(log, sizeof(log), "/tmp/st_eo_%d_s.log", (int)getpid());
+    seven_setup(&clean, &w, first, rest);
+
+    run(&w, w.name, w.name,
+        ANALYZER " --drain 2>%s" SEVEN_OPTS
+        " -X retry.max_backoff_ms=200 -X fault.fail_pg_commits=1000000 & p=\\$!;"
+        " for i in \\$(seq 200); do grep -q retrying %s && break; sleep 0.05; done;"
+        " kill -TERM \\$p; wait \\$p",
+        log, log);
+    char *text = world_slurp(log);
+    ck_assert_msg(strstr(text, "retrying"), "no retry: %s", text);
+    free(text);
+    ck_assert_int_eq(run(&w, w.name, w.name, ANALYZER " --drain 2>/dev/null" SEVEN_OPTS),
+                     0);
+    assert_same_tables(&clean, &w);
+    unlink(first);
+    unlink(rest);
+    unlink(log);
+    world_drop(&clean);
+    world_drop(&w);
+}
+END_TEST
+
+/* The end of --drain writes the trims its own offset commit allows: the
+ * seven events in one run with no checkpoint before the last (a long
+ * state.checkpoint_ms), whose commit lets x-5 trim x-1..x-4; Redis must
+ * then hold what memory held, the three newest members per window (as a
+ * checkpoint after every batch leaves it), not the seven: a run loaded
+ * again would give a late event another window. */
+START_TEST(exactly_once_drain_end_writes_its_last_trims)
+{
+    struct world w;
+    char first[128], rest[128];
+    snprintf(first, sizeof(first), "/tmp/st_eo_%d_u.ndjson", (int)getpid());
+    snprintf(rest, sizeof(rest), "/tmp/st_eo_%d_v.ndjson", (int)getpid());
+    world_init(&w, "trims7");
+    seven_events(first, rest);
+    post(&w, first);
+    post(&w, rest);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         ANALYZER " --drain 2>/dev/null" SEVEN_OPTS
+                                  " -X state.checkpoint_ms=3600000"),
+                     0);
+    char *out = world_shf("u=\"$SANDTRAIL_REDIS_URL\"; "
+                          "redis-cli -u \"$u\" --scan --pattern '%s:retry_across_paths:w:*' | "
+                          "while read -r k; do redis-cli -u \"$u\" zcard \"$k\"; done",
+                          w.name);
+    ck_assert_str_eq(out, "3\n");
+    free(out);
+    unlink(first);
+    unlink(rest);
+    world_drop(&w);
+}
+END_TEST
+
 /* A use of a credential and a write of its value, both before its issue
  * in the same batch: the first time through neither finds the issue in
  * the registry; a redo after a failed transaction must not either. */
@@ -454,5 +521,10 @@ int main(void)
     tcase_add_test(tc, exactly_once_crashes_in_long_batches_equal_clean_run);
     tcase_add_test(tc, exactly_once_store_overlaps_detection);
     suite_add_tcase(s, tc);
+    TCase *stop = tcase_create("stop"); /* CK_RUN_CASE=stop */
+    tcase_set_timeout(stop, 240);
+    tcase_add_test(stop, exactly_once_stop_during_retry_commits_nothing);
+    tcase_add_test(stop, exactly_once_drain_end_writes_its_last_trims);
+    suite_add_tcase(s, stop);
     return world_run(s);
 }
