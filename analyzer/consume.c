@@ -26,6 +26,7 @@ struct st_consumer {
     struct part_state parts[MAX_PARTS];
     int nparts;
     int32_t topic_partitions; /* the topic's count at the last assignment; -1 */
+    unsigned revokes;         /* revocations so far (on_rebalance) */
 };
 
 static struct part_state *part_find(struct st_consumer *c, const char *topic,
@@ -112,11 +113,11 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         else
             rd_kafka_assign(rk, parts);
     } else {
-        /* Messages of a revoked partition that are in the current batch are
-         * still processed; their commit may fail and the new owner reads
-         * them again, which is harmless because writes are idempotent. */
+        /* Messages of a revoked partition already in the batch being
+         * polled are dropped by st_consumer_poll_batch (revokes counts). */
         st_info("revoked %d partition(s)", parts->cnt);
         parts_remove(c, parts);
+        c->revokes++;
         if (cooperative)
             rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
         else
@@ -218,17 +219,42 @@ int st_consumer_partitions(const struct st_consumer *c, int32_t *out, int max)
     return n;
 }
 
+/* Drops msgs[0..n) of partitions no longer assigned; returns the count
+ * kept, in order. */
+static int drop_revoked(struct st_consumer *c, rd_kafka_message_t **msgs, int n)
+{
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (part_find(c, rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition))
+            msgs[kept++] = msgs[i];
+        else
+            rd_kafka_message_destroy(msgs[i]);
+    }
+    return kept;
+}
+
+/* A partition revoked while a batch is polled (its callback runs inside
+ * rd_kafka_consumer_poll) loses the messages of it already polled: the
+ * revoke handler has flushed and committed what this analyzer held of it,
+ * and its new owner reads them again from the committed offset. Kept, they
+ * would be detected here after the revoke, and the next checkpoint would
+ * write absolute values over state the new owner writes. */
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
                            int max, int timeout_ms)
 {
     int64_t deadline = st_time_mono_ms() + timeout_ms;
     int n = 0;
+    unsigned revokes = c->revokes;
 
     while (n < max) {
         int64_t left = deadline - st_time_mono_ms();
         if (left < 0)
             left = 0;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, (int)left);
+        if (c->revokes != revokes) {
+            revokes = c->revokes;
+            n = drop_revoked(c, msgs, n);
+        }
         if (!m) {
             if (left == 0)
                 break;
@@ -253,8 +279,11 @@ int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
             continue;
         }
         struct part_state *p = part_find(c, rd_kafka_topic_name(m->rkt), m->partition);
-        if (p)
-            p->at_end = 0;
+        if (!p) { /* fetched before its partition was revoked */
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        p->at_end = 0;
         msgs[n++] = m;
     }
     return n;

@@ -34,7 +34,8 @@ int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
 int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
                        const int64_t *offsets, int n);
 
-/* Called, inside st_consumer_poll_batch, for each partition taken away. */
+/* Called, inside st_consumer_poll_batch, for each partition taken away;
+ * that batch then holds none of its messages. */
 typedef void (*st_consumer_revoke_cb)(int32_t partition, void *arg);
 void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg);
 

@@ -1,0 +1,172 @@
+/* test_consume.c: the analyzer's consumer (analyzer/consume.c) against the
+ * real Kafka broker: a batch never holds a message of a partition revoked
+ * while it was being polled.
+ *
+ * Consumer A polls one long batch of a backlog in a 4-partition topic, with
+ * small fetches; meanwhile consumer B joins the group, and the
+ * cooperative-sticky assignment takes partitions from A inside A's poll.
+ * Every message A's batch returns must be of a partition A still holds:
+ * one of a revoked partition would be detected after the revoke handler
+ * flushed, and its checkpoint would write over the new owner's state. */
+#include <check.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+#include <unistd.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "analyzer.h"
+#include "consume.h"
+#include "kafka.h"
+#include "timeutil.h"
+#include "world.h"
+
+#define NPARTS 4
+
+static struct world w;
+static atomic_int b_assigned;
+static int revoked_a;
+
+static void on_revoke_a(int32_t partition, void *arg)
+{
+    (void)partition;
+    (void)arg;
+    revoked_a++;
+}
+
+/* Writes n messages to each partition. */
+static void produce_backlog(rd_kafka_t *rk, int n)
+{
+    char v[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(v, sizeof(v), "m%d", i);
+        for (int32_t p = 0; p < NPARTS; p++)
+            while (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(w.topic), RD_KAFKA_V_PARTITION(p),
+                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                     RD_KAFKA_V_VALUE(v, strlen(v)), RD_KAFKA_V_END) ==
+                   RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                rd_kafka_poll(rk, 10);
+        rd_kafka_poll(rk, 0);
+    }
+    ck_assert_int_eq(rd_kafka_flush(rk, 60000), 0);
+}
+
+/* Small fetches, so that A reads its backlog for longer than a rebalance
+ * takes (and its batch does not end at the partitions' end). */
+static char *fetch_names[] = {"fetch.max.bytes", "max.partition.fetch.bytes",
+                              "message.max.bytes", "queued.max.messages.kbytes"};
+static char *fetch_values[] = {"4096", "1024", "4096", "16"};
+
+static struct st_analyzer_conf conf_for(const char *group)
+{
+    struct st_analyzer_conf c = {0};
+    c.brokers = getenv("SANDTRAIL_KAFKA_BROKERS");
+    c.topic_events = w.topic;
+    c.group = (char *)group;
+    c.session_timeout_ms = 10000;
+    c.kafka.names = fetch_names;
+    c.kafka.values = fetch_values;
+    c.kafka.n = 4;
+    return c;
+}
+
+/* Consumer B: joins, then polls until it holds partitions and A is done. */
+static int consumer_b(void *arg)
+{
+    struct st_consumer *b = arg;
+    rd_kafka_message_t *msgs[256];
+    int64_t until = st_time_mono_ms() + 30000;
+    while (st_time_mono_ms() < until && atomic_load(&b_assigned) >= 0) {
+        int n = st_consumer_poll_batch(b, msgs, 256, 100);
+        for (int i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+        if (st_consumer_assigned(b) > 0 && atomic_load(&b_assigned) == 0)
+            atomic_store(&b_assigned, 1);
+    }
+    return 0;
+}
+
+START_TEST(consume_batch_drops_messages_of_a_partition_revoked_during_its_poll)
+{
+    char err[512], group[128];
+    world_init(&w, "consume");
+    snprintf(group, sizeof(group), "%s.group", w.name);
+
+    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
+                                            sizeof(err));
+    ck_assert_ptr_nonnull(kc);
+    rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
+    ck_assert_ptr_nonnull(prod);
+    const char *topics[1] = {w.topic};
+    ck_assert_int_eq(st_kafka_ensure_topics(prod, topics, 1, NPARTS, 1, 30000, err,
+                                            sizeof(err)),
+                     0);
+    produce_backlog(prod, 50000);
+
+    struct st_analyzer_conf ca = conf_for(group);
+    struct st_consumer *a = st_consumer_new(&ca, err, sizeof(err));
+    ck_assert_msg(a != NULL, "%s", err);
+    st_consumer_on_revoke(a, on_revoke_a, NULL);
+    rd_kafka_message_t **msgs = calloc(1000000, sizeof(*msgs));
+    ck_assert_ptr_nonnull(msgs);
+    /* A takes every partition */
+    int64_t until = st_time_mono_ms() + 30000;
+    while (st_consumer_assigned(a) < NPARTS && st_time_mono_ms() < until) {
+        int n = st_consumer_poll_batch(a, msgs, 1, 100);
+        for (int i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+    }
+    ck_assert_int_eq(st_consumer_assigned(a), NPARTS);
+
+    /* B joins while A polls one long batch */
+    struct st_analyzer_conf cb = conf_for(group);
+    struct st_consumer *b = st_consumer_new(&cb, err, sizeof(err));
+    ck_assert_msg(b != NULL, "%s", err);
+    thrd_t bt;
+    ck_assert_int_eq(thrd_create(&bt, consumer_b, b), thrd_success);
+    int n = st_consumer_poll_batch(a, msgs, 1000000, 10000);
+    int32_t held[NPARTS];
+    int nheld = st_consumer_partitions(a, held, NPARTS);
+    int foreign = 0, seen[NPARTS] = {0};
+    for (int i = 0; i < n; i++) {
+        int mine = 0;
+        for (int k = 0; k < nheld; k++)
+            mine |= held[k] == msgs[i]->partition;
+        foreign += !mine;
+        if (msgs[i]->partition >= 0 && msgs[i]->partition < NPARTS)
+            seen[msgs[i]->partition]++;
+        rd_kafka_message_destroy(msgs[i]);
+    }
+    fprintf(stderr, "A's batch: %d messages (per partition %d %d %d %d), %d partition(s) "
+            "revoked, %d held after, %d of partitions not held\n",
+            n, seen[0], seen[1], seen[2], seen[3], revoked_a, nheld, foreign);
+    /* the rebalance happened inside the batch, which still read */
+    ck_assert_int_gt(revoked_a, 0);
+    ck_assert_int_lt(nheld, NPARTS);
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(foreign, 0);
+
+    atomic_store(&b_assigned, -1);
+    thrd_join(bt, NULL);
+    rd_kafka_destroy(prod);
+    st_consumer_destroy(b);
+    st_consumer_destroy(a);
+    free(msgs);
+    world_drop(&w);
+}
+END_TEST
+
+int main(void)
+{
+    if (world_setup())
+        return EXIT_FAILURE;
+    Suite *s = suite_create("consume");
+    TCase *tc = tcase_create("services");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, consume_batch_drops_messages_of_a_partition_revoked_during_its_poll);
+    suite_add_tcase(s, tc);
+    return world_run(s);
+}
