@@ -69,3 +69,27 @@ void st_buf_printf(struct st_buf *b, const char *fmt, ...)
     va_end(ap);
     b->len += (size_t)n;
 }
+
+size_t st_fmt_i64(char *out, int64_t v)
+{
+    char tmp[ST_I64_LEN];
+    /* the magnitude as unsigned: -INT64_MIN does not fit an int64_t */
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    size_t k = 0, n = 0;
+    do {
+        tmp[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[n++] = '-';
+    while (k)
+        out[n++] = tmp[--k];
+    out[n] = '\0';
+    return n;
+}
+
+void st_buf_addi64(struct st_buf *b, int64_t v)
+{
+    st_buf_reserve(b, ST_I64_LEN);
+    b->len += st_fmt_i64(b->data + b->len, v);
+}
