@@ -87,6 +87,27 @@ const char *st_detect_key_buf(struct st_buf *b, const struct st_analyzer_conf *c
     return b->data;
 }
 
+/* Appends at most max bytes of s at o, stopping at its NUL. */
+static char *put_max(char *o, const char *s, size_t max)
+{
+    size_t n = strnlen(s, max);
+    memcpy(o, s, n);
+    return o + n;
+}
+
+void st_detect_dest_format(int deny, const char *platform, const char *source,
+                           const char *event_id, char field[300], char member[600])
+{
+    char *o = deny ? put(field, "deny:", 5) : put(field, "allow:", 6);
+    o = put_max(o, platform, 256);
+    *o = '\0';
+    o = put_max(member, source, 599);
+    if (o < member + 599)
+        *o++ = '\x1f';
+    o = put_max(o, event_id, (size_t)(member + 599 - o));
+    *o = '\0';
+}
+
 char *st_detect_run_member(const char *task_id, const char *run_id)
 {
     size_t lt = strlen(task_id), lr = strlen(run_id);

@@ -324,32 +324,15 @@ static const char *broker_cred(const struct st_event *ev)
     return cred;
 }
 
-/* Appends at most max bytes of s at o, stopping at its NUL. */
-static char *put_max(char *o, const char *s, size_t max)
-{
-    size_t n = strnlen(s, max);
-    memcpy(o, s, n);
-    return o + n;
-}
-
-/* A request that counts for allowlist drift: its field and member. Built by
- * hand (snprintf here was 5% of the detect role's instructions); the same
- * bytes as snprintf(field, 300, "%s:%.256s", ...) and snprintf(member,
- * 600, "%s\x1f%s", ...), truncation included (test_detectors). */
+/* A request that counts for allowlist drift: its field and member
+ * (st_detect_dest_format). */
 static int dest_of(const struct st_event *ev, char field[300], char member[600])
 {
     if (ev->type != ST_TYPE_REQUEST || !ev->source_platform ||
         ev->decision == ST_DECISION_ERROR || !st_event_target(ev)[0])
         return 0;
-    char *o = field;
-    o = ev->decision == ST_DECISION_DENY ? put_max(o, "deny:", 5) : put_max(o, "allow:", 6);
-    o = put_max(o, ev->source_platform, 256);
-    *o = '\0';
-    o = put_max(member, ev->source_name, 599);
-    if (o < member + 599)
-        *o++ = '\x1f';
-    o = put_max(o, ev->event_id, (size_t)(member + 599 - o));
-    *o = '\0';
+    st_detect_dest_format(ev->decision == ST_DECISION_DENY, ev->source_platform,
+                          ev->source_name, ev->event_id, field, member);
     return 1;
 }
 
