@@ -755,22 +755,42 @@ static int trims_held(const struct run *r, const struct st_detect_ctx *ctx, int6
            now - r->touched_s < ctx->conf->state_evict_s && !trims_hit_writes(r);
 }
 
+static const char *run_key(struct st_runwin *w, const struct run *r, struct st_buf *b,
+                           const char *kind)
+{
+    return st_detect_key_buf(b, w->conf, w->name, kind, r->task_id, r->run_id);
+}
+
+static int any_dirty_episode(const struct run *r)
+{
+    for (size_t i = 0; i < r->neps; i++)
+        if (r->eps[i].dirty)
+            return 1;
+    return 0;
+}
+
+static int any_dirty_bucket(const struct run *r)
+{
+    for (size_t i = 0; i < r->nb; i++)
+        if (r->b[i].dirty)
+            return 1;
+    return 0;
+}
+
 static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
                            struct cmd *c, const char *ttl, int hold)
 {
     /* state written (a key may be created), and with an EXPIRE: the run's
      * index entry goes before it (runidx.h) */
     int wrote = 0, expired = 0;
-    const char *wkey = st_detect_key_buf(&w->wkey, w->conf, w->name, "w", r->task_id,
-                                         r->run_id);
-    const char *ekey = (w->flags & ST_RUNWIN_EPISODES)
-                           ? st_detect_key_buf(&w->ekey, w->conf, w->name, "eps",
-                                               r->task_id, r->run_id)
-                           : NULL;
-    const char *bkey = (w->flags & ST_RUNWIN_BUCKETS)
-                           ? st_detect_key_buf(&w->bkey, w->conf, w->name, "b",
-                                               r->task_id, r->run_id)
-                           : NULL;
+    /* the keys are named when first needed: a run whose trims are held
+     * is checkpointed again each time, mostly with nothing to write */
+    const char *wkey = NULL, *ekey = NULL, *bkey = NULL;
+#define WKEY() (wkey ? wkey : (wkey = run_key(w, r, &w->wkey, "w")))
+#define EKEY() (ekey ? ekey : (ekey = run_key(w, r, &w->ekey, "eps")))
+#define BKEY() (bkey ? bkey : (bkey = run_key(w, r, &w->bkey, "b")))
+    int has_eps = (w->flags & ST_RUNWIN_EPISODES) != 0;
+    int has_b = (w->flags & ST_RUNWIN_BUCKETS) != 0;
     /* Every trim goes to Redis with the next checkpoint, so that a run
      * loaded again (after an eviction, a revoke or a restart) holds what
      * memory held (a lazier trim, tried, made a very late event's window
@@ -782,16 +802,16 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     if (!hold && r->trim_below != INT64_MIN) {
         char below[ST_I64_LEN + 1] = "(";
         st_fmt_i64(below + 1, r->trim_below);
-        const char *zrem[] = {"ZREMRANGEBYSCORE", wkey, "-inf", below};
+        const char *zrem[] = {"ZREMRANGEBYSCORE", WKEY(), "-inf", below};
         st_checkpoint_cmd(ctx->ckpt, 4, zrem);
         r->trim_below = INT64_MIN;
         r->ndel_m = 0;
         if (r->n == r->nunsaved) /* no saved member left: the key may be gone */
             r->w_exp_s = 0;
     }
-    if (!hold && r->ndel_eps && ekey) {
+    if (!hold && r->ndel_eps && has_eps) {
         cmd_arg(c, "HDEL");
-        cmd_arg(c, ekey);
+        cmd_arg(c, EKEY());
         for (size_t i = 0; i < r->ndel_eps; i++)
             cmd_arg(c, r->del_eps[i]);
         cmd_flush(c, ctx->ckpt, 2);
@@ -800,9 +820,9 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     }
     if (!hold)
         r->ndel_eps = 0;
-    if (!hold && r->ndel_b && bkey) {
+    if (!hold && r->ndel_b && has_b) {
         cmd_arg(c, "HDEL");
-        cmd_arg(c, bkey);
+        cmd_arg(c, BKEY());
         for (size_t i = 0; i < r->ndel_b; i++)
             cmd_num(c, r->del_b[i]);
         cmd_flush(c, ctx->ckpt, 2);
@@ -813,7 +833,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         r->ndel_b = 0;
     if (r->nunsaved) {
         cmd_arg(c, "ZADD");
-        cmd_arg(c, wkey);
+        cmd_arg(c, WKEY());
         for (size_t i = 0; i < r->n; i++) {
             if (r->m[i].saved)
                 continue;
@@ -828,13 +848,13 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     /* fed in any batch since the last checkpoint (with state.checkpoint_ms
      * that may be several: in_batch only tells the last one) */
     if (r->fed && st_detect_expire_due(&r->w_exp_s, w->conf)) {
-        const char *expire[] = {"EXPIRE", wkey, ttl};
+        const char *expire[] = {"EXPIRE", WKEY(), ttl};
         st_checkpoint_cmd(ctx->ckpt, 3, expire);
         wrote = expired = 1;
     }
-    if (ekey) {
+    if (has_eps && any_dirty_episode(r)) {
         cmd_arg(c, "HSET");
-        cmd_arg(c, ekey);
+        cmd_arg(c, EKEY());
         for (size_t i = 0; i < r->neps; i++) {
             struct episode *e = &r->eps[i];
             if (!e->dirty)
@@ -847,17 +867,17 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
             cmd_flush(c, ctx->ckpt, 2);
             wrote = 1;
             if (st_detect_expire_due(&r->e_exp_s, w->conf)) {
-                const char *expire[] = {"EXPIRE", ekey, ttl};
+                const char *expire[] = {"EXPIRE", EKEY(), ttl};
                 st_checkpoint_cmd(ctx->ckpt, 3, expire);
                 expired = 1;
             }
         }
         cmd_flush(c, ctx->ckpt, 1000000);
     }
-    if (bkey) {
+    if (has_b && any_dirty_bucket(r)) {
         /* absolute sums: running this twice changes nothing */
         cmd_arg(c, "HSET");
-        cmd_arg(c, bkey);
+        cmd_arg(c, BKEY());
         for (size_t i = 0; i < r->nb; i++) {
             if (!r->b[i].dirty)
                 continue;
@@ -869,7 +889,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
             cmd_flush(c, ctx->ckpt, 2);
             wrote = 1;
             if (st_detect_expire_due(&r->b_exp_s, w->conf)) {
-                const char *expire[] = {"EXPIRE", bkey, ttl};
+                const char *expire[] = {"EXPIRE", BKEY(), ttl};
                 st_checkpoint_cmd(ctx->ckpt, 3, expire);
                 expired = 1;
             }
@@ -881,6 +901,9 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
                        wall_s(ctx));
     r->ck_seq = ctx->seq;
     r->fed = 0;
+#undef WKEY
+#undef EKEY
+#undef BKEY
 }
 
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
