@@ -4,12 +4,13 @@
 
 #include <hiredis/hiredis.h>
 
+#include "buf.h"
 #include "checkpoint.h"
 #include "log.h"
 
 struct st_checkpoint {
-    char **cmds; /* RESP-formatted, owned */
-    size_t *lens;
+    struct st_buf bytes; /* every command, RESP-formatted, end to end */
+    size_t *offs, *lens; /* where each starts in bytes, and its length */
     size_t n, cap;
 };
 
@@ -20,8 +21,7 @@ struct st_checkpoint *st_checkpoint_new(void)
 
 void st_checkpoint_clear(struct st_checkpoint *c)
 {
-    for (size_t i = 0; i < c->n; i++)
-        free(c->cmds[i]);
+    st_buf_reset(&c->bytes);
     c->n = 0;
 }
 
@@ -29,23 +29,21 @@ void st_checkpoint_destroy(struct st_checkpoint *c)
 {
     if (!c)
         return;
-    st_checkpoint_clear(c);
-    free(c->cmds);
+    st_buf_fini(&c->bytes);
+    free(c->offs);
     free(c->lens);
     free(c);
 }
 
 void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv)
 {
-    char *cmd;
-    size_t n = st_rpipe_format(argc, argv, &cmd);
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 64;
-        c->cmds = st_realloc(c->cmds, c->cap * sizeof(*c->cmds));
+        c->offs = st_realloc(c->offs, c->cap * sizeof(*c->offs));
         c->lens = st_realloc(c->lens, c->cap * sizeof(*c->lens));
     }
-    c->cmds[c->n] = cmd;
-    c->lens[c->n] = n;
+    c->offs[c->n] = c->bytes.len;
+    c->lens[c->n] = st_rpipe_format_buf(&c->bytes, argc, argv);
     c->n++;
 }
 
@@ -55,13 +53,16 @@ void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src)
         return; /* and its arrays may not exist yet */
     if (dst->n + src->n > dst->cap) {
         dst->cap = dst->n + src->n > 2 * dst->cap ? dst->n + src->n : 2 * dst->cap;
-        dst->cmds = st_realloc(dst->cmds, dst->cap * sizeof(*dst->cmds));
+        dst->offs = st_realloc(dst->offs, dst->cap * sizeof(*dst->offs));
         dst->lens = st_realloc(dst->lens, dst->cap * sizeof(*dst->lens));
     }
-    memcpy(dst->cmds + dst->n, src->cmds, src->n * sizeof(*src->cmds));
+    size_t base = dst->bytes.len;
+    for (size_t i = 0; i < src->n; i++)
+        dst->offs[dst->n + i] = base + src->offs[i];
     memcpy(dst->lens + dst->n, src->lens, src->n * sizeof(*src->lens));
+    st_buf_add(&dst->bytes, src->bytes.data, src->bytes.len);
     dst->n += src->n;
-    src->n = 0;
+    st_checkpoint_clear(src);
 }
 
 size_t st_checkpoint_len(const struct st_checkpoint *c)
@@ -73,6 +74,6 @@ int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *
                        size_t errsz)
 {
     for (size_t i = 0; i < c->n; i++)
-        st_rpipe_formatted(p, c->cmds[i], c->lens[i]);
+        st_rpipe_formatted(p, c->bytes.data + c->offs[i], c->lens[i]);
     return st_rpipe_exec(p, errstr, errsz);
 }

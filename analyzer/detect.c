@@ -61,6 +61,53 @@ char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
     return key;
 }
 
+const char *st_detect_key_buf(struct st_buf *b, const struct st_analyzer_conf *conf,
+                              const char *detector, const char *kind, const char *task_id,
+                              const char *run_id)
+{
+    size_t lp = strlen(conf->redis_prefix), ld = strlen(detector), lk = strlen(kind);
+    size_t lt = strlen(task_id), lr = strlen(run_id);
+    st_buf_reset(b);
+    st_buf_reserve(b, lp + ld + lk + lt + lr + 2 * 24 + 6);
+    char *o = b->data;
+    o = put(o, conf->redis_prefix, lp);
+    o = put(o, detector, ld);
+    *o++ = ':';
+    o = put(o, kind, lk);
+    *o++ = ':';
+    o = put_size(o, lt);
+    *o++ = ':';
+    o = put(o, task_id, lt);
+    *o++ = ':';
+    o = put_size(o, lr);
+    *o++ = ':';
+    o = put(o, run_id, lr);
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
+    return b->data;
+}
+
+/* Appends at most max bytes of s at o, stopping at its NUL. */
+static char *put_max(char *o, const char *s, size_t max)
+{
+    size_t n = strnlen(s, max);
+    memcpy(o, s, n);
+    return o + n;
+}
+
+void st_detect_dest_format(int deny, const char *platform, const char *source,
+                           const char *event_id, char field[300], char member[600])
+{
+    char *o = deny ? put(field, "deny:", 5) : put(field, "allow:", 6);
+    o = put_max(o, platform, 256);
+    *o = '\0';
+    o = put_max(member, source, 599);
+    if (o < member + 599)
+        *o++ = '\x1f';
+    o = put_max(o, event_id, (size_t)(member + 599 - o));
+    *o = '\0';
+}
+
 char *st_detect_run_member(const char *task_id, const char *run_id)
 {
     size_t lt = strlen(task_id), lr = strlen(run_id);

@@ -167,6 +167,8 @@ extern const struct st_detector_ops st_token_write_ops;
 extern const struct st_detector_ops st_volume_anomaly_ops;
 extern const struct st_detector_ops st_private_destination_ops;
 
+struct st_buf;
+
 /* NULL-terminated list of every detector. */
 extern const struct st_detector_ops *const st_detectors[];
 
@@ -175,6 +177,21 @@ extern const struct st_detector_ops *const st_detectors[];
  * of ids can collide. Returns a new string. */
 char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
                     const char *kind, const char *task_id, const char *run_id);
+
+/* The same key written into b (emptied first), with no allocation once b
+ * is large enough: the checkpoints name three keys per run. Returns
+ * b->data, valid until b next changes. */
+const char *st_detect_key_buf(struct st_buf *b, const struct st_analyzer_conf *conf,
+                              const char *detector, const char *kind, const char *task_id,
+                              const char *run_id);
+
+/* scope_drift's allowlist field and member of a request: the bytes of
+ * snprintf(field, 300, "%s:%.256s", deny ? "deny" : "allow", platform) and
+ * snprintf(member, 600, "%s\x1f%s", source, event_id), truncation
+ * included, without printf (it was 5% of the detect role's instructions;
+ * test_fastfmt compares the two). */
+void st_detect_dest_format(int deny, const char *platform, const char *source,
+                           const char *event_id, char field[300], char member[600]);
 
 /* The run part of a key, "<len>:<task>:<len>:<run>": the member of the
  * run index (runidx.h). Returns a new string. */

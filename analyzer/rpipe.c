@@ -5,6 +5,7 @@
 
 #include <openssl/sha.h>
 
+#include "buf.h"
 #include "log.h"
 #include "redisconn.h"
 #include "rpipe.h"
@@ -125,7 +126,7 @@ static size_t resp_head(char *p, char c, size_t v)
 
 /* The protocol's form written here, not by redisFormatCommandArgv: its
  * sprintf per argument was the largest cost of a checkpoint. */
-size_t st_rpipe_format(int argc, const char **argv, char **cmd)
+size_t st_rpipe_format_buf(struct st_buf *b, int argc, const char **argv)
 {
     size_t small[32] = {0};
     int heap = argc > 32;
@@ -136,7 +137,8 @@ size_t st_rpipe_format(int argc, const char **argv, char **cmd)
         lens[i] = strlen(argv[i]);
         total += 24 + 3 + lens[i] + 2;
     }
-    char *out = st_malloc(total);
+    st_buf_reserve(b, total);
+    char *out = b->data + b->len;
     size_t at = resp_head(out, '*', (size_t)argc);
     for (int i = 0; i < argc; i++) {
         at += resp_head(out + at, '$', lens[i]);
@@ -146,10 +148,19 @@ size_t st_rpipe_format(int argc, const char **argv, char **cmd)
         out[at++] = '\n';
     }
     out[at] = '\0';
+    b->len += at;
     if (heap)
         free(lens);
-    *cmd = out;
     return at;
+}
+
+size_t st_rpipe_format(int argc, const char **argv, char **cmd)
+{
+    struct st_buf b;
+    st_buf_init(&b);
+    size_t n = st_rpipe_format_buf(&b, argc, argv);
+    *cmd = b.data; /* ours now */
+    return n;
 }
 
 void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,

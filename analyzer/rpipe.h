@@ -36,6 +36,12 @@ void st_rpipe_cmd(struct st_rpipe *p, st_rpipe_cb cb, void *arg, int argc,
  * length. Cannot fail. */
 size_t st_rpipe_format(int argc, const char **argv, char **cmd);
 
+/* The same bytes appended to b (kept NUL-terminated); returns their length.
+ * The checkpoints keep their commands end to end in one buffer this way,
+ * with no allocation per command. */
+struct st_buf;
+size_t st_rpipe_format_buf(struct st_buf *b, int argc, const char **argv);
+
 /* Queues a command already in the protocol's form (checkpoint.h), with no
  * callback. Not copied: cmd stays the caller's and must live until the
  * next st_rpipe_exec or st_rpipe_discard returns. */

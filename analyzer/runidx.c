@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "detect.h"
+#include "buf.h"
 #include "log.h"
 #include "runidx.h"
 #include "timeutil.h"
@@ -361,8 +362,8 @@ void st_runidx_note(struct st_runidx *x, int32_t partition, const char *task_id,
     if (t >= 0 && (!expired || t >= now))
         return;
     put(p, h, now);
-    char score[24];
-    snprintf(score, sizeof(score), "%" PRId64, now);
+    char score[ST_I64_LEN];
+    st_fmt_i64(score, now); /* once per run and checkpoint: no printf */
     pend(p, st_strdup(score));
     pend(p, st_detect_run_member(task_id, run_id));
 }

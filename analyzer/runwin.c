@@ -107,7 +107,13 @@ struct st_runwin {
         struct run *run;
     } *memo;
     size_t nmemo, capmemo, next_memo;
-    struct st_buf member, val;
+    struct st_buf member;
+    struct st_buf wkey, ekey, bkey; /* the keys of the run being checkpointed */
+    struct cmd {
+        const char **argv; /* NULL: the number formatted in num[i] */
+        char (*num)[2 * ST_I64_LEN]; /* one or two numbers per argument */
+        int argc, cap;
+    } cmd; /* reused by every checkpoint */
 };
 
 static int64_t wall_s(const struct st_detect_ctx *ctx)
@@ -129,7 +135,9 @@ struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char 
     w->tcap = 1024;
     w->table = st_calloc(w->tcap, sizeof(*w->table));
     st_buf_init(&w->member);
-    st_buf_init(&w->val);
+    st_buf_init(&w->wkey);
+    st_buf_init(&w->ekey);
+    st_buf_init(&w->bkey);
     return w;
 }
 
@@ -206,7 +214,11 @@ void st_runwin_destroy(struct st_runwin *w)
     free(w->trimq);
     free(w->memo);
     st_buf_fini(&w->member);
-    st_buf_fini(&w->val);
+    st_buf_fini(&w->wkey);
+    st_buf_fini(&w->ekey);
+    st_buf_fini(&w->bkey);
+    free(w->cmd.argv);
+    free(w->cmd.num);
     free(w->name);
     free(w);
 }
@@ -636,38 +648,52 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
 }
 
 /* One command with a growing argument list, built in place. */
-struct cmd {
-    const char **argv;
-    char **owned; /* numbers formatted for it */
-    int argc, cap, nowned;
-};
-
-static void cmd_arg(struct cmd *c, const char *s, int own)
+static void cmd_grow(struct cmd *c)
 {
     if (c->argc == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 16;
         c->argv = st_realloc(c->argv, (size_t)c->cap * sizeof(*c->argv));
-        c->owned = st_realloc(c->owned, (size_t)c->cap * sizeof(*c->owned));
+        c->num = st_realloc(c->num, (size_t)c->cap * sizeof(*c->num));
     }
-    c->argv[c->argc++] = s;
-    if (own)
-        c->owned[c->nowned++] = (char *)s;
 }
 
+/* s is not copied: it must live until cmd_flush */
+static void cmd_arg(struct cmd *c, const char *s)
+{
+    cmd_grow(c);
+    c->argv[c->argc++] = s;
+}
+
+/* Numbers are formatted into the command's own slots, without printf or an
+ * allocation each (they were a tenth of the detect role's instructions). */
 static void cmd_num(struct cmd *c, int64_t v)
 {
-    char buf[24];
-    snprintf(buf, sizeof(buf), "%" PRId64, v);
-    cmd_arg(c, st_strdup(buf), 1);
+    cmd_grow(c);
+    st_fmt_i64(c->num[c->argc], v);
+    c->argv[c->argc++] = NULL;
+}
+
+/* "a b": an episode's first and last time */
+static void cmd_num2(struct cmd *c, int64_t a, int64_t b)
+{
+    cmd_grow(c);
+    char *o = c->num[c->argc];
+    size_t n = st_fmt_i64(o, a);
+    o[n] = ' ';
+    st_fmt_i64(o + n + 1, b);
+    c->argv[c->argc++] = NULL;
 }
 
 static void cmd_flush(struct cmd *c, struct st_checkpoint *ck, int min_argc)
 {
-    if (c->argc > min_argc)
+    if (c->argc > min_argc) {
+        /* the slots are final now: num does not move until the next add */
+        for (int i = 0; i < c->argc; i++)
+            if (!c->argv[i])
+                c->argv[i] = c->num[i];
         st_checkpoint_cmd(ck, c->argc, c->argv);
-    for (int i = 0; i < c->nowned; i++)
-        free(c->owned[i]);
-    c->argc = c->nowned = 0;
+    }
+    c->argc = 0;
 }
 
 /* Whether Redis holds an episode (bucket) the run still has: written and
@@ -729,19 +755,42 @@ static int trims_held(const struct run *r, const struct st_detect_ctx *ctx, int6
            now - r->touched_s < ctx->conf->state_evict_s && !trims_hit_writes(r);
 }
 
+static const char *run_key(struct st_runwin *w, const struct run *r, struct st_buf *b,
+                           const char *kind)
+{
+    return st_detect_key_buf(b, w->conf, w->name, kind, r->task_id, r->run_id);
+}
+
+static int any_dirty_episode(const struct run *r)
+{
+    for (size_t i = 0; i < r->neps; i++)
+        if (r->eps[i].dirty)
+            return 1;
+    return 0;
+}
+
+static int any_dirty_bucket(const struct run *r)
+{
+    for (size_t i = 0; i < r->nb; i++)
+        if (r->b[i].dirty)
+            return 1;
+    return 0;
+}
+
 static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
                            struct cmd *c, const char *ttl, int hold)
 {
     /* state written (a key may be created), and with an EXPIRE: the run's
      * index entry goes before it (runidx.h) */
     int wrote = 0, expired = 0;
-    char *wkey = st_detect_key(w->conf, w->name, "w", r->task_id, r->run_id);
-    char *ekey = (w->flags & ST_RUNWIN_EPISODES)
-                     ? st_detect_key(w->conf, w->name, "eps", r->task_id, r->run_id)
-                     : NULL;
-    char *bkey = (w->flags & ST_RUNWIN_BUCKETS)
-                     ? st_detect_key(w->conf, w->name, "b", r->task_id, r->run_id)
-                     : NULL;
+    /* the keys are named when first needed: a run whose trims are held
+     * is checkpointed again each time, mostly with nothing to write */
+    const char *wkey = NULL, *ekey = NULL, *bkey = NULL;
+#define WKEY() (wkey ? wkey : (wkey = run_key(w, r, &w->wkey, "w")))
+#define EKEY() (ekey ? ekey : (ekey = run_key(w, r, &w->ekey, "eps")))
+#define BKEY() (bkey ? bkey : (bkey = run_key(w, r, &w->bkey, "b")))
+    int has_eps = (w->flags & ST_RUNWIN_EPISODES) != 0;
+    int has_b = (w->flags & ST_RUNWIN_BUCKETS) != 0;
     /* Every trim goes to Redis with the next checkpoint, so that a run
      * loaded again (after an eviction, a revoke or a restart) holds what
      * memory held (a lazier trim, tried, made a very late event's window
@@ -751,29 +800,29 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
      * set to 0) when nothing Redis holds of the key is left in memory. */
     /* deletions first: a member re-added after the trim is then kept */
     if (!hold && r->trim_below != INT64_MIN) {
-        char below[24];
-        snprintf(below, sizeof(below), "(%" PRId64, r->trim_below);
-        const char *zrem[] = {"ZREMRANGEBYSCORE", wkey, "-inf", below};
+        char below[ST_I64_LEN + 1] = "(";
+        st_fmt_i64(below + 1, r->trim_below);
+        const char *zrem[] = {"ZREMRANGEBYSCORE", WKEY(), "-inf", below};
         st_checkpoint_cmd(ctx->ckpt, 4, zrem);
         r->trim_below = INT64_MIN;
         r->ndel_m = 0;
         if (r->n == r->nunsaved) /* no saved member left: the key may be gone */
             r->w_exp_s = 0;
     }
-    if (!hold && r->ndel_eps && ekey) {
-        cmd_arg(c, "HDEL", 0);
-        cmd_arg(c, ekey, 0);
+    if (!hold && r->ndel_eps && has_eps) {
+        cmd_arg(c, "HDEL");
+        cmd_arg(c, EKEY());
         for (size_t i = 0; i < r->ndel_eps; i++)
-            cmd_arg(c, r->del_eps[i], 0);
+            cmd_arg(c, r->del_eps[i]);
         cmd_flush(c, ctx->ckpt, 2);
         if (!any_saved_episode(r))
             r->e_exp_s = 0;
     }
     if (!hold)
         r->ndel_eps = 0;
-    if (!hold && r->ndel_b && bkey) {
-        cmd_arg(c, "HDEL", 0);
-        cmd_arg(c, bkey, 0);
+    if (!hold && r->ndel_b && has_b) {
+        cmd_arg(c, "HDEL");
+        cmd_arg(c, BKEY());
         for (size_t i = 0; i < r->ndel_b; i++)
             cmd_num(c, r->del_b[i]);
         cmd_flush(c, ctx->ckpt, 2);
@@ -783,13 +832,13 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     if (!hold)
         r->ndel_b = 0;
     if (r->nunsaved) {
-        cmd_arg(c, "ZADD", 0);
-        cmd_arg(c, wkey, 0);
+        cmd_arg(c, "ZADD");
+        cmd_arg(c, WKEY());
         for (size_t i = 0; i < r->n; i++) {
             if (r->m[i].saved)
                 continue;
             cmd_num(c, r->m[i].ts_us);
-            cmd_arg(c, r->m[i].key, 0);
+            cmd_arg(c, r->m[i].key);
             r->m[i].saved = 1;
         }
         cmd_flush(c, ctx->ckpt, 2);
@@ -799,38 +848,36 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     /* fed in any batch since the last checkpoint (with state.checkpoint_ms
      * that may be several: in_batch only tells the last one) */
     if (r->fed && st_detect_expire_due(&r->w_exp_s, w->conf)) {
-        const char *expire[] = {"EXPIRE", wkey, ttl};
+        const char *expire[] = {"EXPIRE", WKEY(), ttl};
         st_checkpoint_cmd(ctx->ckpt, 3, expire);
         wrote = expired = 1;
     }
-    if (ekey) {
-        cmd_arg(c, "HSET", 0);
-        cmd_arg(c, ekey, 0);
+    if (has_eps && any_dirty_episode(r)) {
+        cmd_arg(c, "HSET");
+        cmd_arg(c, EKEY());
         for (size_t i = 0; i < r->neps; i++) {
             struct episode *e = &r->eps[i];
             if (!e->dirty)
                 continue;
-            st_buf_reset(&w->val);
-            st_buf_printf(&w->val, "%" PRId64 " %" PRId64, e->ep.first_us, e->ep.last_us);
-            cmd_arg(c, e->id, 0);
-            cmd_arg(c, st_strdup(w->val.data), 1);
+            cmd_arg(c, e->id);
+            cmd_num2(c, e->ep.first_us, e->ep.last_us);
             e->dirty = 0;
         }
         if (c->argc > 2) {
             cmd_flush(c, ctx->ckpt, 2);
             wrote = 1;
             if (st_detect_expire_due(&r->e_exp_s, w->conf)) {
-                const char *expire[] = {"EXPIRE", ekey, ttl};
+                const char *expire[] = {"EXPIRE", EKEY(), ttl};
                 st_checkpoint_cmd(ctx->ckpt, 3, expire);
                 expired = 1;
             }
         }
         cmd_flush(c, ctx->ckpt, 1000000);
     }
-    if (bkey) {
+    if (has_b && any_dirty_bucket(r)) {
         /* absolute sums: running this twice changes nothing */
-        cmd_arg(c, "HSET", 0);
-        cmd_arg(c, bkey, 0);
+        cmd_arg(c, "HSET");
+        cmd_arg(c, BKEY());
         for (size_t i = 0; i < r->nb; i++) {
             if (!r->b[i].dirty)
                 continue;
@@ -842,7 +889,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
             cmd_flush(c, ctx->ckpt, 2);
             wrote = 1;
             if (st_detect_expire_due(&r->b_exp_s, w->conf)) {
-                const char *expire[] = {"EXPIRE", bkey, ttl};
+                const char *expire[] = {"EXPIRE", BKEY(), ttl};
                 st_checkpoint_cmd(ctx->ckpt, 3, expire);
                 expired = 1;
             }
@@ -854,17 +901,17 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
                        wall_s(ctx));
     r->ck_seq = ctx->seq;
     r->fed = 0;
-    free(wkey);
-    free(ekey);
-    free(bkey);
+#undef WKEY
+#undef EKEY
+#undef BKEY
 }
 
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
 {
-    char ttl[24];
-    struct cmd c = {0};
+    char ttl[ST_I64_LEN];
+    struct cmd *c = &w->cmd;
 
-    snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
+    st_fmt_i64(ttl, ctx->conf->state_ttl_s);
     /* the trims this batch will allow once committed (after_commit): kept
      * here, so that the next batch may be fed before this one commits */
     for (size_t i = 0; i < w->nbatch; i++) {
@@ -893,15 +940,13 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
     for (size_t i = 0; i < w->ndirty; i++) {
         struct run *r = w->dirty[i];
         int hold = trims_held(r, ctx, now);
-        run_checkpoint(w, r, ctx, &c, ttl, hold);
+        run_checkpoint(w, r, ctx, c, ttl, hold);
         if (hold)
             w->dirty[keep++] = r; /* dirty while its trims wait: not evicted */
         else
             r->dirty = 0;
     }
     w->ndirty = keep;
-    free(c.argv);
-    free(c.owned);
 }
 
 static void run_trim(struct st_runwin *w, struct run *r)

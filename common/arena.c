@@ -34,6 +34,33 @@ struct cache {
     size_t n;
 };
 
+/* Between the threads' caches, a shared pool, moved in and out MOVE blocks
+ * at a time under a lock (one lock per MOVE events): with the parse split
+ * across the detection workers (workers.h), a worker makes arenas that the
+ * main thread destroys, so its own cache stayed empty (every block from
+ * malloc) while the main thread's overflowed (every block to free); the
+ * pool carries the blocks back. At most POOL_MAX blocks (8 MB). */
+#define MOVE 256
+#define POOL_MAX 2048
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct block *pool_top;
+static size_t pool_n;
+
+/* Moves up to k blocks from the list at *from (counted by *nfrom) to the
+ * list at *to (counted by *nto). */
+static void move_blocks(struct block **from, size_t *nfrom, struct block **to, size_t *nto,
+                        size_t k)
+{
+    while (k-- && *from) {
+        struct block *b = *from;
+        *from = b->next;
+        b->next = *to;
+        *to = b;
+        (*nfrom)--;
+        (*nto)++;
+    }
+}
+
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 static pthread_key_t cache_key;
 
@@ -74,6 +101,11 @@ struct st_arena *st_arena_new(size_t hint)
     if (cap <= STD_CAP) {
         struct cache *c = cache_get();
         cap = STD_CAP;
+        if (!c->top) { /* uncontended, the lock costs far less than a malloc */
+            pthread_mutex_lock(&pool_mu);
+            move_blocks(&pool_top, &pool_n, &c->top, &c->n, MOVE);
+            pthread_mutex_unlock(&pool_mu);
+        }
         if (c->top) {
             b = c->top;
             c->top = b->next;
@@ -102,6 +134,12 @@ void st_arena_destroy(struct st_arena *a)
     }
     if (first->cap == STD_CAP) {
         struct cache *c = cache_get();
+        if (c->n >= CACHE_MAX) {
+            pthread_mutex_lock(&pool_mu);
+            if (pool_n + MOVE <= POOL_MAX)
+                move_blocks(&c->top, &c->n, &pool_top, &pool_n, MOVE);
+            pthread_mutex_unlock(&pool_mu);
+        }
         if (c->n < CACHE_MAX) {
             first->next = c->top; /* a, inside it, is dead from here */
             c->top = first;
@@ -145,4 +183,12 @@ void *st_arena_alloc(struct st_arena *a, size_t n)
     }
     b->used = at + n;
     return b->data + at;
+}
+
+size_t st_arena_pooled(void)
+{
+    pthread_mutex_lock(&pool_mu);
+    size_t n = pool_n;
+    pthread_mutex_unlock(&pool_mu);
+    return n;
 }

@@ -9,9 +9,11 @@
  * thread's (at most 8 MB) for its next st_arena_new, and freed when the
  * thread ends. An arena may be made on one thread and destroyed on another
  * (the analyzer's parse workers: st_workers_parse): its first block then
- * joins the destroying thread's cache, and the making thread takes new
- * blocks from malloc (jemalloc), which frees across threads safely. Each
- * cache is touched only by its own thread, so no lock. */
+ * joins the destroying thread's cache; a cache that is full gives 256
+ * blocks to a pool shared by the threads (at most 8 MB, under a lock), and
+ * an empty one takes 256 from it before it asks malloc, so that blocks
+ * made on one thread and freed on another come back. Each cache is touched
+ * only by its own thread; the pool, once per 256 blocks, under its lock. */
 #ifndef ST_ARENA_H
 #define ST_ARENA_H
 
@@ -29,6 +31,9 @@ void st_arena_destroy(struct st_arena *a);
 /* n bytes from a, aligned for any object of at most 8-byte alignment;
  * valid until st_arena_destroy(a). Cannot fail. */
 void *st_arena_alloc(struct st_arena *a, size_t n);
+
+/* Blocks in the shared pool now (for tests). */
+size_t st_arena_pooled(void);
 
 /* n bytes from a with no alignment (strings). */
 void *st_arena_alloc_bytes(struct st_arena *a, size_t n);

@@ -69,3 +69,43 @@ void st_buf_printf(struct st_buf *b, const char *fmt, ...)
     va_end(ap);
     b->len += (size_t)n;
 }
+
+/* "00" to "99": two digits per division (a checkpoint's numbers are
+ * mostly 16-digit times) */
+static const char pairs[201] = "00010203040506070809101112131415161718192021222324"
+                               "25262728293031323334353637383940414243444546474849"
+                               "50515253545556575859606162636465666768697071727374"
+                               "75767778798081828384858687888990919293949596979899";
+
+size_t st_fmt_i64(char *out, int64_t v)
+{
+    char tmp[ST_I64_LEN];
+    size_t k = sizeof(tmp);
+    /* the magnitude as unsigned: -INT64_MIN does not fit an int64_t */
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    while (u >= 100) {
+        size_t i = (size_t)(u % 100) * 2;
+        u /= 100;
+        tmp[--k] = pairs[i + 1];
+        tmp[--k] = pairs[i];
+    }
+    if (u >= 10) {
+        tmp[--k] = pairs[u * 2 + 1];
+        tmp[--k] = pairs[u * 2];
+    } else {
+        tmp[--k] = (char)('0' + u);
+    }
+    size_t n = 0;
+    if (v < 0)
+        out[n++] = '-';
+    memcpy(out + n, tmp + k, sizeof(tmp) - k);
+    n += sizeof(tmp) - k;
+    out[n] = '\0';
+    return n;
+}
+
+void st_buf_addi64(struct st_buf *b, int64_t v)
+{
+    st_buf_reserve(b, ST_I64_LEN);
+    b->len += st_fmt_i64(b->data + b->len, v);
+}

@@ -3,6 +3,7 @@
 #define ST_BUF_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct st_buf {
     char *data; /* always NUL-terminated once anything was added */
@@ -19,6 +20,13 @@ void st_buf_reserve(struct st_buf *b, size_t n);
 void st_buf_add(struct st_buf *b, const void *p, size_t n);
 void st_buf_adds(struct st_buf *b, const char *s);
 void st_buf_addc(struct st_buf *b, char c);
+/* Appends v in decimal, as printf's "%" PRId64 would (without printf: the
+ * detectors' checkpoints format several numbers per event). */
+void st_buf_addi64(struct st_buf *b, int64_t v);
+/* Writes v in decimal to out (at least ST_I64_LEN bytes), NUL-terminated;
+ * returns its length. */
+#define ST_I64_LEN 21
+size_t st_fmt_i64(char *out, int64_t v);
 void st_buf_printf(struct st_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -324,15 +324,15 @@ static const char *broker_cred(const struct st_event *ev)
     return cred;
 }
 
-/* A request that counts for allowlist drift: its field and member. */
+/* A request that counts for allowlist drift: its field and member
+ * (st_detect_dest_format). */
 static int dest_of(const struct st_event *ev, char field[300], char member[600])
 {
     if (ev->type != ST_TYPE_REQUEST || !ev->source_platform ||
         ev->decision == ST_DECISION_ERROR || !st_event_target(ev)[0])
         return 0;
-    snprintf(field, 300, "%s:%.256s", ev->decision == ST_DECISION_DENY ? "deny" : "allow",
-             ev->source_platform);
-    snprintf(member, 600, "%s\x1f%s", ev->source_name, ev->event_id);
+    st_detect_dest_format(ev->decision == ST_DECISION_DENY, ev->source_platform,
+                          ev->source_name, ev->event_id, field, member);
     return 1;
 }
 

@@ -121,8 +121,12 @@ static void scan_string(const char *s, const char *path, struct mark *marks, siz
  * marker's opening: most events hold none, and this walk builds no path. */
 static int has_marker(const cJSON *item)
 {
-    if (cJSON_IsString(item))
-        return strstr(item->valuestring, ST_REDACT_MARKER_OPEN) != NULL;
+    if (cJSON_IsString(item)) {
+        /* the marker opens with '[': strchr (vectorized) rules most
+         * strings out for less than strstr costs */
+        const char *b = strchr(item->valuestring, ST_REDACT_MARKER_OPEN[0]);
+        return b && strstr(b, ST_REDACT_MARKER_OPEN) != NULL;
+    }
     for (const cJSON *c = item->child; c; c = c->next)
         if (has_marker(c))
             return 1;

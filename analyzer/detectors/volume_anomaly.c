@@ -96,7 +96,7 @@ static void va_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     int64_t minute_us = window_us / 10 > 0 ? window_us / 10 : 1;
     int64_t minute = ev->ts_us / minute_us;
     st_buf_reset(&st->payload);
-    st_buf_printf(&st->payload, "%" PRId64, bytes);
+    st_buf_addi64(&st->payload, bytes);
     if (st_runwin_add(st->win, ctx, ev, st->payload.data))
         st_runwin_bucket_add(st->win, minute, bytes);
 

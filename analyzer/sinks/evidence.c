@@ -372,7 +372,9 @@ static void runs_json(const struct tree *t, struct st_buf *body)
         st_json_quote(body, v[i].task);
         st_buf_addc(body, ',');
         st_json_quote(body, v[i].run);
-        st_buf_printf(body, ",%zu]", j - i);
+        st_buf_addc(body, ',');
+        st_buf_addi64(body, (int64_t)(j - i));
+        st_buf_addc(body, ']');
         i = j;
     }
     free(v);

@@ -9,6 +9,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "buf.h"
 #include "rpipe.h"
 
 static void same(int argc, const char **argv)
@@ -23,6 +24,16 @@ static void same(int argc, const char **argv)
     ck_assert_uint_eq(gn, (size_t)wn);
     ck_assert(memcmp(got, want, gn) == 0);
     ck_assert_int_eq(got[gn], '\0');
+    /* appended to a buffer already holding commands (a checkpoint's) */
+    struct st_buf b;
+    st_buf_init(&b);
+    st_buf_adds(&b, "*1\r\n$4\r\nPING\r\n");
+    size_t before = b.len;
+    ck_assert_uint_eq(st_rpipe_format_buf(&b, argc, argv), (size_t)wn);
+    ck_assert_uint_eq(b.len, before + (size_t)wn);
+    ck_assert(memcmp(b.data, "*1\r\n$4\r\nPING\r\n", before) == 0);
+    ck_assert(memcmp(b.data + before, want, (size_t)wn) == 0);
+    st_buf_fini(&b);
     redisFreeCommand(want);
     free(got);
 }
