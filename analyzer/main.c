@@ -145,6 +145,13 @@ static const struct st_conf_prop analyzer_props[] = {
      "Findings are still written per batch; a crash redoes the batches since the last "
      "checkpoint. A revoke, the end of --drain and a stop write one first "
      "(0: after every batch)"},
+    {"state.hold_trims", NULL, ST_CONF_INT, A(hold_trims), 0, 1, "0",
+     "1: a run's Redis deletions (its window trims) wait, while fewer than 64, for a "
+     "checkpoint that writes the run anyway, or its idleness (state.evict_s), instead "
+     "of going with the next one (needs state.checkpoint_ms > 0). Fewer Redis commands "
+     "on streams of short runs, but every checkpoint visits each run holding trims, "
+     "and a revoke, stop or --drain end sends them all at once: measured slower, and "
+     "900 MB more peak memory, with 1,000,000 runs (docs/architecture.md)"},
     {"detect.workers", "SANDTRAIL_DETECT_WORKERS", ST_CONF_INT, A(detect_workers), 1, 64,
      "2",
      "detection workers: worker w runs the per-run detectors over the partitions p "

@@ -90,7 +90,7 @@ static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
         .runidx = p->runidx,
         /* trims held while they are few (runwin.c); with a checkpoint
          * after every batch, every trim goes with the next, as before */
-        .hold_trims = p->w->wc.conf->checkpoint_ms > 0,
+        .hold_trims = p->w->wc.conf->checkpoint_ms > 0 && p->w->wc.conf->hold_trims,
     };
     return ctx;
 }
