@@ -172,6 +172,46 @@ static void assert_same_findings(const struct world *a, const struct world *b)
     free(rb);
 }
 
+/* Denial bursts found. */
+#define BURSTS "SELECT count(*) FROM findings WHERE detector = 'denial_burst'"
+/* The events of each burst. */
+#define BURST_EVENTS "SELECT event_count FROM findings WHERE detector = 'denial_burst'"
+
+/* The rows of sql in dsn are want. */
+static void assert_rows(const char *dsn, const char *sql, const char *want)
+{
+    char *r = rows(dsn, sql);
+    ck_assert_str_eq(r, want);
+    free(r);
+}
+
+/* sql gives the same rows in a and b. */
+static void assert_same_rows(const struct world *a, const struct world *b, const char *sql)
+{
+    char *ra = rows(a->dsn, sql), *rb = rows(b->dsn, sql);
+    ck_assert_str_eq(ra, rb);
+    free(ra);
+    free(rb);
+}
+
+/* Most tests: a world w and a clean one to compare it with (tag and
+ * tag"clean"), the analyzer's log in /tmp/<w's name>.log. */
+static void pair_init(struct world *w, struct world *clean, char *log, size_t logsz,
+                      const char *tag)
+{
+    char ctag[64];
+    snprintf(ctag, sizeof(ctag), "%sclean", tag);
+    world_init(w, tag);
+    world_init(clean, ctag);
+    snprintf(log, logsz, "/tmp/%s.log", w->name);
+}
+
+static void pair_drop(struct world *w, struct world *clean, const char *log)
+{
+    unlink(log);
+    world_drop(w);
+    world_drop(clean);
+}
 /* A denial burst half seen by one analyzer process, half by the next: the
  * first half reaches the second only through Redis (its offsets are
  * committed, so Kafka does not give it again), and the burst is found as
@@ -180,16 +220,12 @@ START_TEST(state_survives_a_restart_through_redis)
 {
     struct world w, clean;
     char log[128];
-    world_init(&w, "restart");
-    world_init(&clean, "restartclean");
-    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    pair_init(&w, &clean, log, sizeof(log), "restart");
     int64_t t = st_time_now_us() / 1000 - 3600000;
 
     produce_requests(&w, "run-r", "d", 0, 6, t, 3, "deny");
     drain(&w, "", log);
-    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "0\n"); /* 6 denials: no burst yet */
-    free(r);
+    assert_rows(w.dsn, BURSTS, "0\n"); /* 6 denials: no burst yet */
     produce_requests(&w, "run-r", "d", 6, 6, t, 3, "deny");
     drain(&w, "", log);
     ck_assert_int_eq(logged(log, "events"), 6); /* only the second half read */
@@ -197,13 +233,9 @@ START_TEST(state_survives_a_restart_through_redis)
 
     produce_requests(&clean, "run-r", "d", 0, 12, t, 3, "deny");
     drain(&clean, "", log);
-    r = rows(w.dsn, "SELECT event_count FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "12\n");
-    free(r);
+    assert_rows(w.dsn, BURST_EVENTS, "12\n");
     assert_same_findings(&w, &clean);
-    unlink(log);
-    world_drop(&w);
-    world_drop(&clean);
+    pair_drop(&w, &clean, log);
 }
 END_TEST
 
@@ -214,9 +246,7 @@ START_TEST(state_evicted_run_extends_its_episode)
 {
     struct world w, clean;
     char log[128];
-    world_init(&w, "evict");
-    world_init(&clean, "evictclean");
-    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    pair_init(&w, &clean, log, sizeof(log), "evict");
     int64_t t = st_time_now_us() / 1000 - 3600000;
     const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2";
 
@@ -234,13 +264,9 @@ START_TEST(state_evicted_run_extends_its_episode)
     drain(&clean, opts, log);
     ck_assert_int_eq(logged(log, "state_evictions"), 0);
     ck_assert_int_gt(logged(log, "state_runs"), 0);
-    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "1\n");
-    free(r);
+    assert_rows(w.dsn, BURSTS, "1\n");
     assert_same_findings(&w, &clean);
-    unlink(log);
-    world_drop(&w);
-    world_drop(&clean);
+    pair_drop(&w, &clean, log);
 }
 END_TEST
 
@@ -284,9 +310,7 @@ START_TEST(state_new_runs_cost_no_load)
 {
     struct world w, clean;
     char log[128];
-    world_init(&w, "runidx");
-    world_init(&clean, "runidxclean");
-    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    pair_init(&w, &clean, log, sizeof(log), "runidx");
     int64_t t = st_time_now_us() / 1000 - 3600000;
 
     produce_runs(&w, "old", 20, 0, 6, t);
@@ -337,13 +361,9 @@ START_TEST(state_new_runs_cost_no_load)
     produce_runs(&clean, "new", 20, 0, 3, t);
     drain(&clean, "", log);
     ck_assert_int_eq(logged(log, "state_loads"), 1);
-    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "20\n");
-    free(r);
+    assert_rows(w.dsn, BURSTS, "20\n");
     assert_same_findings(&w, &clean);
-    unlink(log);
-    world_drop(&w);
-    world_drop(&clean);
+    pair_drop(&w, &clean, log);
 }
 END_TEST
 
@@ -358,9 +378,7 @@ START_TEST(state_upgrade_reads_state_written_before_the_index)
 {
     struct world w, clean;
     char log[128];
-    world_init(&w, "upgrade");
-    world_init(&clean, "upgradeclean");
-    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    pair_init(&w, &clean, log, sizeof(log), "upgrade");
     int64_t t = st_time_now_us() / 1000 - 3600000;
 
     produce_runs(&w, "old", 20, 0, 6, t);
@@ -397,13 +415,9 @@ START_TEST(state_upgrade_reads_state_written_before_the_index)
     produce_runs(&clean, "old", 20, 0, 12, t);
     produce_runs(&clean, "new", 20, 0, 3, t);
     drain(&clean, "", log);
-    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "20\n");
-    free(r);
+    assert_rows(w.dsn, BURSTS, "20\n");
     assert_same_findings(&w, &clean);
-    unlink(log);
-    world_drop(&w);
-    world_drop(&clean);
+    pair_drop(&w, &clean, log);
 }
 END_TEST
 
@@ -419,9 +433,7 @@ START_TEST(state_partitions_added_reads_runs_that_moved)
 {
     struct world w, clean;
     char log[128];
-    world_init(&w, "grown");
-    world_init(&clean, "grownclean");
-    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    pair_init(&w, &clean, log, sizeof(log), "grown");
     int64_t t = st_time_now_us() / 1000 - 3600000;
 
     /* the first process's static membership gone before the second joins:
@@ -456,13 +468,9 @@ START_TEST(state_partitions_added_reads_runs_that_moved)
     produce_runs(&clean, "old", 20, 0, 12, t);
     produce_runs(&clean, "new", 20, 0, 3, t);
     drain(&clean, "", log);
-    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "20\n");
-    free(r);
+    assert_rows(w.dsn, BURSTS, "20\n");
     assert_same_findings(&w, &clean);
-    unlink(log);
-    world_drop(&w);
-    world_drop(&clean);
+    pair_drop(&w, &clean, log);
 }
 END_TEST
 
@@ -486,9 +494,7 @@ START_TEST(state_redis_restart_reads_runs_its_index_lost)
 {
     struct world w, clean;
     char log[128], dir[128], cmd[1024], opts[96];
-    world_init(&w, "lost");
-    world_init(&clean, "lostclean");
-    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    pair_init(&w, &clean, log, sizeof(log), "lost");
     snprintf(dir, sizeof(dir), "/tmp/%s_redis", w.name);
     int port = world_free_port();
     snprintf(cmd, sizeof(cmd), START_REDIS, dir, port, dir, dir, dir, port);
@@ -529,16 +535,12 @@ START_TEST(state_redis_restart_reads_runs_its_index_lost)
     produce_runs(&clean, "old", 20, 0, 12, t);
     produce_runs(&clean, "new", 20, 0, 3, t);
     drain(&clean, "", log);
-    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "20\n");
-    free(r);
+    assert_rows(w.dsn, BURSTS, "20\n");
     assert_same_findings(&w, &clean);
     snprintf(cmd, sizeof(cmd), "redis-cli -p %d shutdown nosave >/dev/null 2>&1; rm -rf %s",
              port, dir);
     ck_assert_int_eq(system(cmd), 0);
-    unlink(log);
-    world_drop(&w);
-    world_drop(&clean);
+    pair_drop(&w, &clean, log);
 }
 END_TEST
 
@@ -571,9 +573,7 @@ START_TEST(state_redis_restart_midstream_rewrites_the_index)
 {
     struct world w, clean;
     char log[128], log2[160], dir[128], cmd[1024], opts[96];
-    world_init(&w, "midlost");
-    world_init(&clean, "midlostclean");
-    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    pair_init(&w, &clean, log, sizeof(log), "midlost");
     snprintf(log2, sizeof(log2), "/tmp/%s.2.log", w.name);
     snprintf(dir, sizeof(dir), "/tmp/%s_redis", w.name);
     int port = world_free_port();
@@ -639,17 +639,13 @@ START_TEST(state_redis_restart_midstream_rewrites_the_index)
 
     produce_runs(&clean, "old", 20, 0, 12, t);
     drain(&clean, "", log2);
-    char *r = rows(w.dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "20\n");
-    free(r);
+    assert_rows(w.dsn, BURSTS, "20\n");
     assert_same_findings(&w, &clean);
     snprintf(cmd, sizeof(cmd), "redis-cli -p %d shutdown nosave >/dev/null 2>&1; rm -rf %s",
              port, dir);
     ck_assert_int_eq(system(cmd), 0);
-    unlink(log);
     unlink(log2);
-    world_drop(&w);
-    world_drop(&clean);
+    pair_drop(&w, &clean, log);
 }
 END_TEST
 
@@ -693,9 +689,7 @@ START_TEST(state_checkpoint_interval_coalesces_writes)
      * machine takes longer than that */
     ck_assert_msg(labs(cmds[1] - cmds[2]) <= 8, "%ld vs %ld", cmds[1], cmds[2]);
     ck_assert_msg(cmds[0] > 2 * cmds[1], "%ld vs %ld", cmds[0], cmds[1]);
-    char *r = rows(w[1].dsn, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "4\n");
-    free(r);
+    assert_rows(w[1].dsn, BURSTS, "4\n");
     assert_same_findings(&w[0], &w[1]);
     assert_same_findings(&w[2], &w[1]);
     for (int i = 0; i < 3; i++)
@@ -714,9 +708,7 @@ START_TEST(state_crash_before_the_interval_checkpoint_redoes_its_batches)
 {
     struct world w, clean;
     char log[128];
-    world_init(&w, "ckcrash");
-    world_init(&clean, "ckcrashclean");
-    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    pair_init(&w, &clean, log, sizeof(log), "ckcrash");
     int64_t t = st_time_now_us() / 1000 - 3600000;
     const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2 "
                        "-X state.checkpoint_ms=600000";
@@ -729,26 +721,15 @@ START_TEST(state_crash_before_the_interval_checkpoint_redoes_its_batches)
                          opts, log),
                      3);
     /* at most 8 of k0's 12 denials are stored: its burst (10) is not yet */
-    char *r = rows(w.dsn, "SELECT count(*) BETWEEN 1 AND 8 FROM events");
-    ck_assert_str_eq(r, "t\n");
-    free(r);
+    assert_rows(w.dsn, "SELECT count(*) BETWEEN 1 AND 8 FROM events", "t\n");
     drain(&w, opts, log);
     long redone = logged(log, "events");
     drain(&clean, opts, log);
     assert_same_findings(&w, &clean);
-    r = rows(w.dsn, "SELECT event_count FROM findings WHERE detector = 'denial_burst' "
-                    "ORDER BY 1");
-    ck_assert_str_eq(r, "12\n12\n");
-    free(r);
+    assert_rows(w.dsn, BURST_EVENTS " ORDER BY 1", "12\n12\n");
     ck_assert_int_eq(redone, 24); /* nothing was committed before the crash */
-    char *fa = rows(w.dsn, "SELECT * FROM finding_events ORDER BY 1, 2, 3");
-    char *fb = rows(clean.dsn, "SELECT * FROM finding_events ORDER BY 1, 2, 3");
-    ck_assert_str_eq(fa, fb);
-    free(fa);
-    free(fb);
-    unlink(log);
-    world_drop(&w);
-    world_drop(&clean);
+    assert_same_rows(&w, &clean, "SELECT * FROM finding_events ORDER BY 1, 2, 3");
+    pair_drop(&w, &clean, log);
 }
 END_TEST
 
@@ -762,9 +743,7 @@ START_TEST(state_eviction_waits_for_the_interval_checkpoint)
 {
     struct world w, clean;
     char log[128];
-    world_init(&w, "ckevict");
-    world_init(&clean, "ckevictclean");
-    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    pair_init(&w, &clean, log, sizeof(log), "ckevict");
     int64_t t = st_time_now_us() / 1000 - 3600000;
     const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2";
 
@@ -778,13 +757,9 @@ START_TEST(state_eviction_waits_for_the_interval_checkpoint)
     ck_assert_int_eq(logged(log, "state_runs"), 0);
     ck_assert_int_eq(logged(log, "state_loads"), 7); /* the 7 destinations, once */
     drain(&clean, opts, log);
-    char *r = rows(w.dsn, "SELECT event_count FROM findings WHERE detector = 'denial_burst'");
-    ck_assert_str_eq(r, "14\n");
-    free(r);
+    assert_rows(w.dsn, BURST_EVENTS, "14\n");
     assert_same_findings(&w, &clean);
-    unlink(log);
-    world_drop(&w);
-    world_drop(&clean);
+    pair_drop(&w, &clean, log);
 }
 END_TEST
 
