@@ -114,23 +114,46 @@ START_TEST(runwin_emptied_key_keeps_its_ttl)
 }
 END_TEST
 
+/* The late-window scenarios' run: windows of 60 s kept 150 s, under
+ * prefix, in detector name's keys, on a connection of its own. */
+static struct st_rpipe *late_open(char *prefix, int64_t evict_s, const char *name)
+{
+    char err[256];
+    memset(&conf, 0, sizeof(conf));
+    conf.redis_prefix = prefix;
+    conf.state_ttl_s = 86400;
+    conf.state_evict_s = evict_s;
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
+    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    int64_t win = 60000000, keep = 2 * win + 30000000;
+    w = st_runwin_new(&conf, name, win, keep, 0, 0);
+    return p;
+}
+
+/* Deletes the run's window key and closes what late_open made. */
+static void late_close(struct st_rpipe *p, const char *name)
+{
+    char err[256];
+    char *wkey = st_detect_key(&conf, name, "w", "task", "run");
+    const char *d[] = {"DEL", wkey};
+    st_rpipe_cmd(p, NULL, NULL, 2, d);
+    st_rpipe_exec(p, err, sizeof(err));
+    free(wkey);
+    st_runwin_destroy(w);
+    st_rpipe_destroy(p);
+}
+
 /* the same events, once with the run held in memory throughout, once
  * forgotten (revoke; eviction drops it the same way) and reloaded: the
  * late event's window differs (Redis kept the member memory trimmed). */
 static size_t late_window(int reload)
 {
-    char err[256], prefix[64];
+    char prefix[64];
     snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_%d:", (int)getpid(), reload);
-    memset(&conf, 0, sizeof(conf));
-    conf.redis_prefix = prefix;
-    conf.state_ttl_s = 86400;
-    conf.state_evict_s = 600;
-    const char *url = getenv("SANDTRAIL_REDIS_URL");
-    ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
-    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
-    ck_assert_msg(p != NULL, "%s", err);
-    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
-    w = st_runwin_new(&conf, "rv", win, keep, 0, 0);
+    int64_t T = 1700000000000000LL;
+    struct st_rpipe *p = late_open(prefix, 600, "rv");
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
     batch(p, &ctx, 1, "e1", T, 0, -1);
     batch(p, &ctx, 2, "e2", T + 600000000LL, 0, -1); /* e1 trimmed */
@@ -138,15 +161,8 @@ static size_t late_window(int reload)
     if (reload)
         st_runwin_forget(w, &ctx);
     batch(p, &ctx, 4, "e3", T + 30000000LL, 1, -1); /* late: window T-30 s .. T+90 s */
-    size_t n = seen_n;
-    char *wkey = st_detect_key(&conf, "rv", "w", "task", "run");
-    const char *d[] = {"DEL", wkey};
-    st_rpipe_cmd(p, NULL, NULL, 2, d);
-    st_rpipe_exec(p, err, sizeof(err));
-    free(wkey);
-    st_runwin_destroy(w);
-    st_rpipe_destroy(p);
-    return n;
+    late_close(p, "rv");
+    return seen_n;
 }
 
 START_TEST(runwin_reloaded_run_gives_a_late_event_the_same_window)
@@ -210,18 +226,10 @@ static void flush(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq)
  * event's window must be the same in all three. */
 static size_t late_window_deferred(int how)
 {
-    char err[256], prefix[64];
+    char prefix[64];
     snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_d%d:", (int)getpid(), how);
-    memset(&conf, 0, sizeof(conf));
-    conf.redis_prefix = prefix;
-    conf.state_ttl_s = 86400;
-    conf.state_evict_s = how == 1 ? 0 : 600;
-    const char *url = getenv("SANDTRAIL_REDIS_URL");
-    ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
-    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
-    ck_assert_msg(p != NULL, "%s", err);
-    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
-    w = st_runwin_new(&conf, "rd", win, keep, 0, 0);
+    int64_t T = 1700000000000000LL;
+    struct st_rpipe *p = late_open(prefix, how == 1 ? 0 : 600, "rd");
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
     batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
     batch_deferred(p, &ctx, 2, 2, "e2", T + 600000000LL, 0, 1); /* e1 trimmed, pending */
@@ -232,15 +240,8 @@ static size_t late_window_deferred(int how)
         st_runwin_forget(w, &ctx);
     }
     batch_deferred(p, &ctx, 5, 2, "e3", T + 30000000LL, 1, 0); /* late: T-30 s .. T+90 s */
-    size_t n = seen_n;
-    char *wkey = st_detect_key(&conf, "rd", "w", "task", "run");
-    const char *d[] = {"DEL", wkey};
-    st_rpipe_cmd(p, NULL, NULL, 2, d);
-    st_rpipe_exec(p, err, sizeof(err));
-    free(wkey);
-    st_runwin_destroy(w);
-    st_rpipe_destroy(p);
-    return n;
+    late_close(p, "rd");
+    return seen_n;
 }
 
 /* Held trims (ctx->hold_trims, state.checkpoint_ms > 0): e1's trim is
@@ -251,18 +252,10 @@ static size_t late_window_deferred(int how)
  * held throughout, 1 forced checkpoint, forgotten and loaded again. */
 static size_t late_window_held(int reload)
 {
-    char err[256], prefix[64];
+    char prefix[64];
     snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_h%d:", (int)getpid(), reload);
-    memset(&conf, 0, sizeof(conf));
-    conf.redis_prefix = prefix;
-    conf.state_ttl_s = 86400;
-    conf.state_evict_s = 600;
-    const char *url = getenv("SANDTRAIL_REDIS_URL");
-    ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
-    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
-    ck_assert_msg(p != NULL, "%s", err);
-    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
-    w = st_runwin_new(&conf, "rh", win, keep, 0, 0);
+    int64_t T = 1700000000000000LL;
+    struct st_rpipe *p = late_open(prefix, 600, "rh");
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
     batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
     batch_deferred(p, &ctx, 2, 2, "e2", T + 600000000LL, 0, 1); /* e1 trimmed */
@@ -275,15 +268,8 @@ static size_t late_window_held(int reload)
         ctx.hold_trims = 1;
     }
     batch_deferred(p, &ctx, 6, 5, "e6", T + 420000000LL, 1, 1); /* T+360 s .. T+480 s */
-    size_t n = seen_n;
-    char *wkey = st_detect_key(&conf, "rh", "w", "task", "run");
-    const char *d[] = {"DEL", wkey};
-    st_rpipe_cmd(p, NULL, NULL, 2, d);
-    st_rpipe_exec(p, err, sizeof(err));
-    free(wkey);
-    st_runwin_destroy(w);
-    st_rpipe_destroy(p);
-    return n;
+    late_close(p, "rh");
+    return seen_n;
 }
 
 START_TEST(runwin_held_trim_goes_before_a_write_it_would_delete)
