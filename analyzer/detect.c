@@ -39,28 +39,6 @@ static char *put(char *o, const char *s, size_t n)
 }
 
 /* Built by hand, not with printf: every checkpoint and load names keys. */
-char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
-                    const char *kind, const char *task_id, const char *run_id)
-{
-    size_t lp = strlen(conf->redis_prefix), ld = strlen(detector), lk = strlen(kind);
-    size_t lt = strlen(task_id), lr = strlen(run_id);
-    char *key = st_malloc(lp + ld + lk + lt + lr + 2 * 24 + 6), *o = key;
-    o = put(o, conf->redis_prefix, lp);
-    o = put(o, detector, ld);
-    *o++ = ':';
-    o = put(o, kind, lk);
-    *o++ = ':';
-    o = put_size(o, lt);
-    *o++ = ':';
-    o = put(o, task_id, lt);
-    *o++ = ':';
-    o = put_size(o, lr);
-    *o++ = ':';
-    o = put(o, run_id, lr);
-    *o = '\0';
-    return key;
-}
-
 const char *st_detect_key_buf(struct st_buf *b, const struct st_analyzer_conf *conf,
                               const char *detector, const char *kind, const char *task_id,
                               const char *run_id)
@@ -85,6 +63,14 @@ const char *st_detect_key_buf(struct st_buf *b, const struct st_analyzer_conf *c
     *o = '\0';
     b->len = (size_t)(o - b->data);
     return b->data;
+}
+
+char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
+                    const char *kind, const char *task_id, const char *run_id)
+{
+    struct st_buf b = {0};
+    st_detect_key_buf(&b, conf, detector, kind, task_id, run_id);
+    return st_realloc(b.data, b.len + 1); /* the caller's, its own size */
 }
 
 /* Appends at most max bytes of s at o, stopping at its NUL. */
