@@ -478,6 +478,24 @@ static int checkpoint_due(struct analyzer *a)
     return 1;
 }
 
+/* One wait of a retry loop on the main thread: not ready (why), then,
+ * unless asked to stop (-1, logged as stopped while <stopped>), sleeps for
+ * *backoff ms, logged as <what>, and doubles it up to retry.max_backoff_ms. */
+static int retry_wait(struct analyzer *a, int64_t *backoff, const char *why,
+                      const char *stopped, const char *what, const char *errstr)
+{
+    st_metrics_set_ready(a->metrics, why);
+    if (stop) {
+        st_error("stopped while %s (%s)", stopped, errstr);
+        return -1;
+    }
+    st_error("%s, retrying in %" PRId64 " ms: %s", what, *backoff, errstr);
+    usleep((useconds_t)*backoff * 1000);
+    *backoff = *backoff * 2 > a->conf.retry_max_backoff_ms ? a->conf.retry_max_backoff_ms
+                                                           : *backoff * 2;
+    return 0;
+}
+
 /* Detects until Redis answers. Returns 0, or -1 when asked to stop first. */
 static int detect(struct analyzer *a, struct slot *sl)
 {
@@ -485,21 +503,12 @@ static int detect(struct analyzer *a, struct slot *sl)
     char errstr[1024];
 
     sl->carries = checkpoint_due(a);
-    while (detect_try(a, sl, errstr, sizeof(errstr))) {
-        st_metrics_set_ready(a->metrics, "a batch cannot be written to PostgreSQL or "
-                                         "Redis: retrying");
-        if (stop) {
-            st_error("stopped while a batch was being retried: its offsets are not "
-                     "committed (%s)",
-                     errstr);
+    while (detect_try(a, sl, errstr, sizeof(errstr)))
+        if (retry_wait(a, &backoff,
+                       "a batch cannot be written to PostgreSQL or Redis: retrying",
+                       "a batch was being retried: its offsets are not committed",
+                       "batch not written", errstr))
             return -1;
-        }
-        st_error("batch not written, retrying in %" PRId64 " ms: %s", backoff, errstr);
-        usleep((useconds_t)backoff * 1000);
-        backoff = backoff * 2 > a->conf.retry_max_backoff_ms
-                      ? a->conf.retry_max_backoff_ms
-                      : backoff * 2;
-    }
     return 0;
 }
 
@@ -606,19 +615,11 @@ static int detectors_flush(struct analyzer *a, int force)
     a->last_ckpt_ms = now;
     while (st_checkpoint_exec(a->flush_ckpt, a->redis, errstr, sizeof(errstr))) {
         st_metric_add(a->m_redis_err, 1);
-        st_metrics_set_ready(a->metrics, "the detectors' checkpoint cannot be written to "
-                                         "Redis: retrying");
-        if (stop) {
-            st_error("stopped while the detectors' checkpoint was being retried: offsets "
-                     "not committed (%s)",
-                     errstr);
+        if (retry_wait(a, &backoff,
+                       "the detectors' checkpoint cannot be written to Redis: retrying",
+                       "the detectors' checkpoint was being retried: offsets not committed",
+                       "detectors' checkpoint not written", errstr))
             return -1;
-        }
-        st_error("detectors' checkpoint not written, retrying in %" PRId64 " ms: %s",
-                 backoff, errstr);
-        usleep((useconds_t)backoff * 1000);
-        backoff = backoff * 2 > a->conf.retry_max_backoff_ms ? a->conf.retry_max_backoff_ms
-                                                             : backoff * 2;
     }
     st_checkpoint_clear(a->flush_ckpt);
     /* offsets past a dead-lettered message only once Kafka has its record */
