@@ -496,8 +496,10 @@ static int retry_wait(struct analyzer *a, int64_t *backoff, const char *why,
     return 0;
 }
 
-/* Detects until Redis answers. Returns 0, or -1 when asked to stop first. */
-static int detect(struct analyzer *a, struct slot *sl)
+/* Detects until Redis answers. Returns 0, or -1 when asked to stop first.
+ * noinline (here, ingest and slot_clear): called once per batch, and kept
+ * a symbol of its own for scripts/bench/cpu-drain's inclusive count. */
+static __attribute__((noinline)) int detect(struct analyzer *a, struct slot *sl)
 {
     int64_t backoff = 100;
     char errstr[1024];
@@ -680,8 +682,10 @@ static void detectors_forget(struct analyzer *a)
  * worker 0) and the batch is large enough (detect.parse_split_min), into
  * a->parsed; then, on this thread and in the messages' order, everything
  * else. Only the parse moves, so the rows, dead-letter records and released
- * events are those of a parse here, message after message. */
-static void ingest(struct analyzer *a, struct st_store_batch *b, int64_t now)
+ * events are those of a parse here, message after message. noinline: see
+ * detect(). */
+static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store_batch *b,
+                                             int64_t now)
 {
     int64_t wall_s = (int64_t)time(NULL);
     struct st_parsed *pre = NULL;
@@ -777,7 +781,9 @@ static int slot_held(struct analyzer *a, const struct slot *sl)
     return 1;
 }
 
-static void slot_clear(struct slot *sl)
+/* Frees the slot's released events and resets its batch. noinline: see
+ * detect(). */
+static __attribute__((noinline)) void slot_clear(struct slot *sl)
 {
     for (size_t i = 0; i < sl->nrel; i++)
         st_reorder_item_fini(&sl->rel[i]);
