@@ -77,3 +77,36 @@ int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *
         st_rpipe_formatted(p, c->bytes.data + c->offs[i], c->lens[i]);
     return st_rpipe_exec(p, errstr, errsz);
 }
+
+int st_checkpoint_flush(struct st_checkpoint *c, const struct st_checkpoint_flush_ops *ops,
+                        void *arg, uint64_t *ck_seq, uint64_t *committed_seq, int force)
+{
+    st_checkpoint_clear(c);
+    ops->end_batch(arg, c, *ck_seq + 1, force);
+    if (st_checkpoint_len(c) == 0 && *committed_seq == *ck_seq) {
+        ops->after_commit(arg, *committed_seq);
+        return 0; /* nothing changed, every offset committed */
+    }
+    (*ck_seq)++;
+    if (ops->exec(arg, c, 1))
+        return -1;
+    st_checkpoint_clear(c);
+    int rc = ops->commit(arg);
+    if (rc < 0)
+        return -1;
+    if (rc == 0)
+        *committed_seq = *ck_seq;
+    ops->after_commit(arg, *committed_seq);
+    /* forced: the trims that commit just allowed, deletions of committed
+     * state only */
+    if (force && *committed_seq == *ck_seq) {
+        ops->end_batch(arg, c, *ck_seq + 1, 1);
+        if (st_checkpoint_len(c) > 0) {
+            (*ck_seq)++;
+            if (ops->exec(arg, c, 0) == 0)
+                *committed_seq = *ck_seq;
+            st_checkpoint_clear(c);
+        }
+    }
+    return 0;
+}

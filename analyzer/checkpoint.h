@@ -22,6 +22,7 @@
 #define ST_CHECKPOINT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "rpipe.h"
 
@@ -48,5 +49,37 @@ void st_checkpoint_clear(struct st_checkpoint *c);
  * kept: on failure (-1, errstr set) it is simply run again later. */
 int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *errstr,
                        size_t errsz);
+
+/* A checkpoint with no batch behind it (main.c's detectors_flush, between
+ * batches): the steps are the caller's, the order is this. */
+struct st_checkpoint_flush_ops {
+    /* Appends to c every change of the detectors no checkpoint carried yet,
+     * as checkpoint seq; all: the trims held back too (a forced flush). */
+    void (*end_batch)(void *arg, struct st_checkpoint *c, uint64_t seq, int all);
+    /* Runs c in Redis. retry: until it is in (0), or -1 when asked to stop
+     * meanwhile; else once, -1 on a failure (the caller logs it). */
+    int (*exec)(void *arg, const struct st_checkpoint *c, int retry);
+    /* Commits what PostgreSQL and Redis now hold (the Kafka offsets): 0
+     * done, 1 not (the offsets wait for the next one), -1 asked to stop. */
+    int (*commit)(void *arg);
+    /* Every checkpoint up to seq is committed: the detectors trim and
+     * evict (st_detect_ops.after_commit). */
+    void (*after_commit)(void *arg, uint64_t seq);
+};
+
+/* Builds in c (cleared first) every change not yet written, numbered
+ * *ck_seq + 1; when there is none and every checkpoint is committed, only
+ * after_commit. Else runs it (retried), commits, sets *committed_seq to
+ * *ck_seq when the commit took, and calls after_commit. Forced, and the
+ * commit taken: the trims that commit allowed go too, in a second,
+ * deletions-only checkpoint (nothing for Kafka to take; tried once, a
+ * failure leaves them to state.ttl_s as a crash would): the state may
+ * leave memory next (a revoke forgets it, a stop or the end of --drain
+ * exits), and Redis must not keep what memory dropped. *ck_seq counts the
+ * checkpoints built (one or two); *committed_seq the newest committed. c
+ * is left empty. Returns 0, or -1 when exec or commit was asked to stop
+ * (offsets not committed: the batches are redone, as after a crash). */
+int st_checkpoint_flush(struct st_checkpoint *c, const struct st_checkpoint_flush_ops *ops,
+                        void *arg, uint64_t *ck_seq, uint64_t *committed_seq, int force);
 
 #endif

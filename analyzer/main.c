@@ -496,8 +496,10 @@ static int retry_wait(struct analyzer *a, int64_t *backoff, const char *why,
     return 0;
 }
 
-/* Detects until Redis answers. Returns 0, or -1 when asked to stop first. */
-static int detect(struct analyzer *a, struct slot *sl)
+/* Detects until Redis answers. Returns 0, or -1 when asked to stop first.
+ * noinline (here, ingest and slot_clear): called once per batch, and kept
+ * a symbol of its own for scripts/bench/cpu-drain's inclusive count. */
+static __attribute__((noinline)) int detect(struct analyzer *a, struct slot *sl)
 {
     int64_t backoff = 100;
     char errstr[1024];
@@ -576,6 +578,64 @@ static void detectors_after_commit(struct analyzer *a)
     metrics_state(a);
 }
 
+/* detectors_flush's steps (st_checkpoint_flush), on the main thread. */
+static void flush_end_batch(void *arg, struct st_checkpoint *c, uint64_t seq, int all)
+{
+    struct analyzer *a = arg;
+    st_workers_end_batch(a->workers, c, seq, all);
+}
+
+static int flush_exec(void *arg, const struct st_checkpoint *c, int retry)
+{
+    struct analyzer *a = arg;
+    char errstr[512];
+    int64_t backoff = 100;
+    while (st_checkpoint_exec(c, a->redis, errstr, sizeof(errstr))) {
+        st_metric_add(a->m_redis_err, 1);
+        if (!retry) {
+            st_warn("detector state not trimmed in Redis: %s", errstr);
+            return -1;
+        }
+        if (retry_wait(a, &backoff,
+                       "the detectors' checkpoint cannot be written to Redis: retrying",
+                       "the detectors' checkpoint was being retried: offsets not committed",
+                       "detectors' checkpoint not written", errstr))
+            return -1;
+    }
+    return 0;
+}
+
+static int flush_commit(void *arg)
+{
+    struct analyzer *a = arg;
+    char errstr[512];
+    int32_t parts[1024];
+    int64_t offsets[1024];
+    /* offsets past a dead-lettered message only once Kafka has its record */
+    while (st_deadletter_flush(a->dlq, 5000, errstr, sizeof(errstr))) {
+        st_error("%s: offsets are not committed until they are", errstr);
+        if (stop)
+            return -1;
+    }
+    int n = st_consumer_partitions(a->consumer, parts, 1024);
+    for (int i = 0; i < n; i++)
+        offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
+    return st_consumer_commit(a->consumer, parts, offsets, n) == 0 ? 0 : 1;
+}
+
+static void flush_after_commit(void *arg, uint64_t seq)
+{
+    (void)seq; /* a->committed_seq, which st_checkpoint_flush keeps */
+    detectors_after_commit(arg);
+}
+
+static const struct st_checkpoint_flush_ops flush_ops = {
+    .end_batch = flush_end_batch,
+    .exec = flush_exec,
+    .commit = flush_commit,
+    .after_commit = flush_after_commit,
+};
+
 /* Between batches, with no batch in flight (every batch detected is
  * committed to PostgreSQL): when a checkpoint is due (state.checkpoint_ms
  * passed since the last one) or force is set, writes every change the
@@ -592,11 +652,6 @@ static void detectors_after_commit(struct analyzer *a)
  * batches are redone, as after a crash). @locality the main thread */
 static int detectors_flush(struct analyzer *a, int force)
 {
-    char errstr[512];
-    int32_t parts[1024];
-    int64_t offsets[1024];
-    int64_t backoff = 100;
-
     if (!a->workers || st_store_busy(a->store))
         return 0;
     int64_t now = st_time_mono_ms();
@@ -604,57 +659,10 @@ static int detectors_flush(struct analyzer *a, int force)
         detectors_after_commit(a); /* evicts what is idle and written */
         return 0;
     }
-    st_checkpoint_clear(a->flush_ckpt);
-    st_workers_end_batch(a->workers, a->flush_ckpt, a->ck_seq + 1, force);
-    if (st_checkpoint_len(a->flush_ckpt) == 0 && a->committed_seq == a->ck_seq) {
-        a->last_ckpt_ms = now; /* (held trims: looked at once an interval) */
-        detectors_after_commit(a);
-        return 0; /* nothing changed, every offset committed */
-    }
-    a->ck_seq++;
+    /* (when nothing changed too: held trims are looked at once an interval) */
     a->last_ckpt_ms = now;
-    while (st_checkpoint_exec(a->flush_ckpt, a->redis, errstr, sizeof(errstr))) {
-        st_metric_add(a->m_redis_err, 1);
-        if (retry_wait(a, &backoff,
-                       "the detectors' checkpoint cannot be written to Redis: retrying",
-                       "the detectors' checkpoint was being retried: offsets not committed",
-                       "detectors' checkpoint not written", errstr))
-            return -1;
-    }
-    st_checkpoint_clear(a->flush_ckpt);
-    /* offsets past a dead-lettered message only once Kafka has its record */
-    while (st_deadletter_flush(a->dlq, 5000, errstr, sizeof(errstr))) {
-        st_error("%s: offsets are not committed until they are", errstr);
-        if (stop)
-            return -1;
-    }
-    int n = st_consumer_partitions(a->consumer, parts, 1024);
-    for (int i = 0; i < n; i++)
-        offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
-    if (st_consumer_commit(a->consumer, parts, offsets, n) == 0)
-        a->committed_seq = a->ck_seq;
-    detectors_after_commit(a);
-    /* forced (the state may leave memory next: a revoke forgets it, a stop
-     * or the end of --drain exits): the trims that commit just allowed go
-     * too, or Redis would keep what memory dropped (a run loaded again
-     * would give a late event another window). Deletions of committed
-     * state only: nothing for Kafka to take. A failure leaves them to
-     * state.ttl_s, as a crash would. */
-    if (force && a->committed_seq == a->ck_seq) {
-        st_checkpoint_clear(a->flush_ckpt);
-        st_workers_end_batch(a->workers, a->flush_ckpt, a->ck_seq + 1, 1);
-        if (st_checkpoint_len(a->flush_ckpt) > 0) {
-            a->ck_seq++;
-            if (st_checkpoint_exec(a->flush_ckpt, a->redis, errstr, sizeof(errstr)) == 0) {
-                a->committed_seq = a->ck_seq;
-            } else {
-                st_metric_add(a->m_redis_err, 1);
-                st_warn("detector state not trimmed in Redis: %s", errstr);
-            }
-            st_checkpoint_clear(a->flush_ckpt);
-        }
-    }
-    return 0;
+    return st_checkpoint_flush(a->flush_ckpt, &flush_ops, a, &a->ck_seq, &a->committed_seq,
+                               force);
 }
 
 /* Partitions revoked: every detector state is forgotten, and read again
@@ -680,8 +688,10 @@ static void detectors_forget(struct analyzer *a)
  * worker 0) and the batch is large enough (detect.parse_split_min), into
  * a->parsed; then, on this thread and in the messages' order, everything
  * else. Only the parse moves, so the rows, dead-letter records and released
- * events are those of a parse here, message after message. */
-static void ingest(struct analyzer *a, struct st_store_batch *b, int64_t now)
+ * events are those of a parse here, message after message. noinline: see
+ * detect(). */
+static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store_batch *b,
+                                             int64_t now)
 {
     int64_t wall_s = (int64_t)time(NULL);
     struct st_parsed *pre = NULL;
@@ -777,7 +787,9 @@ static int slot_held(struct analyzer *a, const struct slot *sl)
     return 1;
 }
 
-static void slot_clear(struct slot *sl)
+/* Frees the slot's released events and resets its batch. noinline: see
+ * detect(). */
+static __attribute__((noinline)) void slot_clear(struct slot *sl)
 {
     for (size_t i = 0; i < sl->nrel; i++)
         st_reorder_item_fini(&sl->rel[i]);

@@ -458,6 +458,67 @@ static int on_get(const redisReply *rep, void *arg)
     return 0;
 }
 
+/* EXEC's reply into arg (int): 1 when the transaction ran, 0 when a key
+ * it WATCHed was written first (a nil reply). */
+static int on_exec(const redisReply *rep, void *arg)
+{
+    int *ran = arg;
+    if (rep->type != REDIS_REPLY_NIL && rep->type != REDIS_REPLY_ARRAY)
+        return -1;
+    *ran = rep->type == REDIS_REPLY_ARRAY;
+    return 0;
+}
+
+/* Moves the marker on to now, never back: every writer after the first
+ * SET NX (st_runidx_marker) means "the index is complete only from now
+ * on", so the later of two times is the one that holds, and one analyzer
+ * whose clock is behind another's must not undo the other's move (its
+ * index would be trusted early by the skew). A marker that is absent or
+ * not a time is overwritten. A check-and-set (not on the hot path: a
+ * check or a restart seen): WATCH and GET, then MULTI, SET, EXEC only when
+ * the value is older than now; EXEC does not run when another analyzer
+ * wrote the marker in between, and the marker is read again. The
+ * connection is the same from WATCH to EXEC: st_rpipe_exec reconnects only
+ * at the start of an exec after a failed one, and a failed exec ends this.
+ * Synchronous on p (nothing queued). *since gets the marker's value after
+ * (now, or the later time found). Returns 0, or -1 with errstr set. */
+static int marker_raise(struct st_rpipe *p, const char *marker, int64_t now, int64_t *since,
+                        char *errstr, size_t errsz)
+{
+    char value[24];
+    snprintf(value, sizeof(value), "%" PRId64, now);
+    for (int tries = 0; tries < 16; tries++) {
+        struct marker_reply m = {0};
+        int ran = 0;
+        const char *watch[] = {"WATCH", marker}, *get[] = {"GET", marker};
+        st_rpipe_cmd(p, NULL, NULL, 2, watch);
+        st_rpipe_cmd(p, on_get, &m, 2, get);
+        if (st_rpipe_exec(p, errstr, errsz))
+            return -1;
+        if (!m.nil && !m.bad && m.v >= now) {
+            const char *unwatch[] = {"UNWATCH"};
+            st_rpipe_cmd(p, NULL, NULL, 1, unwatch);
+            if (st_rpipe_exec(p, errstr, errsz))
+                return -1;
+            *since = m.v;
+            return 0;
+        }
+        const char *multi[] = {"MULTI"}, *set[] = {"SET", marker, value}, *exec[] = {"EXEC"};
+        st_rpipe_cmd(p, NULL, NULL, 1, multi);
+        st_rpipe_cmd(p, NULL, NULL, 3, set);
+        st_rpipe_cmd(p, on_exec, &ran, 1, exec);
+        if (st_rpipe_exec(p, errstr, errsz))
+            return -1;
+        if (ran) {
+            *since = now;
+            return 0;
+        }
+    }
+    snprintf(errstr, errsz, "run index marker \"%s\" written by others in each of 16 tries",
+             marker);
+    return -1;
+}
+
 /* A glob that matches exactly the keys beginning with prefix. */
 static char *prefix_glob(const char *prefix)
 {
@@ -638,14 +699,12 @@ static int check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *er
     else if (m.bad)
         why = "its marker is not a time";
     int64_t since = m.nil || m.bad ? now : m.v;
-    char value[24];
     if (why) {
-        if (since < now || m.nil || m.bad) {
-            snprintf(value, sizeof(value), "%" PRId64, now);
-            const char *set[] = {"SET", marker, value};
-            st_rpipe_cmd(p, NULL, NULL, 3, set);
-            since = now;
-        }
+        /* on to now, never back (a later time set by an analyzer whose
+         * clock is ahead stays), before the server key is recorded */
+        if ((since < now || m.nil || m.bad) &&
+            marker_raise(p, marker, now, &since, errstr, errsz))
+            goto out;
         st_warn("run index of \"%s\" not trusted for state.ttl_s (%" PRId64 " s): %s "
                 "(run_id %s, recorded %s; partitions %" PRId32 ", recorded %" PRId64 "); "
                 "runs it does not hold are loaded",
@@ -711,19 +770,17 @@ int st_runidx_committed(struct st_runidx *x, struct st_rpipe *p, uint64_t seq)
     char errstr[256];
     if (!x->rebump || seq < x->rebump_seq)
         return 0;
-    char *marker = st_detect_marker_key(x->conf), value[24];
-    int64_t now = (int64_t)time(NULL);
-    snprintf(value, sizeof(value), "%" PRId64, now);
-    const char *set[] = {"SET", marker, value};
-    st_rpipe_cmd(p, NULL, NULL, 3, set);
-    int rc = st_rpipe_exec(p, errstr, sizeof(errstr));
+    char *marker = st_detect_marker_key(x->conf);
+    int64_t since;
+    /* never back: another analyzer may have moved it later already */
+    int rc = marker_raise(p, marker, (int64_t)time(NULL), &since, errstr, sizeof(errstr));
     if (rc)
         st_warn("run index marker \"%s\" not moved on (tried again after the next "
                 "commit): %s",
                 marker, errstr);
     else {
         x->rebump = 0;
-        x->since = now;
+        x->since = since;
         update_trust(x);
     }
     free(marker);

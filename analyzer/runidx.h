@@ -80,7 +80,10 @@
  *   EXPIRE before that, and is gone state.ttl_s after it unless written
  *   again, with its entry.
  * The marker set by one analyzer is seen by the others at their next
- * check (10 s at most).
+ * check (10 s at most). After its SET NX the marker only moves on, never
+ * back (a check-and-set: WATCH, GET, MULTI, SET, EXEC): each later write
+ * means "complete only from now on", so the later of two times holds, and
+ * an analyzer whose clock is behind another's does not undo its move.
  *
  * Threading: one instance per detection part (workers.c), used by that
  * part's thread only, like its detectors. Partitions are those the part
@@ -139,7 +142,8 @@ void st_runidx_set_partitions(struct st_runidx *x, int32_t n);
  * the partitions key), a second one only to write what changed. The marker
  * is set to now when Redis's run_id differs from the one this part last
  * saw or the one recorded, the count differs from the one recorded, or the
- * marker is gone; the run_id and the count are then recorded. After a
+ * marker is gone (never back: a later time stays); the run_id and the
+ * count are then recorded. After a
  * restart this part saw (its own run_id changed), every partition is read
  * again and the marker is set to now once more when the checkpoint of batch
  * seq is in (st_runidx_committed), the index untrusted until then.
@@ -154,8 +158,9 @@ void st_runidx_begin(struct st_runidx *x);
 
 /* Every checkpoint up to seq is in Redis: when a restart was seen (see
  * st_runidx_check) and seq has reached the batch of that check, the marker
- * is set to now, synchronously on p (nothing queued), and the index is
- * trusted again state.ttl_s later. Returns 0, or -1 when Redis failed
+ * is set to now unless it holds a later time already (set by an analyzer
+ * whose clock is ahead), synchronously on p (nothing queued), and the index
+ * is trusted again state.ttl_s after the marker. Returns 0, or -1 when Redis failed
  * (logged; tried again at the next call). */
 int st_runidx_committed(struct st_runidx *x, struct st_rpipe *p, uint64_t seq);
 

@@ -309,7 +309,9 @@ START_TEST(retention_drops_old_days_whole_and_records_them)
                      0);
 
     /* a replay from offset 0 by another group: the removed days stay removed */
-    ck_assert_int_eq(run(&w, "replay", w.name,
+    char replay[96];
+    snprintf(replay, sizeof(replay), "%s_replay", w.name);
+    ck_assert_int_eq(run(&w, replay, w.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"),
                      0);
     ASSERT_ROWS(w.dsn,

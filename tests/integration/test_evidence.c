@@ -94,16 +94,20 @@ START_TEST(evidence_checkpoints_survive_crash_and_replay)
     struct world w, other;
     stored(&w, "evcrash");
     world_init(&other, "evcrash2");
-    char env[800];
+    char env[800], crash[96], replay[96];
     snprintf(env, sizeof(env), "SANDTRAIL_PG_DSN='%s'", other.dsn);
-    ck_assert_int_eq(run(&w, "g-crash", "p-crash",
+    /* groups and Redis prefixes of the world's name: unique per run, and
+     * the prefixes' keys go with world_drop(&w) */
+    snprintf(crash, sizeof(crash), "%s_crash", w.name);
+    snprintf(replay, sizeof(replay), "%s_replay", w.name);
+    ck_assert_int_eq(run(&w, crash, crash,
                          "%s " ANALYZER " -X fault.crash_after_pg_commits=3", env),
                      3);
-    ck_assert_int_eq(run(&w, "g-crash", "p-crash",
+    ck_assert_int_eq(run(&w, crash, crash,
                          "%s " ANALYZER " -X fault.crash_after_pg_commits=2", env),
                      3);
-    ck_assert_int_eq(run(&w, "g-crash", "p-crash", "%s " ANALYZER, env), 0);
-    ck_assert_int_eq(run(&w, "g-replay", "p-replay", "%s " ANALYZER, env), 0);
+    ck_assert_int_eq(run(&w, crash, crash, "%s " ANALYZER, env), 0);
+    ck_assert_int_eq(run(&w, replay, replay, "%s " ANALYZER, env), 0);
 
     char *a = rows(w.dsn, q_checkpoints), *b = rows(other.dsn, q_checkpoints);
     ck_assert_msg(strlen(a) > 0, "no checkpoints were written");

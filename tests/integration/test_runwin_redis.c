@@ -7,7 +7,11 @@
  *     trim reached Redis with the checkpoint after it;
  *   - with state.checkpoint_ms, a run whose trims and members no
  *     checkpoint carried yet is not evicted, and a revoke's forced
- *     checkpoint writes them before the run is forgotten. */
+ *     checkpoint writes them before the run is forgotten;
+ *   - a forced flush (st_checkpoint_flush, main.c's detectors_flush) sends
+ *     in its second, deletions-only checkpoint the trims its own commit
+ *     allows: a run loaded again after the revoke has no member memory
+ *     dropped. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,17 +207,64 @@ static void batch_deferred(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64
     st_checkpoint_destroy(ck);
 }
 
-/* A checkpoint with no batch (the analyzer's detectors_flush): everything
- * pending, numbered seq, committed at once. */
-static void flush(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq)
+/* A checkpoint with no batch, forced (a revoke's, as main.c's
+ * detectors_flush makes it: st_checkpoint_flush, the same steps in the same
+ * order, its second deletions-only checkpoint included), over the test's
+ * one runwin on p; nothing for Kafka to take, so every checkpoint is
+ * committed at once. *ck_seq (the newest checkpoint built) and *committed
+ * move on as in the analyzer. */
+struct flush_arg {
+    struct st_rpipe *p;
+    const struct st_detect_ctx *ctx;
+};
+
+static void flush_end_batch(void *arg, struct st_checkpoint *c, uint64_t seq, int all)
 {
+    const struct flush_arg *f = arg;
+    struct st_detect_ctx ctx = *f->ctx; /* as workers.c's part_ctx: one per call */
+    ctx.ckpt = c;
+    ctx.seq = seq;
+    if (all)
+        ctx.hold_trims = 0;
+    st_runwin_end_batch(w, &ctx);
+}
+
+static int flush_exec(void *arg, const struct st_checkpoint *c, int retry)
+{
+    const struct flush_arg *f = arg;
     char err[256];
+    int rc = st_checkpoint_exec(c, f->p, err, sizeof(err));
+    ck_assert_msg(rc == 0 || !retry, "%s", err);
+    return rc;
+}
+
+static int flush_commit(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static void flush_after_commit(void *arg, uint64_t seq)
+{
+    const struct flush_arg *f = arg;
+    struct st_detect_ctx ctx = *f->ctx;
+    ctx.ckpt = NULL;
+    ctx.seq = seq;
+    st_runwin_after_commit(w, &ctx);
+}
+
+static void flush(struct st_rpipe *p, const struct st_detect_ctx *ctx, uint64_t *ck_seq,
+                  uint64_t *committed)
+{
+    static const struct st_checkpoint_flush_ops ops = {
+        .end_batch = flush_end_batch,
+        .exec = flush_exec,
+        .commit = flush_commit,
+        .after_commit = flush_after_commit,
+    };
+    struct flush_arg f = {p, ctx};
     struct st_checkpoint *ck = st_checkpoint_new();
-    ctx->ckpt = ck;
-    ctx->seq = seq;
-    st_runwin_end_batch(w, ctx);
-    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
-    st_runwin_after_commit(w, ctx);
+    ck_assert_int_eq(st_checkpoint_flush(ck, &ops, &f, ck_seq, committed, 1), 0);
     st_checkpoint_destroy(ck);
 }
 
@@ -231,15 +282,16 @@ static size_t late_window_deferred(int how)
     int64_t T = 1700000000000000LL;
     struct st_rpipe *p = late_open(prefix, how == 1 ? 0 : 600, "rd");
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
+    uint64_t ck = 3, committed = 2; /* after the first three batches */
     batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
     batch_deferred(p, &ctx, 2, 2, "e2", T + 600000000LL, 0, 1); /* e1 trimmed, pending */
     batch_deferred(p, &ctx, 3, 2, "e2l", T + 599000000LL, 1, 0); /* no checkpoint */
     if (how == 2) {
-        ctx.hold_trims = 0; /* a revoke's checkpoint holds nothing back */
-        flush(p, &ctx, 4);
+        flush(p, &ctx, &ck, &committed); /* forced: holds nothing back */
         st_runwin_forget(w, &ctx);
     }
-    batch_deferred(p, &ctx, 5, 2, "e3", T + 30000000LL, 1, 0); /* late: T-30 s .. T+90 s */
+    batch_deferred(p, &ctx, ck + 1, committed, "e3", T + 30000000LL, 1,
+                   0); /* late: T-30 s .. T+90 s */
     late_close(p, "rd");
     return seen_n;
 }
@@ -257,20 +309,57 @@ static size_t late_window_held(int reload)
     int64_t T = 1700000000000000LL;
     struct st_rpipe *p = late_open(prefix, 600, "rh");
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
+    uint64_t ck = 4, committed = 4; /* after the first four batches */
     batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
     batch_deferred(p, &ctx, 2, 2, "e2", T + 600000000LL, 0, 1); /* e1 trimmed */
     batch_deferred(p, &ctx, 3, 3, "e2b", T + 601000000LL, 0, 1); /* its deletion held */
     batch_deferred(p, &ctx, 4, 4, "L", T + 400000000LL, 1, 1); /* late, below the trim */
     if (reload) {
-        ctx.hold_trims = 0;
-        flush(p, &ctx, 5);
+        flush(p, &ctx, &ck, &committed);
         st_runwin_forget(w, &ctx);
-        ctx.hold_trims = 1;
     }
-    batch_deferred(p, &ctx, 6, 5, "e6", T + 420000000LL, 1, 1); /* T+360 s .. T+480 s */
+    /* its own commit not yet counted */
+    batch_deferred(p, &ctx, ck + 1, committed, "e6", T + 420000000LL, 1,
+                   1); /* T+360 s .. T+480 s */
     late_close(p, "rh");
     return seen_n;
 }
+
+/* A forced flush (a revoke's) whose own commit allows a trim: e2 comes in
+ * a batch with no checkpoint and moves the run 600 s on, and e1's trim
+ * waits for e2's commit, which only the flush's checkpoint brings. e1's
+ * deletion then goes in the flush's second, deletions-only checkpoint;
+ * without it Redis keeps e1, which memory dropped, and the run loaded
+ * again after the revoke gives a late event e1 in its window. reload: 0
+ * held throughout, 1 forgotten and loaded again. */
+static size_t late_window_flushed(int reload)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_f%d:", (int)getpid(), reload);
+    int64_t T = 1700000000000000LL;
+    struct st_rpipe *p = late_open(prefix, 600, "rf");
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
+    uint64_t ck = 2, committed = 1; /* after the first two batches */
+    batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
+    batch_deferred(p, &ctx, 2, 1, "e2", T + 600000000LL, 0, 0); /* e1's trim waits */
+    flush(p, &ctx, &ck, &committed);
+    if (reload)
+        st_runwin_forget(w, &ctx);
+    batch_deferred(p, &ctx, ck + 1, committed, "e3", T + 30000000LL, 1,
+                   0); /* late: T-30 s .. T+90 s */
+    late_close(p, "rf");
+    return seen_n;
+}
+
+START_TEST(runwin_forced_flush_sends_the_trims_its_commit_allows)
+{
+    size_t held = late_window_flushed(0), rel = late_window_flushed(1);
+    fprintf(stderr, "late event's window after a forced flush: %zu held, %zu reloaded\n",
+            held, rel);
+    ck_assert_uint_eq(held, 1); /* e3 alone: e1 trimmed */
+    ck_assert_uint_eq(rel, held);
+}
+END_TEST
 
 START_TEST(runwin_held_trim_goes_before_a_write_it_would_delete)
 {
@@ -304,6 +393,7 @@ int main(void)
     tcase_add_test(tc, runwin_reloaded_run_gives_a_late_event_the_same_window);
     tcase_add_test(tc, runwin_pending_writes_survive_eviction_and_revoke);
     tcase_add_test(tc, runwin_held_trim_goes_before_a_write_it_would_delete);
+    tcase_add_test(tc, runwin_forced_flush_sends_the_trims_its_commit_allows);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
