@@ -257,10 +257,33 @@ print(p(0.5), p(0.99), p(1.0), sum(1 for k in sent if k in found), len(sent))
 PY
 }
 
+# assigned_after T0 LOG: seconds from epoch second T0 to the first
+# "assigned N partition(s)" line of the analyzer log LOG (by the log's own
+# millisecond timestamps, plain or JSON), "?" when it has none
+assigned_after()
+{
+    python3 - "$@" <<'PY'
+import datetime
+import re
+import sys
+t0 = float(sys.argv[1])
+for line in open(sys.argv[2], errors="replace"):
+    if re.search(r"\bassigned [0-9]+ partition", line):
+        m = re.search(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z", line)
+        if m:
+            t = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f")
+            t = t.replace(tzinfo=datetime.timezone.utc).timestamp()
+            print("%.2f" % (t - t0))
+            sys.exit()
+print("?")
+PY
+}
+
 # drain_pair TOPIC_SUFFIX NAME [ARGS...]: a store and a detect analyzer
 # (analyzer.role), each in a group of its own (TAG.NAME.store,
 # TAG.NAME.detect), drain topic TAG.TOPIC_SUFFIX into $dsn side by side,
-# with ARGS; sets pair_s (from both starts until both have exited), store_s
+# with ARGS; sets pair_t0 (the epoch second both were started at), pair_s
+# (from both starts until both have exited), store_s
 # and detect_s (each process's own), pair_cpu (user + system seconds of
 # both). Returns 1, with their logs' tails, when either fails.
 drain_pair()
@@ -269,6 +292,7 @@ drain_pair()
     local -A pid
     shift 2
     t0=$(now)
+    pair_t0=$t0
     for role in store detect; do
         bounded env SANDTRAIL_PG_DSN="$dsn" SANDTRAIL_TOPIC_EVENTS="$tag.$t" \
             SANDTRAIL_TOPIC_DLQ="$tag.$t.dlq" SANDTRAIL_REDIS_PREFIX="$tag.$name:" \

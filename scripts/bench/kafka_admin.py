@@ -7,6 +7,8 @@
   kafka_admin.py watch-lag HOST:PORT TOPIC GROUP SINCE MAX OUT
         polls every 100 ms from now; writes to OUT "T LAG" the first time the
         lag is <= MAX after epoch second SINCE (or nothing when killed first)
+  kafka_admin.py lag-series HOST:PORT TOPIC GROUP OUT
+        appends "T LAG" to OUT every second from now until killed
   kafka_admin.py delete HOST:PORT TOPIC...        DeleteTopics
 
 Idempotent producers write no control records, so in a fresh topic the sum
@@ -171,6 +173,17 @@ def main():
                     f.write("%.6f %d\n" % (t, n))
                 return
             time.sleep(0.1)
+    elif cmd == "lag-series":
+        topic, group, out = sys.argv[3], sys.argv[4], sys.argv[5]
+        c = Conn(addr)
+        parts = partitions(c, topic)
+        gc = coordinator(addr, group)
+        with open(out, "a") as f:
+            while True:
+                t = time.time()
+                f.write("%.6f %d\n" % (t, lag(c, gc, topic, group, parts)))
+                f.flush()
+                time.sleep(max(0.0, 1.0 - (time.time() - t)))
     elif cmd == "delete":
         topics = sys.argv[3:]
         body = struct.pack(">i", len(topics)) + b"".join(string(t) for t in topics)
