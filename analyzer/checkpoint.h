@@ -34,6 +34,11 @@ void st_checkpoint_destroy(struct st_checkpoint *c); /* accepts NULL */
  * number of arguments. */
 void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv);
 
+/* The same with each argument's length (argvlen[i] bytes, which may hold
+ * NUL: a run's state as one string, runblob.h). */
+void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv,
+                            const size_t *argvlen);
+
 /* Moves every command of src to the end of dst, in order; src is left
  * empty (workers.c joins the parts its threads built). */
 void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src);
