@@ -323,8 +323,8 @@ START_TEST(state_new_runs_cost_no_load)
     /* every run whose state Redis holds is in the index of partition 0 */
     char *missing = world_shf(
         "u=\"$SANDTRAIL_REDIS_URL\"; "
-        "redis-cli -u \"$u\" --scan --pattern '%s:*:w:*' | while read -r k; do "
-        "m=$(echo \"$k\" | sed 's/^[^:]*:[^:]*:w://'); "
+        "redis-cli -u \"$u\" --scan --pattern '%s:*:[sw]:*' | while read -r k; do "
+        "m=$(echo \"$k\" | sed 's/^[^:]*:[^:]*:[sw]://'); "
         "s=$(redis-cli -u \"$u\" zscore '%s:runs:0' \"$m\"); "
         "[ -n \"$s\" ] || echo \"$k\"; done; "
         "redis-cli -u \"$u\" zcard '%s:runs:0'",
