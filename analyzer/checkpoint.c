@@ -37,13 +37,19 @@ void st_checkpoint_destroy(struct st_checkpoint *c)
 
 void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv)
 {
+    st_checkpoint_cmd_lens(c, argc, argv, NULL);
+}
+
+void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv,
+                            const size_t *argvlen)
+{
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 64;
         c->offs = st_realloc(c->offs, c->cap * sizeof(*c->offs));
         c->lens = st_realloc(c->lens, c->cap * sizeof(*c->lens));
     }
     c->offs[c->n] = c->bytes.len;
-    c->lens[c->n] = st_rpipe_format_buf(&c->bytes, argc, argv);
+    c->lens[c->n] = st_rpipe_format_buf_lens(&c->bytes, argc, argv, argvlen);
     c->n++;
 }
 

@@ -6,9 +6,12 @@
  * state.checkpoint_ms; every batch with 0), append to a checkpoint the
  * commands that copy what changed since the previous checkpoint to Redis,
  * each run once however many batches changed it: absolute values only
- * (ZADD of members, HSET of totals, HSETNX where the first value wins,
- * EXPIRE, and the deletions of the trims since), so that running a
- * checkpoint twice, or an older one again, changes nothing. The analyzer
+ * (a small run's whole state as one string: SET; or ZADD of members, HSET
+ * of totals, EXPIRE, and the deletions of the trims since; HSETNX where
+ * the first value wins), so that running a checkpoint twice changes
+ * nothing. (An older one run again after a newer would put older strings
+ * back: checkpoints run in order, a failed one retried before the next.)
+ * The analyzer
  * runs it after the PostgreSQL commit of the batch carrying it (so of every
  * batch it covers) and before that batch's Kafka commit, which alone
  * commits offsets (docs/architecture.md, "One batch in the analyzer"):
@@ -34,6 +37,11 @@ void st_checkpoint_destroy(struct st_checkpoint *c); /* accepts NULL */
 /* Appends one command; argv strings are copied (formatted at once). Any
  * number of arguments. */
 void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv);
+
+/* The same with each argument's length (argvlen[i] bytes, which may hold
+ * NUL: a run's state as one string, runblob.h). */
+void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv,
+                            const size_t *argvlen);
 
 /* Moves every command of src to the end of dst, in order; src is left
  * empty (workers.c joins the parts its threads built). */

@@ -136,9 +136,9 @@ int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key,
     if (!colon || colon == p)
         return 0;
     p = colon + 1;
-    static const char *const kinds[] = {"w:", "eps:", "b:"};
+    static const char *const kinds[] = {"w:", "eps:", "b:", "s:"};
     int kind = -1;
-    for (int i = 0; i < 3 && kind < 0; i++) {
+    for (int i = 0; i < 4 && kind < 0; i++) {
         size_t lk = strlen(kinds[i]);
         if ((size_t)(end - p) > lk && !memcmp(p, kinds[i], lk)) {
             kind = i;

@@ -50,6 +50,11 @@
  * re-evaluates what a late event changes and marks it late in the evidence.
  *
  * Redis keys (all built by st_detect_key; <run> is task and run id):
+ *   <prefix><detector>:s:<run>      string, a small run's whole state
+ *                                   (members, episodes, buckets; runblob.h),
+ *                                   instead of the three keys below, which
+ *                                   a large one uses (runwin.c: never both
+ *                                   at once, the switch is a MULTI)
  *   <prefix><detector>:w:<run>      sorted set, a run's window (runwin.c;
  *                                   volume_anomaly's request set)
  *   <prefix><detector>:eps:<run>    hash, a run's episodes (runwin.c)
@@ -89,6 +94,7 @@ struct st_detect_stats {
     int64_t entries;   /* registry entries in memory */
     int64_t loads;     /* states read from Redis */
     int64_t evictions; /* states dropped from memory, idle */
+    int64_t malformed; /* states Redis held that were not ours (ignored) */
 };
 
 struct st_detect_ctx {
@@ -206,7 +212,7 @@ char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition
 char *st_detect_marker_key(const struct st_analyzer_conf *conf);
 
 /* Whether key (len bytes, from Redis) is a run's state key: conf's prefix,
- * a name without ':', then ":w:", ":eps:" or ":b:" and the run part
+ * a name without ':', then ":s:", ":w:", ":eps:" or ":b:" and the run part
  * "<len>:<task>:<len>:<run>", lengths exact (the shape st_detect_key
  * gives those kinds). Registry and index keys are not. */
 int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key, size_t len);

@@ -321,7 +321,7 @@ struct analyzer {
     uint64_t ck_seq, committed_seq;
     int64_t last_ckpt_ms; /* monotonic time the last checkpoint was built */
     struct st_checkpoint *flush_ckpt; /* detectors_flush's (main thread) */
-    int64_t loads_seen, evictions_seen;
+    int64_t loads_seen, evictions_seen, malformed_seen;
     struct st_sink *sink;
     struct st_store *store;
     struct st_reorder *reorder;
@@ -342,7 +342,7 @@ struct analyzer {
     struct st_sources *sources; /* per-source metrics */
     struct st_metric *m_events, *m_invalid, *m_late, *m_skewed, *m_batches, *m_buffered;
     struct st_metric *m_redis_s, *m_redis_err;
-    struct st_metric *m_runs, *m_entries, *m_loads, *m_evictions, *m_ckpt_s;
+    struct st_metric *m_runs, *m_entries, *m_loads, *m_evictions, *m_malformed, *m_ckpt_s;
 };
 
 static void metrics_init(struct analyzer *a)
@@ -378,6 +378,10 @@ static void metrics_init(struct analyzer *a)
                                    "sandtrail_analyzer_state_evictions_total",
                                    "detector states dropped from memory, idle "
                                    "(state.evict_s)", "");
+    a->m_malformed = st_metric_get(m, ST_METRIC_COUNTER,
+                                   "sandtrail_analyzer_state_malformed_total",
+                                   "detector states read from Redis that were not in "
+                                   "our format (ignored: the run went on without them)", "");
     a->m_ckpt_s = st_metric_get(m, ST_METRIC_HISTOGRAM,
                                 "sandtrail_analyzer_checkpoint_seconds",
                                 "time of one batch's Redis checkpoint", "");
@@ -392,6 +396,8 @@ static void metrics_state(struct analyzer *a)
     st_metric_add(a->m_evictions, a->stats.evictions - a->evictions_seen);
     a->loads_seen = a->stats.loads;
     a->evictions_seen = a->stats.evictions;
+    st_metric_add(a->m_malformed, a->stats.malformed - a->malformed_seen);
+    a->malformed_seen = a->stats.malformed;
 }
 
 static void metrics_findings(struct analyzer *a, const struct st_findings *fs)

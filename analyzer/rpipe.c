@@ -128,13 +128,19 @@ static size_t resp_head(char *p, char c, size_t v)
  * sprintf per argument was the largest cost of a checkpoint. */
 size_t st_rpipe_format_buf(struct st_buf *b, int argc, const char **argv)
 {
+    return st_rpipe_format_buf_lens(b, argc, argv, NULL);
+}
+
+size_t st_rpipe_format_buf_lens(struct st_buf *b, int argc, const char **argv,
+                                const size_t *argvlen)
+{
     size_t small[32] = {0};
     int heap = argc > 32;
     size_t *lens = heap ? st_malloc((size_t)argc * sizeof(*lens)) : small;
     size_t total = 24 + 3;
 
     for (int i = 0; i < argc; i++) {
-        lens[i] = strlen(argv[i]);
+        lens[i] = argvlen ? argvlen[i] : strlen(argv[i]);
         total += 24 + 3 + lens[i] + 2;
     }
     st_buf_reserve(b, total);
@@ -248,8 +254,16 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
         redisReply *r = NULL;
         if (redisGetReply(p->rc, (void **)&r) != REDIS_OK || !r)
             goto conn_error;
-        if (r->type == REDIS_REPLY_ERROR) {
-            snprintf(errstr, errsz, "Redis refused a command: %s", r->str);
+        /* an EXEC's reply holds its commands' errors inside the array (a
+         * command of a MULTI that Redis queued and then refused, as a
+         * WRONGTYPE): refused all the same. No other reply holds an error
+         * element. */
+        const redisReply *err = r->type == REDIS_REPLY_ERROR ? r : NULL;
+        for (size_t e = 0; !err && r->type == REDIS_REPLY_ARRAY && e < r->elements; e++)
+            if (r->element[e] && r->element[e]->type == REDIS_REPLY_ERROR)
+                err = r->element[e];
+        if (err) {
+            snprintf(errstr, errsz, "Redis refused a command: %s", err->str);
             freeReplyObject(r);
             /* the stream of replies is still in step, but the batch is not
              * whole: drop the connection so nothing half-read remains */

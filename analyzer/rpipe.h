@@ -42,6 +42,12 @@ size_t st_rpipe_format(int argc, const char **argv, char **cmd);
 struct st_buf;
 size_t st_rpipe_format_buf(struct st_buf *b, int argc, const char **argv);
 
+/* The same with each argument's length given (argvlen[i] bytes of
+ * argv[i], which may hold NUL: a run's state, runblob.h); argvlen NULL:
+ * strlen of each. */
+size_t st_rpipe_format_buf_lens(struct st_buf *b, int argc, const char **argv,
+                                const size_t *argvlen);
+
 /* Queues a command already in the protocol's form (checkpoint.h), with no
  * callback. Not copied: cmd stays the caller's and must live until the
  * next st_rpipe_exec or st_rpipe_discard returns. */
@@ -65,7 +71,10 @@ void st_rpipe_script(struct st_rpipe *p, st_rpipe_cb cb, void *arg, const char *
 
 /* Sends every queued command and runs the callbacks. Returns 0, or -1 with
  * errstr set; on error the queue is dropped and the connection is reopened
- * on the next exec. */
+ * on the next exec. A command Redis refuses is an error, also inside a
+ * MULTI (an error element of EXEC's reply); MULTI's +OK and each queued
+ * command's +QUEUED are replies like any other (a callback, when given,
+ * sees them). */
 int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz);
 
 /* Drops queued commands without sending them. */

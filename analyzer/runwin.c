@@ -1,12 +1,24 @@
 /* runwin.c: per-run event-time windows in memory, Redis as their
  * checkpoint (see runwin.h; key layout in detect.h).
  *
- * Keys, per run (st_detect_key):
+ * Keys, per run (st_detect_key), in one of two layouts:
+ *   <prefix><name>:s:<run>    string: the whole state (runblob.h), while
+ *                             it is small (BLOB_MAX); or
  *   <prefix><name>:w:<run>    sorted set: score event time, member
  *                             "source\x1fevent_id\x1fpayload"
  *   <prefix><name>:eps:<run>  hash: episode id -> "first last" (event time,
  *                             µs) of every episode not yet trimmed
  *   <prefix><name>:b:<run>    hash: bucket -> sum (volume_anomaly's bytes)
+ * A small state is rewritten whole at each checkpoint that changes it, in
+ * one command (SET, with EX when its EXPIRE is due, KEEPTTL otherwise; DEL
+ * once empty); a large one is written incrementally (ZADD of the new
+ * members, HSET of the changed episodes and buckets, the trims' deletions,
+ * EXPIRE). A run changes layout in a MULTI: the full write of the new one
+ * and the DEL of the old keys, so Redis never holds both, nor neither of
+ * a state. A load reads both (GET, then ZRANGE and HGETALLs) in its one
+ * round trip and takes what exists: state written before the string
+ * layout (the three keys only) loads as before, and is rewritten as a
+ * string by the run's next write when small.
  *
  * What a redo of a batch computes again is what memory keeps between
  * attempts: members keyed by event (adding one twice changes nothing), and
@@ -30,6 +42,7 @@
 #include "buf.h"
 #include "checkpoint.h"
 #include "log.h"
+#include "runblob.h"
 #include "runidx.h"
 #include "runwin.h"
 #include "window.h"
@@ -48,6 +61,28 @@ struct bucket {
 };
 
 enum { RUN_LOADING, RUN_READY };
+
+/* Which of the layouts Redis holds a run's state in, as far as this
+ * process knows (bits: a load may find both, written by hand or by two
+ * versions at once; the next write then leaves one) */
+enum { LAYOUT_NONE = 0, LAYOUT_BLOB = 1, LAYOUT_SETS = 2 };
+
+/* A state whose estimated string (state_bytes) is at most BLOB_MAX bytes is
+ * written whole as one string; above, as the sorted set and hashes,
+ * incrementally. Why 4 KB: a write costs Redis mostly per command
+ * (parsing, the key's lookup, the AOF append, the reply: microseconds
+ * each), a string's bytes far less (copied in memory and to the AOF at
+ * well under a microsecond per KB), and the incremental layout costs a
+ * run 2 to 6 commands per write (ZADD, ZREMRANGEBYSCORE, HSET, HDEL,
+ * EXPIREs) against the string's one. Most runs are far below it (the
+ * denial stream's hold 1 to 8 members of under 100 bytes); a run above
+ * it is a busy one, fed at every checkpoint, whose whole rewrite each
+ * second would put its whole window into the AOF again instead of its
+ * new members. BLOB_MIN: a large run goes back to a string only once its
+ * trims took it below half the limit, so that a run near it, trimmed and
+ * refilled, does not switch (a MULTI of 4 to 9 commands) every checkpoint. */
+#define BLOB_MAX 4096
+#define BLOB_MIN 2048
 
 struct run {
     struct run *hnext;        /* hash chain */
@@ -77,6 +112,10 @@ struct run {
     int in_trimq;
     int64_t touched_s;        /* wall clock of the last feed */
     int64_t w_exp_s, e_exp_s, b_exp_s; /* EXPIRE last sent (st_detect_expire_due) */
+    int64_t s_exp_s;          /* the same for the string (SET ... EX) */
+    size_t keybytes;          /* the members' lengths, summed (state_bytes) */
+    struct st_runwin *owner;  /* for a load's replies */
+    int layout;               /* LAYOUT_*: what Redis holds */
     uint64_t ck_seq;          /* checkpoint holding its latest change */
     int in_batch, dirty;
     int fed; /* fed since its last checkpoint (its window key's EXPIRE may be due) */
@@ -108,7 +147,9 @@ struct st_runwin {
     } *memo;
     size_t nmemo, capmemo, next_memo;
     struct st_buf member;
-    struct st_buf wkey, ekey, bkey; /* the keys of the run being checkpointed */
+    struct st_buf wkey, ekey, bkey, skey; /* the keys of the run being checkpointed */
+    struct st_buf blob;       /* the string of the run being checkpointed */
+    struct st_detect_stats *stats; /* the last prefetch's (a load's replies count) */
     struct cmd {
         const char **argv; /* NULL: the number formatted in num[i] */
         char (*num)[2 * ST_I64_LEN]; /* one or two numbers per argument */
@@ -138,6 +179,8 @@ struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char 
     st_buf_init(&w->wkey);
     st_buf_init(&w->ekey);
     st_buf_init(&w->bkey);
+    st_buf_init(&w->skey);
+    st_buf_init(&w->blob);
     return w;
 }
 
@@ -217,6 +260,8 @@ void st_runwin_destroy(struct st_runwin *w)
     st_buf_fini(&w->wkey);
     st_buf_fini(&w->ekey);
     st_buf_fini(&w->bkey);
+    st_buf_fini(&w->skey);
+    st_buf_fini(&w->blob);
     free(w->cmd.argv);
     free(w->cmd.num);
     free(w->name);
@@ -347,6 +392,7 @@ static int member_insert(struct run *r, int64_t ts, const char *key, size_t len,
     memmove(&r->m[i + 1], &r->m[i], (r->n - i) * sizeof(*r->m));
     r->m[i] = m;
     r->n++;
+    r->keybytes += len;
     r->nunsaved += !saved;
     return 1;
 }
@@ -399,6 +445,8 @@ static int on_members(const redisReply *rep, void *arg)
     struct run *r = arg;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2)
         return -1;
+    if (rep->elements)
+        r->layout |= LAYOUT_SETS;
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {
         const redisReply *k = rep->element[i], *s = rep->element[i + 1];
         if (!k->str || !s->str)
@@ -414,6 +462,8 @@ static int on_episodes(const redisReply *rep, void *arg)
     struct run *r = arg;
     if (rep->type != REDIS_REPLY_ARRAY)
         return -1;
+    if (rep->elements)
+        r->layout |= LAYOUT_SETS;
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {
         const char *k = rep->element[i]->str, *v = rep->element[i + 1]->str;
         long long first, last;
@@ -421,7 +471,16 @@ static int on_episodes(const redisReply *rep, void *arg)
             return -1;
         if (strlen(k) != 32 || sscanf(v, "%lld %lld", &first, &last) != 2)
             continue; /* not ours: ignored, like a missing episode */
-        episode_add(r, k, first, last);
+        struct episode *e = NULL;
+        for (size_t j = 0; (r->layout & LAYOUT_BLOB) && j < r->neps && !e; j++)
+            if (!strcmp(r->eps[j].id, k))
+                e = &r->eps[j]; /* both layouts held it: the union */
+        if (!e) {
+            episode_add(r, k, first, last);
+        } else {
+            st_episode_extend(&e->ep, first);
+            st_episode_extend(&e->ep, last);
+        }
     }
     return load_done(r);
 }
@@ -431,6 +490,8 @@ static int on_buckets(const redisReply *rep, void *arg)
     struct run *r = arg;
     if (rep->type != REDIS_REPLY_ARRAY)
         return -1;
+    if (rep->elements)
+        r->layout |= LAYOUT_SETS;
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {
         const char *k = rep->element[i]->str, *v = rep->element[i + 1]->str;
         if (!k || !v)
@@ -444,7 +505,83 @@ static void run_clear(struct run *r)
 {
     for (size_t i = 0; i < r->n; i++)
         free((char *)r->m[i].key);
-    r->n = r->nunsaved = r->neps = r->nb = 0;
+    r->n = r->nunsaved = r->neps = r->nb = r->keybytes = 0;
+}
+
+/* The string of a run's state (runblob.h) read into r, which is empty (the
+ * GET is a load's first reply). Returns -1 when it is not ours, with r
+ * left empty. */
+static int blob_decode(struct st_runwin *w, struct run *r, const char *data, size_t len)
+{
+    struct st_runblob_reader rd;
+    uint64_t n;
+    if (st_runblob_open(&rd, data, len) || st_runblob_get_count(&rd, &n))
+        goto bad;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t ts;
+        const char *key;
+        size_t klen;
+        if (st_runblob_get_member(&rd, &ts, &key, &klen) || memchr(key, '\0', klen))
+            goto bad;
+        st_buf_reset(&w->member); /* NUL-terminated for the comparisons */
+        st_buf_add(&w->member, key, klen);
+        if (member_insert(r, ts, w->member.data, klen, 1) != 1)
+            goto bad; /* not "a\x1fb\x1fc", or twice */
+    }
+    if (st_runblob_get_count(&rd, &n))
+        goto bad;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *id;
+        char id33[33];
+        int64_t first, last;
+        if (st_runblob_get_episode(&rd, &id, &first, &last) || memchr(id, '\0', 32))
+            goto bad;
+        memcpy(id33, id, 32);
+        id33[32] = '\0';
+        episode_add(r, id33, first, last);
+    }
+    if (st_runblob_get_count(&rd, &n))
+        goto bad;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t key, sum;
+        if (st_runblob_get_bucket(&rd, &key, &sum))
+            goto bad;
+        bucket_find(r, key, 1)->sum = sum;
+    }
+    if (st_runblob_close(&rd))
+        goto bad;
+    return 0;
+bad:
+    run_clear(r);
+    return -1;
+}
+
+/* A load's first reply: the string layout's key. A string that is not
+ * ours (another version, cut short, written by hand) is a data error of
+ * this one state, handled as a member or an episode that is not ours:
+ * ignored, the run going on with what else Redis holds of it (the other
+ * layout's keys, if any: nothing, normally), logged and counted
+ * (sandtrail_analyzer_state_malformed_total). Not an availability error:
+ * reading it again gives the same bytes, and a batch retried on it would
+ * stop every partition for good; not fatal for the same reason. Its next
+ * write replaces it. A reply of another type is -1, as on_members's. */
+static int on_blob(const redisReply *rep, void *arg)
+{
+    struct run *r = arg;
+    struct st_runwin *w = r->owner;
+    if (rep->type == REDIS_REPLY_NIL)
+        return load_done(r);
+    if (rep->type != REDIS_REPLY_STRING)
+        return -1;
+    r->layout |= LAYOUT_BLOB;
+    if (blob_decode(w, r, rep->str, rep->len)) {
+        st_warn("%s: the state of run \"%s\" in Redis (%zu bytes) is not in a format "
+                "this analyzer reads: ignored, the run starts without it",
+                w->name, r->run_id, rep->len);
+        if (w->stats)
+            w->stats->malformed++;
+    }
+    return load_done(r);
 }
 
 static void memo_add(struct st_runwin *w, const struct st_event *ev, struct run *r)
@@ -499,8 +636,16 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
     memo_add(w, ev, r);
     r->state = RUN_LOADING;
     r->queued_gen = w->gen;
-    r->pending = 1;
-    char *key = st_detect_key(w->conf, w->name, "w", ev->task_id, ev->run_id);
+    r->owner = w;
+    r->layout = LAYOUT_NONE;
+    w->stats = ctx->stats;
+    /* both layouts, the string first (it is read into an empty run) */
+    r->pending = 2;
+    char *key = st_detect_key(w->conf, w->name, "s", ev->task_id, ev->run_id);
+    const char *get[] = {"GET", key};
+    st_rpipe_cmd(ctx->redis, on_blob, r, 2, get);
+    free(key);
+    key = st_detect_key(w->conf, w->name, "w", ev->task_id, ev->run_id);
     const char *zr[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
     st_rpipe_cmd(ctx->redis, on_members, r, 5, zr);
     free(key);
@@ -906,6 +1051,168 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
 #undef BKEY
 }
 
+/* The size of the run's state as a string, near enough (runblob.h: a
+ * member's time and length take about 10 bytes, an episode 32 + 12) */
+static size_t state_bytes(const struct run *r)
+{
+    return r->keybytes + 10 * r->n + 44 * r->neps + 12 * r->nb;
+}
+
+static void mark_all_saved(struct run *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        r->m[i].saved = 1;
+    r->nunsaved = 0;
+    for (size_t i = 0; i < r->neps; i++)
+        r->eps[i].dirty = 0;
+    for (size_t i = 0; i < r->nb; i++)
+        r->b[i].dirty = 0;
+}
+
+/* The state in Redis is now exactly memory's: no deletion is pending. */
+static void drop_trims(struct run *r)
+{
+    r->trim_below = INT64_MIN;
+    r->ndel_m = r->ndel_eps = r->ndel_b = 0;
+}
+
+/* The DEL of the keys of the run's layouts in `layout`; returns 1 when it
+ * named one. */
+static int cmd_del_layout(struct st_runwin *w, struct run *r, struct cmd *c, int layout)
+{
+    cmd_arg(c, "DEL");
+    if (layout & LAYOUT_BLOB)
+        cmd_arg(c, run_key(w, r, &w->skey, "s"));
+    if (layout & LAYOUT_SETS) {
+        cmd_arg(c, run_key(w, r, &w->wkey, "w"));
+        if (w->flags & ST_RUNWIN_EPISODES)
+            cmd_arg(c, run_key(w, r, &w->ekey, "eps"));
+        if (w->flags & ST_RUNWIN_BUCKETS)
+            cmd_arg(c, run_key(w, r, &w->bkey, "b"));
+    }
+    return c->argc > 1;
+}
+
+/* A small run's checkpoint: its whole state as one string, rewritten when
+ * anything changed (members, episodes, buckets, trims), or when fed with
+ * the key's EXPIRE due (as the window key's EXPIRE today). One command:
+ * SET ... EX ttl when the EXPIRE is due (st_detect_expire_due: the first
+ * write of the key by this process, then once per tenth of the TTL),
+ * SET ... KEEPTTL otherwise (the key then exists with a TTL: written with
+ * EX by this process less than a tenth of the TTL ago), DEL once empty.
+ * From the other layout (its keys in Redis): a MULTI of the SET and the
+ * DEL of those keys. The string is memory's state, trims applied, so the
+ * trims need no command; held trims (hold) only make a run whose one
+ * change they are wait, as they do in the other layout. */
+static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
+                                struct cmd *c, const char *ttl, int hold)
+{
+    int content = r->nunsaved || any_dirty_episode(r) || any_dirty_bucket(r);
+    int64_t exp = r->s_exp_s;
+    int due = st_detect_expire_due(&exp, w->conf);
+    if (!content && !(has_trims(r) && !hold) && !(r->fed && due))
+        goto out;
+    int other = r->layout & LAYOUT_SETS; /* keys of the other layout to delete */
+    if (!r->n && !r->neps && !r->nb) {
+        /* emptied by its trims: nothing left to write */
+        if (cmd_del_layout(w, r, c, r->layout))
+            cmd_flush(c, ctx->ckpt, 1);
+        c->argc = 0;
+        drop_trims(r);
+        r->layout = LAYOUT_NONE;
+        r->s_exp_s = r->w_exp_s = r->e_exp_s = r->b_exp_s = 0;
+        goto out;
+    }
+    int64_t prev;
+    struct st_buf *b = &w->blob;
+    st_runblob_start(b, &prev);
+    st_runblob_count(b, r->n);
+    for (size_t i = 0; i < r->n; i++)
+        st_runblob_member(b, &prev, r->m[i].ts_us, r->m[i].key, strlen(r->m[i].key));
+    st_runblob_count(b, r->neps);
+    for (size_t i = 0; i < r->neps; i++)
+        st_runblob_episode(b, r->eps[i].id, r->eps[i].ep.first_us, r->eps[i].ep.last_us);
+    st_runblob_count(b, r->nb);
+    for (size_t i = 0; i < r->nb; i++)
+        st_runblob_bucket(b, r->b[i].key, r->b[i].sum);
+    if (other) {
+        const char *multi[] = {"MULTI"};
+        st_checkpoint_cmd(ctx->ckpt, 1, multi);
+        due = 1; /* a new key */
+        exp = (int64_t)time(NULL);
+    }
+    const char *skey = run_key(w, r, &w->skey, "s");
+    const char *set[] = {"SET", skey, b->data, "EX", ttl};
+    size_t lens[] = {3, strlen(skey), b->len, 2, strlen(ttl)};
+    if (due) {
+        st_checkpoint_cmd_lens(ctx->ckpt, 5, set, lens);
+        r->s_exp_s = exp;
+    } else {
+        set[3] = "KEEPTTL";
+        lens[3] = 7;
+        st_checkpoint_cmd_lens(ctx->ckpt, 4, set, lens);
+    }
+    if (other) {
+        cmd_del_layout(w, r, c, LAYOUT_SETS);
+        cmd_flush(c, ctx->ckpt, 1);
+        const char *exec[] = {"EXEC"};
+        st_checkpoint_cmd(ctx->ckpt, 1, exec);
+        r->w_exp_s = r->e_exp_s = r->b_exp_s = 0;
+    }
+    r->layout = LAYOUT_BLOB;
+    mark_all_saved(r);
+    drop_trims(r);
+    if (ctx->runidx)
+        st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, due,
+                       wall_s(ctx));
+out:
+    r->ck_seq = ctx->seq;
+    r->fed = 0;
+}
+
+/* A run grown past BLOB_MAX whose state Redis holds as a string: in a
+ * MULTI, the DEL of the string (and of any key of the other layout a load
+ * found beside it), then the whole state as the sorted set and hashes,
+ * each with its EXPIRE. Trims and held trims are in it (memory's state). */
+static void run_checkpoint_to_sets(struct st_runwin *w, struct run *r,
+                                   struct st_detect_ctx *ctx, struct cmd *c, const char *ttl)
+{
+    const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
+    st_checkpoint_cmd(ctx->ckpt, 1, multi);
+    cmd_del_layout(w, r, c, r->layout);
+    cmd_flush(c, ctx->ckpt, 1);
+    r->w_exp_s = r->e_exp_s = r->b_exp_s = r->s_exp_s = 0;
+    for (size_t i = 0; i < r->n; i++)
+        r->m[i].saved = 0;
+    r->nunsaved = r->n;
+    for (size_t i = 0; i < r->neps; i++)
+        r->eps[i].dirty = 1;
+    for (size_t i = 0; i < r->nb; i++)
+        r->b[i].dirty = 1;
+    drop_trims(r);
+    r->fed = 1; /* the window key's EXPIRE (due: never sent) */
+    run_checkpoint(w, r, ctx, c, ttl, 0);
+    st_checkpoint_cmd(ctx->ckpt, 1, exec);
+    r->layout = LAYOUT_SETS;
+}
+
+/* A run's checkpoint in the layout its size asks for (BLOB_MAX, BLOB_MIN) */
+static void run_write(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
+                      struct cmd *c, const char *ttl, int hold)
+{
+    size_t bytes = state_bytes(r);
+    int blob = r->layout == LAYOUT_SETS ? bytes < BLOB_MIN : bytes <= BLOB_MAX;
+    if (blob) {
+        run_checkpoint_blob(w, r, ctx, c, ttl, hold);
+    } else if (r->layout & LAYOUT_BLOB) {
+        run_checkpoint_to_sets(w, r, ctx, c, ttl);
+    } else {
+        run_checkpoint(w, r, ctx, c, ttl, hold); /* incremental, as before */
+        if (r->n || r->neps || r->nb)
+            r->layout = LAYOUT_SETS;
+    }
+}
+
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
 {
     char ttl[ST_I64_LEN];
@@ -939,9 +1246,8 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
     size_t keep = 0;
     for (size_t i = 0; i < w->ndirty; i++) {
         struct run *r = w->dirty[i];
-        int hold = trims_held(r, ctx, now);
-        run_checkpoint(w, r, ctx, c, ttl, hold);
-        if (hold)
+        run_write(w, r, ctx, c, ttl, trims_held(r, ctx, now));
+        if (has_trims(r))
             w->dirty[keep++] = r; /* dirty while its trims wait: not evicted */
         else
             r->dirty = 0;
@@ -955,6 +1261,7 @@ static void run_trim(struct st_runwin *w, struct run *r)
     size_t k = lower_bound(r, oldest, NULL);
     for (size_t i = 0; i < k; i++) {
         r->nunsaved -= !r->m[i].saved;
+        r->keybytes -= strlen(r->m[i].key);
         free((char *)r->m[i].key);
     }
     memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));

@@ -14,7 +14,9 @@
  * so the same events give the same finding in any process.
  *
  * A run's state is owned by the partition its task is keyed to, so one
- * analyzer holds it at a time. Redis is its durable copy (keys: detect.h):
+ * analyzer holds it at a time. Redis is its durable copy (keys: detect.h;
+ * a small state as one string rewritten whole, a large one as a sorted
+ * set and hashes written incrementally: runwin.c):
  * loaded by st_runwin_prefetch when the run is not in memory (after a
  * restart, a rebalance or an eviction) and its partition's run index
  * (ctx->runidx, runidx.h) says Redis holds it -- a run never written
@@ -112,10 +114,13 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
 /* After each batch's feeds: notes the trims the batch allows once
  * committed (checkpoint ctx->seq). Then, when ctx->ckpt is set (a batch
  * that carries a checkpoint, state.checkpoint_ms), appends to it what
- * changed since the last checkpoint, over however many batches: the trims
- * of the committed batches (before the writes), the new members (one ZADD
- * per run), the episodes and buckets changed (HSET of absolute values),
- * EXPIRE; and notes each run written in its partition's run index
+ * changed since the last checkpoint, over however many batches: for a
+ * small run its whole state, trims applied, as one SET (EX when the
+ * EXPIRE is due, KEEPTTL otherwise; DEL once empty); for a large one the
+ * trims of the committed batches (before the writes), the new members (one
+ * ZADD per run), the episodes and buckets changed (HSET of absolute
+ * values), EXPIRE; a run changing layout, both in a MULTI (runwin.c). It
+ * notes each run written in its partition's run index
  * (ctx->runidx), whose entries the caller puts first. ctx->ckpt NULL: the
  * changes stay pending (the runs dirty, never evicted) for the next one. */
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx);

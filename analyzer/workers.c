@@ -555,6 +555,7 @@ void st_workers_stats(const struct st_workers *w, struct st_detect_stats *sum)
         sum->entries += s->entries;
         sum->loads += s->loads;
         sum->evictions += s->evictions;
+        sum->malformed += s->malformed;
     }
 }
 

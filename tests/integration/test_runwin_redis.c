@@ -11,7 +11,12 @@
  *   - a forced flush (st_checkpoint_flush, main.c's detectors_flush) sends
  *     in its second, deletions-only checkpoint the trims its own commit
  *     allows: a run loaded again after the revoke has no member memory
- *     dropped. */
+ *     dropped.
+ * The first four in both layouts (a small run's one string, a large run's
+ * sorted set and hashes: members of BIG bytes make a run large). Then the
+ * string layout itself (session 5): one command per write with a TTL, a
+ * run crossing the size limit both ways (a crash after each switch), a
+ * state of the previous version's layout loaded, a malformed string. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +26,30 @@
 #include "analyzer.h"
 #include "checkpoint.h"
 #include "detect.h"
+#include "log.h"
+#include "buf.h"
 #include "rpipe.h"
+#include "runblob.h"
 #include "runwin.h"
 
 static struct st_analyzer_conf conf;
 static struct st_runwin *w;
 static long long ttl_reply;
+
+/* the payload of every member fed: "{}", or BIG bytes (a run of one such
+ * member is past the string layout's 4 KB: the sorted set layout) */
+#define BIG 5000
+static char big_payload[BIG + 1];
+static const char *payload = "{}";
+
+static void use_payload(int big)
+{
+    memset(big_payload, 'x', BIG);
+    big_payload[BIG] = '\0';
+    payload = big ? big_payload : "{}";
+}
+
+static char last_episode[33];
 
 static size_t seen_n;
 
@@ -39,11 +62,32 @@ static int count_window(void *arg, const struct st_runwin_view *v)
 
 static int open_episode(void *arg, const struct st_runwin_view *v)
 {
-    char id[33];
     if (*(int *)arg)
-        st_runwin_episode(w, v, v->ev->ts_us, &v->m[0], id);
+        st_runwin_episode(w, v, v->ev->ts_us, &v->m[0], last_episode);
     return 0;
 }
+
+/* episode 2: the probe's callback, the window's members (time, event id)
+ * and the episode the window extends, into sig */
+static struct st_buf sig;
+
+static int probe_window(void *arg, const struct st_runwin_view *v)
+{
+    (void)arg;
+    seen_n = v->n;
+    st_buf_reset(&sig);
+    for (size_t i = 0; i < v->n; i++)
+        st_buf_printf(&sig, "%lld %s %zu\n", (long long)v->m[i].ts_us, v->m[i].event_id,
+                      strlen(v->m[i].payload));
+    if (v->n) {
+        st_runwin_episode(w, v, v->ev->ts_us, &v->m[0], last_episode);
+        st_buf_printf(&sig, "episode %s\n", last_episode);
+    }
+    return 0;
+}
+
+/* commands the last batch's checkpoint sent */
+static unsigned long last_sent;
 
 static int on_ttl(const redisReply *r, void *arg)
 {
@@ -70,19 +114,35 @@ static void batch(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
     st_runwin_prefetch(w, ctx, &ev);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
     if (episode < 0)
-        st_runwin_feed(w, ctx, &ev, "{}", 0, count_window, NULL);
+        st_runwin_feed(w, ctx, &ev, payload, 0, count_window, NULL);
+    else if (episode == 2)
+        st_runwin_feed(w, ctx, &ev, payload, 0, probe_window, NULL);
     else
-        st_runwin_feed(w, ctx, &ev, "{}", 0, open_episode, &episode);
+        st_runwin_feed(w, ctx, &ev, payload, 0, open_episode, &episode);
     st_runwin_end_batch(w, ctx);
+    unsigned long before = st_rpipe_sent(p);
     ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    last_sent = st_rpipe_sent(p) - before;
     st_runwin_after_commit(w, ctx);
     st_checkpoint_destroy(ck);
+}
+
+/* TTL of key (-2: no key) */
+static long long key_ttl(struct st_rpipe *p, const char *key)
+{
+    char err[256];
+    const char *t[] = {"TTL", key};
+    st_rpipe_cmd(p, on_ttl, NULL, 2, t);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    return ttl_reply;
 }
 
 START_TEST(runwin_emptied_key_keeps_its_ttl)
 {
     char err[256], prefix[64];
-    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d:", (int)getpid());
+    int big = _i;
+    use_payload(big);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_t%d:", (int)getpid(), big);
     memset(&conf, 0, sizeof(conf));
     conf.redis_prefix = prefix;
     conf.state_ttl_s = 86400;
@@ -99,22 +159,27 @@ START_TEST(runwin_emptied_key_keeps_its_ttl)
     batch(p, &ctx, 3, "e3", T + 590000000LL, 1, 1);     /* late: HDEL E1 (the hash emptied), HSET E2 */
     char *ekey = st_detect_key(&conf, "rv", "eps", "task", "run");
     char *wkey = st_detect_key(&conf, "rv", "w", "task", "run");
-    const char *t1[] = {"TTL", ekey};
-    st_rpipe_cmd(p, on_ttl, NULL, 2, t1);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    long long eps_ttl = ttl_reply;
-    const char *t2[] = {"TTL", wkey};
-    st_rpipe_cmd(p, on_ttl, NULL, 2, t2);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    fprintf(stderr, "TTL %s = %lld, TTL %s = %lld\n", ekey, eps_ttl, wkey, ttl_reply);
-    const char *d[] = {"DEL", ekey, wkey};
-    st_rpipe_cmd(p, NULL, NULL, 3, d);
+    char *skey = st_detect_key(&conf, "rv", "s", "task", "run");
+    long long eps_ttl = key_ttl(p, ekey), w_ttl = key_ttl(p, wkey), s_ttl = key_ttl(p, skey);
+    fprintf(stderr, "TTL %s = %lld, TTL %s = %lld, TTL %s = %lld\n", ekey, eps_ttl, wkey,
+            w_ttl, skey, s_ttl);
+    const char *d[] = {"DEL", ekey, wkey, skey};
+    st_rpipe_cmd(p, NULL, NULL, 4, d);
     st_rpipe_exec(p, err, sizeof(err));
     free(ekey);
     free(wkey);
+    free(skey);
     st_runwin_destroy(w);
     st_rpipe_destroy(p);
-    ck_assert_msg(eps_ttl > 0, "episode hash has no TTL (%lld)", eps_ttl);
+    if (big) {
+        ck_assert_msg(eps_ttl > 0, "episode hash has no TTL (%lld)", eps_ttl);
+        ck_assert_msg(w_ttl > 0, "window has no TTL (%lld)", w_ttl);
+        ck_assert_int_eq(s_ttl, -2); /* one layout at a time */
+    } else {
+        ck_assert_msg(s_ttl > 0, "the run's string has no TTL (%lld)", s_ttl);
+        ck_assert_int_eq(eps_ttl, -2);
+        ck_assert_int_eq(w_ttl, -2);
+    }
 }
 END_TEST
 
@@ -141,10 +206,12 @@ static void late_close(struct st_rpipe *p, const char *name)
 {
     char err[256];
     char *wkey = st_detect_key(&conf, name, "w", "task", "run");
-    const char *d[] = {"DEL", wkey};
-    st_rpipe_cmd(p, NULL, NULL, 2, d);
+    char *skey = st_detect_key(&conf, name, "s", "task", "run");
+    const char *d[] = {"DEL", wkey, skey};
+    st_rpipe_cmd(p, NULL, NULL, 3, d);
     st_rpipe_exec(p, err, sizeof(err));
     free(wkey);
+    free(skey);
     st_runwin_destroy(w);
     st_rpipe_destroy(p);
 }
@@ -155,7 +222,8 @@ static void late_close(struct st_rpipe *p, const char *name)
 static size_t late_window(int reload)
 {
     char prefix[64];
-    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_%d:", (int)getpid(), reload);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_%d%s:", (int)getpid(), reload,
+             payload == big_payload ? "b" : "");
     int64_t T = 1700000000000000LL;
     struct st_rpipe *p = late_open(prefix, 600, "rv");
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
@@ -171,6 +239,7 @@ static size_t late_window(int reload)
 
 START_TEST(runwin_reloaded_run_gives_a_late_event_the_same_window)
 {
+    use_payload(_i);
     size_t cont = late_window(0), rel = late_window(1);
     fprintf(stderr, "late event's window: %zu members held throughout, %zu reloaded\n",
             cont, rel);
@@ -199,7 +268,7 @@ static void batch_deferred(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64
     st_runwin_begin(w, 1);
     st_runwin_prefetch(w, ctx, &ev);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    st_runwin_feed(w, ctx, &ev, "{}", 0, count_window, NULL);
+    st_runwin_feed(w, ctx, &ev, payload, 0, count_window, NULL);
     st_runwin_end_batch(w, ctx);
     ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
     ctx->seq = committed;
@@ -278,7 +347,8 @@ static void flush(struct st_rpipe *p, const struct st_detect_ctx *ctx, uint64_t 
 static size_t late_window_deferred(int how)
 {
     char prefix[64];
-    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_d%d:", (int)getpid(), how);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_d%d%s:", (int)getpid(), how,
+             payload == big_payload ? "b" : "");
     int64_t T = 1700000000000000LL;
     struct st_rpipe *p = late_open(prefix, how == 1 ? 0 : 600, "rd");
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
@@ -305,7 +375,8 @@ static size_t late_window_deferred(int how)
 static size_t late_window_held(int reload)
 {
     char prefix[64];
-    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_h%d:", (int)getpid(), reload);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_h%d%s:", (int)getpid(), reload,
+             payload == big_payload ? "b" : "");
     int64_t T = 1700000000000000LL;
     struct st_rpipe *p = late_open(prefix, 600, "rh");
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
@@ -363,6 +434,7 @@ END_TEST
 
 START_TEST(runwin_held_trim_goes_before_a_write_it_would_delete)
 {
+    use_payload(_i);
     size_t held = late_window_held(0), rel = late_window_held(1);
     fprintf(stderr, "late event's window with a held trim: %zu held, %zu reloaded\n", held,
             rel);
@@ -373,6 +445,7 @@ END_TEST
 
 START_TEST(runwin_pending_writes_survive_eviction_and_revoke)
 {
+    use_payload(_i);
     size_t held = late_window_deferred(0), evict = late_window_deferred(1),
            revoke = late_window_deferred(2);
     fprintf(stderr,
@@ -385,15 +458,328 @@ START_TEST(runwin_pending_writes_survive_eviction_and_revoke)
 }
 END_TEST
 
+/* --- the string layout ------------------------------------------------ */
+
+static long long int_reply;
+static struct st_buf str_reply;
+static int str_nil;
+
+static int on_int(const redisReply *r, void *arg)
+{
+    (void)arg;
+    if (r->type != REDIS_REPLY_INTEGER)
+        return -1;
+    int_reply = r->integer;
+    return 0;
+}
+
+static int on_str(const redisReply *r, void *arg)
+{
+    (void)arg;
+    st_buf_reset(&str_reply);
+    str_nil = r->type == REDIS_REPLY_NIL;
+    int text = r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS; /* TYPE's */
+    if (text)
+        st_buf_add(&str_reply, r->str, r->len);
+    return text || str_nil ? 0 : -1;
+}
+
+static long long redis_int(struct st_rpipe *p, int argc, const char **argv)
+{
+    char err[256];
+    st_rpipe_cmd(p, on_int, NULL, argc, argv);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    return int_reply;
+}
+
+/* Whether Redis holds each key of run "task"/"run" of detector name:
+ * "s w eps" as 0/1 */
+static void layout_of(struct st_rpipe *p, const char *name, char out[8])
+{
+    const char *kinds[] = {"s", "w", "eps"};
+    for (int i = 0; i < 3; i++) {
+        char *k = st_detect_key(&conf, name, kinds[i], "task", "run");
+        const char *ex[] = {"EXISTS", k};
+        out[2 * i] = (char)('0' + redis_int(p, 2, ex));
+        out[2 * i + 1] = i < 2 ? ' ' : '\0';
+        free(k);
+    }
+}
+
+/* The members of the run's string (-1: no string) */
+static long blob_members(struct st_rpipe *p, const char *name)
+{
+    char err[256];
+    char *k = st_detect_key(&conf, name, "s", "task", "run");
+    const char *get[] = {"GET", k};
+    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    free(k);
+    if (str_nil)
+        return -1;
+    struct st_runblob_reader rd;
+    uint64_t n;
+    ck_assert_int_eq(st_runblob_open(&rd, str_reply.data, str_reply.len), 0);
+    ck_assert_int_eq(st_runblob_get_count(&rd, &n), 0);
+    return (long)n;
+}
+
+static void drop_run(struct st_rpipe *p, const char *name)
+{
+    char err[256];
+    const char *kinds[] = {"s", "w", "eps", "b"};
+    for (int i = 0; i < 4; i++) {
+        char *k = st_detect_key(&conf, name, kinds[i], "task", "run");
+        const char *d[] = {"DEL", k};
+        st_rpipe_cmd(p, NULL, NULL, 2, d);
+        free(k);
+    }
+    st_rpipe_exec(p, err, sizeof(err));
+}
+
+/* A run of a few small members is one string: each checkpoint that
+ * changes it -- a member added, an episode opened or extended, trims --
+ * sends one command (the sorted set layout sent 2 to 4 here: ZADD, HSET,
+ * EXPIREs, ZREMRANGEBYSCORE, HDEL), and the string has its TTL from the
+ * first write on (SET ... EX, then KEEPTTL). */
+START_TEST(runwin_small_run_is_one_string)
+{
+    char prefix[64];
+    use_payload(0);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_one:", (int)getpid());
+    struct st_rpipe *p = late_open(prefix, 600, "ro");
+    st_runwin_destroy(w);
+    int64_t win = 60000000, T = 1700000000000000LL;
+    w = st_runwin_new(&conf, "ro", win, 2 * win + 30000000, ST_RUNWIN_EPISODES, 0);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    char *skey = st_detect_key(&conf, "ro", "s", "task", "run");
+    char lay[8];
+    const char *type[] = {"TYPE", skey};
+    batch(p, &ctx, 1, "e1", T, 0, 1); /* a member, an episode opened */
+    ck_assert_uint_eq(last_sent, 1);
+    layout_of(p, "ro", lay);
+    ck_assert_str_eq(lay, "1 0 0");
+    st_rpipe_cmd(p, on_str, NULL, 2, type);
+    char err[256];
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    ck_assert_str_eq(str_reply.data, "string");
+    long long ttl1 = key_ttl(p, skey);
+    ck_assert_msg(ttl1 > 86000 && ttl1 <= 86400, "TTL %lld", ttl1);
+    batch(p, &ctx, 2, "e2", T + 1000000, 0, 1); /* a member, the episode extended */
+    ck_assert_uint_eq(last_sent, 1);
+    batch(p, &ctx, 3, "e3", T + 600000000LL, 0, 0); /* then e1, e2, the episode trimmed */
+    ck_assert_uint_eq(last_sent, 1);
+    batch(p, &ctx, 4, "e4", T + 601000000LL, 0, 0); /* the trims with a member */
+    ck_assert_uint_eq(last_sent, 1);
+    layout_of(p, "ro", lay);
+    ck_assert_str_eq(lay, "1 0 0");
+    long long ttl = key_ttl(p, skey);
+    ck_assert_msg(ttl > 86000 && ttl <= 86400, "TTL %lld after KEEPTTL writes", ttl);
+    ck_assert_int_eq(blob_members(p, "ro"), 2); /* e3, e4: the trims are in it */
+    drop_run(p, "ro");
+    free(skey);
+    late_close(p, "ro");
+}
+END_TEST
+
+static char kb_payload[901];
+
+/* Members of 900 bytes: four make a string (about 3.7 KB), the fifth
+ * passes 4 KB (the sorted set layout); a trim that leaves two (under
+ * 2 KB) makes it a string again. crash: 0 none, 1 the process state
+ * dropped (Redis kept) right after the switch up, 2 right after the
+ * switch down. Returns the probe's window and episode. */
+static char *cross(int crash)
+{
+    char prefix[64], lay[8];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_x%d:", (int)getpid(), crash);
+    memset(kb_payload, 'k', 900);
+    payload = kb_payload;
+    struct st_rpipe *p = late_open(prefix, 600, "rx");
+    st_runwin_destroy(w);
+    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
+    w = st_runwin_new(&conf, "rx", win, keep, ST_RUNWIN_EPISODES, 0);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    const char *ids[] = {"e1", "e2", "e3", "e4"};
+    for (int i = 0; i < 4; i++)
+        batch(p, &ctx, (uint64_t)i + 1, ids[i], T + i * 1000000LL, 0, 1);
+    layout_of(p, "rx", lay);
+    ck_assert_str_eq(lay, "1 0 0");
+    ck_assert_int_eq(blob_members(p, "rx"), 4);
+    batch(p, &ctx, 5, "e5", T + 4000000LL, 0, 1); /* past 4 KB */
+    layout_of(p, "rx", lay);
+    ck_assert_str_eq(lay, "0 1 1"); /* the string gone with the switch */
+    char *wkey = st_detect_key(&conf, "rx", "w", "task", "run");
+    const char *zcard[] = {"ZCARD", wkey};
+    ck_assert_int_eq(redis_int(p, 2, zcard), 5);
+    if (crash == 1) {
+        st_runwin_destroy(w);
+        w = st_runwin_new(&conf, "rx", win, keep, ST_RUNWIN_EPISODES, 0);
+    }
+    batch(p, &ctx, 6, "e6", T + 600000000LL, 0, 1); /* then e1..e5 trimmed */
+    layout_of(p, "rx", lay);
+    ck_assert_str_eq(lay, "0 1 1");
+    ck_assert_int_eq(redis_int(p, 2, zcard), 6);
+    batch(p, &ctx, 7, "e7", T + 601000000LL, 0, 1); /* the trims: two left */
+    layout_of(p, "rx", lay);
+    ck_assert_str_eq(lay, "1 0 0"); /* the sorted set and hash gone */
+    ck_assert_int_eq(blob_members(p, "rx"), 2);
+    if (crash == 2) {
+        st_runwin_destroy(w);
+        w = st_runwin_new(&conf, "rx", win, keep, ST_RUNWIN_EPISODES, 0);
+    }
+    batch(p, &ctx, 8, "e8", T + 602000000LL, 0, 1);
+    batch(p, &ctx, 9, "probe", T + 601500000LL, 1, 2); /* late: T+541.5 s .. T+661.5 s */
+    char *out = st_strdup(sig.data);
+    free(wkey);
+    drop_run(p, "rx");
+    late_close(p, "rx");
+    return out;
+}
+
+START_TEST(runwin_run_crosses_the_size_limit_both_ways)
+{
+    char *held = cross(0), *up = cross(1), *down = cross(2);
+    fprintf(stderr, "probe after crossing both ways:\n%s", held);
+    ck_assert_ptr_nonnull(strstr(held, " e6 900\n"));
+    ck_assert_ptr_nonnull(strstr(held, " e8 900\n"));
+    ck_assert_ptr_nonnull(strstr(held, "episode "));
+    ck_assert_int_eq((int)seen_n, 4); /* e6, e7, probe, e8 */
+    ck_assert_str_eq(up, held);
+    ck_assert_str_eq(down, held);
+    free(held);
+    free(up);
+    free(down);
+}
+END_TEST
+
+/* State in the previous version's layout only (a sorted set and a hash,
+ * written here by hand as that version wrote them) loads, and gives the
+ * window and episode the same events give a run that never left memory;
+ * its next write makes it a string, the old keys deleted. */
+START_TEST(runwin_previous_layout_loads)
+{
+    char prefix[64], err[256], lay[8];
+    use_payload(0);
+    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
+
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_pa:", (int)getpid());
+    struct st_rpipe *p = late_open(prefix, 600, "rp");
+    st_runwin_destroy(w);
+    w = st_runwin_new(&conf, "rp", win, keep, ST_RUNWIN_EPISODES, 0);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    batch(p, &ctx, 1, "e1", T, 0, 1);
+    char opened[33];
+    memcpy(opened, last_episode, 33);
+    batch(p, &ctx, 2, "e2", T + 1000000, 0, 2);
+    char *native = st_strdup(sig.data);
+    drop_run(p, "rp");
+    late_close(p, "rp");
+
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_pb:", (int)getpid());
+    p = late_open(prefix, 600, "rp");
+    st_runwin_destroy(w);
+    w = st_runwin_new(&conf, "rp", win, keep, ST_RUNWIN_EPISODES, 0);
+    char *wkey = st_detect_key(&conf, "rp", "w", "task", "run");
+    char *ekey = st_detect_key(&conf, "rp", "eps", "task", "run");
+    char ts[32], ep[64];
+    snprintf(ts, sizeof(ts), "%lld", (long long)T);
+    snprintf(ep, sizeof(ep), "%lld %lld", (long long)T, (long long)T);
+    const char *zadd[] = {"ZADD", wkey, ts, "s\x1f" "e1\x1f{}"};
+    const char *hset[] = {"HSET", ekey, opened, ep};
+    const char *e1[] = {"EXPIRE", wkey, "600"}, *e2[] = {"EXPIRE", ekey, "600"};
+    st_rpipe_cmd(p, NULL, NULL, 4, zadd);
+    st_rpipe_cmd(p, NULL, NULL, 4, hset);
+    st_rpipe_cmd(p, NULL, NULL, 3, e1);
+    st_rpipe_cmd(p, NULL, NULL, 3, e2);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    layout_of(p, "rp", lay);
+    ck_assert_str_eq(lay, "0 1 1");
+    struct st_detect_ctx ctx2 = {.redis = p, .conf = &conf};
+    batch(p, &ctx2, 1, "e2", T + 1000000, 0, 2);
+    fprintf(stderr, "previous layout, loaded:\n%s", sig.data);
+    ck_assert_str_eq(sig.data, native);
+    ck_assert_ptr_nonnull(strstr(native, opened)); /* the stored episode extended */
+    layout_of(p, "rp", lay);
+    ck_assert_str_eq(lay, "1 0 0");
+    ck_assert_int_eq(blob_members(p, "rp"), 2);
+    free(native);
+    free(wkey);
+    free(ekey);
+    drop_run(p, "rp");
+    late_close(p, "rp");
+}
+END_TEST
+
+/* A string that is not ours: 0 another version, 1 cut short, 2 a byte
+ * after its end; 3 the same string intact (it loads). A malformed one is a
+ * data error of that one state: the load succeeds (no failed round trip,
+ * which would retry the batch forever), the run goes on without it
+ * (its window holds only the new event), it is counted
+ * (stats.malformed), and the next write replaces it. */
+START_TEST(runwin_malformed_string_is_ignored_and_counted)
+{
+    char prefix[64], err[256];
+    use_payload(0);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_m%d:", (int)getpid(), _i);
+    struct st_rpipe *p = late_open(prefix, 600, "rm");
+    int64_t T = 1700000000000000LL;
+    struct st_buf b;
+    st_buf_init(&b);
+    int64_t prev;
+    st_runblob_start(&b, &prev);
+    st_runblob_count(&b, 1);
+    st_runblob_member(&b, &prev, T, "s\x1f" "e0\x1f{}", 7);
+    st_runblob_count(&b, 0);
+    st_runblob_count(&b, 0);
+    if (_i == 0)
+        b.data[0] = 2;
+    else if (_i == 1)
+        b.len--;
+    else if (_i == 2)
+        st_buf_addc(&b, 0);
+    char *skey = st_detect_key(&conf, "rm", "s", "task", "run");
+    const char *set[] = {"SET", skey, b.data};
+    size_t lens[] = {3, strlen(skey), b.len};
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_checkpoint_cmd_lens(ck, 3, set, lens);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    struct st_detect_stats stats = {0};
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .stats = &stats};
+    batch(p, &ctx, 1, "e1", T + 1000000, 0, -1); /* asserts the load's round trip */
+    fprintf(stderr, "string %d: window %zu, malformed %lld\n", _i, seen_n,
+            (long long)stats.malformed);
+    ck_assert_int_eq(stats.loads, 1);
+    if (_i == 3) {
+        ck_assert_uint_eq(seen_n, 2);
+        ck_assert_int_eq(stats.malformed, 0);
+        ck_assert_int_eq(blob_members(p, "rm"), 2);
+    } else {
+        ck_assert_uint_eq(seen_n, 1);
+        ck_assert_int_eq(stats.malformed, 1);
+        ck_assert_int_eq(blob_members(p, "rm"), 1); /* replaced, readable */
+    }
+    st_buf_fini(&b);
+    free(skey);
+    late_close(p, "rm");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runwin_redis");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, runwin_emptied_key_keeps_its_ttl);
-    tcase_add_test(tc, runwin_reloaded_run_gives_a_late_event_the_same_window);
-    tcase_add_test(tc, runwin_pending_writes_survive_eviction_and_revoke);
-    tcase_add_test(tc, runwin_held_trim_goes_before_a_write_it_would_delete);
+    /* _i: 0 the string layout, 1 the sorted set layout */
+    tcase_add_loop_test(tc, runwin_emptied_key_keeps_its_ttl, 0, 2);
+    tcase_add_loop_test(tc, runwin_reloaded_run_gives_a_late_event_the_same_window, 0, 2);
+    tcase_add_loop_test(tc, runwin_pending_writes_survive_eviction_and_revoke, 0, 2);
+    tcase_add_loop_test(tc, runwin_held_trim_goes_before_a_write_it_would_delete, 0, 2);
     tcase_add_test(tc, runwin_forced_flush_sends_the_trims_its_commit_allows);
+    tcase_add_test(tc, runwin_small_run_is_one_string);
+    tcase_add_loop_test(tc, runwin_run_crosses_the_size_limit_both_ways, 0, 3);
+    tcase_add_test(tc, runwin_previous_layout_loads);
+    tcase_add_loop_test(tc, runwin_malformed_string_is_ignored_and_counted, 0, 4);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -323,8 +323,8 @@ START_TEST(state_new_runs_cost_no_load)
     /* every run whose state Redis holds is in the index of partition 0 */
     char *missing = world_shf(
         "u=\"$SANDTRAIL_REDIS_URL\"; "
-        "redis-cli -u \"$u\" --scan --pattern '%s:*:w:*' | while read -r k; do "
-        "m=$(echo \"$k\" | sed 's/^[^:]*:[^:]*:w://'); "
+        "redis-cli -u \"$u\" --scan --pattern '%s:*:[sw]:*' | while read -r k; do "
+        "m=$(echo \"$k\" | sed 's/^[^:]*:[^:]*:[sw]://'); "
         "s=$(redis-cli -u \"$u\" zscore '%s:runs:0' \"$m\"); "
         "[ -n \"$s\" ] || echo \"$k\"; done; "
         "redis-cli -u \"$u\" zcard '%s:runs:0'",
@@ -390,7 +390,7 @@ START_TEST(state_upgrade_reads_state_written_before_the_index)
                           "while read -r k; do "
                           "redis-cli -u \"$u\" del \"$k\" >/dev/null; done; "
                           "redis-cli -u \"$u\" --scan --pattern '%s:runs:*' | wc -l; "
-                          "redis-cli -u \"$u\" --scan --pattern '%s:denial_burst:w:*' | wc -l",
+                          "redis-cli -u \"$u\" --scan --pattern '%s:denial_burst:[sw]:*' | wc -l",
                           w.name, w.name, w.name);
     ck_assert_str_eq(out, "0\n20\n"); /* no index, no marker; the state stays */
     free(out);
@@ -513,7 +513,7 @@ START_TEST(state_redis_restart_reads_runs_its_index_lost)
                           START_REDIS,
                           port, w.name, port, dir, port, dir, dir, dir, port);
     free(out);
-    out = world_shf("redis-cli -p %d --scan --pattern '%s:denial_burst:w:*' | wc -l; "
+    out = world_shf("redis-cli -p %d --scan --pattern '%s:denial_burst:[sw]:*' | wc -l; "
                     "redis-cli -p %d exists '%s:runs:0'",
                     port, w.name, port, w.name);
     ck_assert_str_eq(out, "20\n0\n"); /* the state stays, its index is gone */
@@ -594,7 +594,7 @@ START_TEST(state_redis_restart_midstream_rewrites_the_index)
     for (int i = 0; i < 300; i++) {
         free(out);
         out = world_shf("redis-cli -p %d zcard '%s:runs:0'; "
-                        "redis-cli -p %d --scan --pattern '%s:denial_burst:w:*' | wc -l",
+                        "redis-cli -p %d --scan --pattern '%s:denial_burst:[sw]:*' | wc -l",
                         port, w.name, port, w.name);
         if (!strcmp(out, "20\n20\n"))
             break;
@@ -654,8 +654,8 @@ END_TEST
  * same four bursts drained in batches of 2 with a checkpoint after every
  * batch (0), in batches of 2 with one interval longer than the drain (only
  * the final checkpoint of --drain), and in one batch: the last two send
- * the same checkpoint commands, the first several times more, and all
- * three find the same. */
+ * the same checkpoint commands, the first at least one more per batch, and
+ * all three find the same. */
 START_TEST(state_checkpoint_interval_coalesces_writes)
 {
     struct world w[3];
@@ -688,7 +688,13 @@ START_TEST(state_checkpoint_interval_coalesces_writes)
      * assignment, then every 10 s) adds a few more when a drain on a busy
      * machine takes longer than that */
     ck_assert_msg(labs(cmds[1] - cmds[2]) <= 8, "%ld vs %ld", cmds[1], cmds[2]);
-    ck_assert_msg(cmds[0] > 2 * cmds[1], "%ld vs %ld", cmds[0], cmds[1]);
+    /* and a checkpoint per batch at least one more per batch: each
+     * batch's runs written again (with a run's state as one string a write
+     * is one command: the fixed costs -- the index's check, the registry's
+     * reads -- no longer leave the total of the per-batch checkpoints at
+     * twice the interval's, as the sorted sets' four to six per write did) */
+    ck_assert_msg(cmds[0] - cmds[1] >= batches[0], "%ld vs %ld in %ld batches", cmds[0],
+                  cmds[1], batches[0]);
     assert_rows(w[1].dsn, BURSTS, "4\n");
     assert_same_findings(&w[0], &w[1]);
     assert_same_findings(&w[2], &w[1]);

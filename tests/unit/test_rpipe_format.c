@@ -61,11 +61,30 @@ START_TEST(rpipe_format_same_bytes_as_hiredis)
 }
 END_TEST
 
+/* Arguments with their lengths (a run's state as one string holds NUL
+ * bytes): the bytes hiredis writes for the same lengths. */
+START_TEST(rpipe_format_lens_is_binary_safe)
+{
+    const char blob[] = {1, 0, 5, '\r', '\n', 0, 0x7f};
+    const char *argv[] = {"SET", "st:rx:s:1:T:1:r", blob, "KEEPTTL"};
+    size_t lens[] = {3, strlen(argv[1]), sizeof(blob), 7};
+    char *want = NULL;
+    int wn = redisFormatCommandArgv(&want, 4, argv, lens);
+    struct st_buf b;
+    st_buf_init(&b);
+    ck_assert_uint_eq(st_rpipe_format_buf_lens(&b, 4, argv, lens), (size_t)wn);
+    ck_assert(memcmp(b.data, want, (size_t)wn) == 0);
+    st_buf_fini(&b);
+    redisFreeCommand(want);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("rpipe_format");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, rpipe_format_same_bytes_as_hiredis);
+    tcase_add_test(tc, rpipe_format_lens_is_binary_safe);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,141 @@
+/* runblob.c: the byte string of a run's state (see runblob.h). */
+#include "buf.h"
+#include "runblob.h"
+
+static void put_u(struct st_buf *b, uint64_t v)
+{
+    unsigned char out[10];
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (unsigned char)v;
+    st_buf_add(b, out, n);
+}
+
+/* zigzag: small magnitudes of either sign take few bytes */
+static void put_s(struct st_buf *b, int64_t v)
+{
+    put_u(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+void st_runblob_start(struct st_buf *b, int64_t *prev_ts)
+{
+    st_buf_reset(b);
+    st_buf_addc(b, (char)ST_RUNBLOB_VERSION);
+    *prev_ts = 0;
+}
+
+void st_runblob_count(struct st_buf *b, uint64_t n)
+{
+    put_u(b, n);
+}
+
+void st_runblob_member(struct st_buf *b, int64_t *prev_ts, int64_t ts, const char *key,
+                       size_t len)
+{
+    /* wraps like the reader's addition, so any pair of times round-trips */
+    put_s(b, (int64_t)((uint64_t)ts - (uint64_t)*prev_ts));
+    *prev_ts = ts;
+    put_u(b, len);
+    st_buf_add(b, key, len);
+}
+
+void st_runblob_episode(struct st_buf *b, const char id[32], int64_t first_us,
+                        int64_t last_us)
+{
+    st_buf_add(b, id, 32);
+    put_s(b, first_us);
+    put_s(b, (int64_t)((uint64_t)last_us - (uint64_t)first_us));
+}
+
+void st_runblob_bucket(struct st_buf *b, int64_t key, int64_t sum)
+{
+    put_s(b, key);
+    put_s(b, sum);
+}
+
+static int get_u(struct st_runblob_reader *r, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (r->p >= r->end)
+            return -1;
+        unsigned char c = *r->p++;
+        if (shift == 63 && c > 1)
+            return -1; /* more than 64 bits */
+        x |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int get_s(struct st_runblob_reader *r, int64_t *v)
+{
+    uint64_t u;
+    if (get_u(r, &u))
+        return -1;
+    *v = (int64_t)((u >> 1) ^ (0 - (u & 1)));
+    return 0;
+}
+
+int st_runblob_open(struct st_runblob_reader *r, const char *data, size_t len)
+{
+    r->p = (const unsigned char *)data;
+    r->end = r->p + len;
+    r->prev_ts = 0;
+    if (len < 1 || r->p[0] != ST_RUNBLOB_VERSION)
+        return -1;
+    r->p++;
+    return 0;
+}
+
+int st_runblob_get_count(struct st_runblob_reader *r, uint64_t *n)
+{
+    if (get_u(r, n) || *n > (uint64_t)(r->end - r->p))
+        return -1;
+    return 0;
+}
+
+int st_runblob_get_member(struct st_runblob_reader *r, int64_t *ts, const char **key,
+                          size_t *len)
+{
+    int64_t d;
+    uint64_t l;
+    if (get_s(r, &d) || get_u(r, &l) || l > (uint64_t)(r->end - r->p))
+        return -1;
+    r->prev_ts = (int64_t)((uint64_t)r->prev_ts + (uint64_t)d);
+    *ts = r->prev_ts;
+    *key = (const char *)r->p;
+    *len = (size_t)l;
+    r->p += l;
+    return 0;
+}
+
+int st_runblob_get_episode(struct st_runblob_reader *r, const char **id, int64_t *first_us,
+                           int64_t *last_us)
+{
+    int64_t d;
+    if (r->end - r->p < 32)
+        return -1;
+    *id = (const char *)r->p;
+    r->p += 32;
+    if (get_s(r, first_us) || get_s(r, &d))
+        return -1;
+    *last_us = (int64_t)((uint64_t)*first_us + (uint64_t)d);
+    return 0;
+}
+
+int st_runblob_get_bucket(struct st_runblob_reader *r, int64_t *key, int64_t *sum)
+{
+    return get_s(r, key) || get_s(r, sum) ? -1 : 0;
+}
+
+int st_runblob_close(const struct st_runblob_reader *r)
+{
+    return r->p == r->end ? 0 : -1;
+}

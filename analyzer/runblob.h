@@ -1,0 +1,60 @@
+/* runblob.h: a run's whole windowed state as one byte string, the value of
+ * its "s" key in Redis (runwin.c, detect.h).
+ *
+ * Our own format, version 1 (the first byte), every number a LEB128
+ * varint (signed ones zigzag-coded):
+ *   0x01
+ *   count of members, then per member, sorted by (time, member):
+ *     time (signed; the first absolute, the others the difference from the
+ *     previous one), member length, member bytes ("source\x1fevent_id\x1fpayload")
+ *   count of episodes, then per episode: 32 bytes of id, first (signed),
+ *     last - first (signed)
+ *   count of buckets, then per bucket: bucket (signed), sum (signed)
+ * and nothing after. The bytes may hold NUL: they go to Redis with their
+ * length (st_checkpoint_cmd_lens).
+ *
+ * Writing cannot fail. Reading checks every length against the bytes
+ * left and reports a string that is not exactly this (another version, a
+ * truncation, bytes after the end) as malformed: -1, nothing more. */
+#ifndef ST_RUNBLOB_H
+#define ST_RUNBLOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct st_buf;
+
+#define ST_RUNBLOB_VERSION 1
+
+/* Writing: the caller appends, in this order, the version (start), the
+ * member count and each member, the episode count and each episode, the
+ * bucket count and each bucket. *prev_ts carries the previous member's
+ * time (start sets it). */
+void st_runblob_start(struct st_buf *b, int64_t *prev_ts);
+void st_runblob_count(struct st_buf *b, uint64_t n);
+void st_runblob_member(struct st_buf *b, int64_t *prev_ts, int64_t ts, const char *key,
+                       size_t len);
+void st_runblob_episode(struct st_buf *b, const char id[32], int64_t first_us,
+                        int64_t last_us);
+void st_runblob_bucket(struct st_buf *b, int64_t key, int64_t sum);
+
+/* Reading, in the same order. Each call returns 0, or -1 when the bytes
+ * are not what it reads (the reader is then of no further use). Nothing
+ * is copied: keys point into the bytes read. */
+struct st_runblob_reader {
+    const unsigned char *p, *end;
+    int64_t prev_ts;
+};
+int st_runblob_open(struct st_runblob_reader *r, const char *data, size_t len);
+/* a count is also checked against the bytes left (each item takes one at
+ * least), so that a caller may size an array by it */
+int st_runblob_get_count(struct st_runblob_reader *r, uint64_t *n);
+int st_runblob_get_member(struct st_runblob_reader *r, int64_t *ts, const char **key,
+                          size_t *len);
+int st_runblob_get_episode(struct st_runblob_reader *r, const char **id, int64_t *first_us,
+                           int64_t *last_us);
+int st_runblob_get_bucket(struct st_runblob_reader *r, int64_t *key, int64_t *sum);
+/* 0 when every byte was read */
+int st_runblob_close(const struct st_runblob_reader *r);
+
+#endif
