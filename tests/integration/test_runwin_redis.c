@@ -16,7 +16,11 @@
  * sorted set and hashes: members of BIG bytes make a run large). Then the
  * string layout itself (session 5): one command per write with a TTL, a
  * run crossing the size limit both ways (a crash after each switch), a
- * state of the previous version's layout loaded, a malformed string. */
+ * state of the previous version's layout loaded, a malformed string.
+ * Then what a review of it found untested (each of these failed with the
+ * change it tests taken out): a refusal inside EXEC fails the exec, a
+ * switch of layout is all or nothing, both layouts load as their union;
+ * and the forced flush runs in both layouts. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,7 +410,8 @@ static size_t late_window_held(int reload)
 static size_t late_window_flushed(int reload)
 {
     char prefix[64];
-    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_f%d:", (int)getpid(), reload);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_f%d%s:", (int)getpid(), reload,
+             payload == big_payload ? "b" : "");
     int64_t T = 1700000000000000LL;
     struct st_rpipe *p = late_open(prefix, 600, "rf");
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
@@ -424,6 +429,7 @@ static size_t late_window_flushed(int reload)
 
 START_TEST(runwin_forced_flush_sends_the_trims_its_commit_allows)
 {
+    use_payload(_i); /* (it ran with whichever payload the test before left) */
     size_t held = late_window_flushed(0), rel = late_window_flushed(1);
     fprintf(stderr, "late event's window after a forced flush: %zu held, %zu reloaded\n",
             held, rel);
@@ -766,6 +772,238 @@ START_TEST(runwin_malformed_string_is_ignored_and_counted)
 }
 END_TEST
 
+
+/* --- found by the review of the string layout (2026-12-01) ------------- */
+
+/* st_rpipe_exec: a command Redis queued in a MULTI and refused when EXEC
+ * ran it (WRONGTYPE) comes back as an error element of EXEC's array: the
+ * exec fails, as for a command refused outside a MULTI, so that a
+ * checkpoint with a layout switch in it is retried; an array reply of
+ * another command is not read as one, and the connection works again
+ * after. */
+START_TEST(rpipe_refusal_inside_exec_fails_the_exec)
+{
+    char err[256], k[96], k2[96], z[96];
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_ptr_nonnull(url);
+    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    snprintf(k, sizeof(k), "st_runwin_redis_%d_ex:k", (int)getpid());
+    snprintf(k2, sizeof(k2), "st_runwin_redis_%d_ex:k2", (int)getpid());
+    snprintf(z, sizeof(z), "st_runwin_redis_%d_ex:z", (int)getpid());
+    const char *set[] = {"SET", k, "x"}, *multi[] = {"MULTI"}, *lpush[] = {"LPUSH", k, "a"},
+               *set2[] = {"SET", k2, "y"}, *exec[] = {"EXEC"};
+    st_rpipe_cmd(p, NULL, NULL, 3, set);
+    st_rpipe_cmd(p, NULL, NULL, 1, multi);
+    st_rpipe_cmd(p, NULL, NULL, 3, lpush);
+    st_rpipe_cmd(p, NULL, NULL, 3, set2);
+    st_rpipe_cmd(p, NULL, NULL, 1, exec);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "WRONGTYPE") != NULL, "%s", err);
+    const char *zadd[] = {"ZADD", z, "1", "a"},
+               *zr[] = {"ZRANGE", z, "0", "-1", "WITHSCORES"};
+    st_rpipe_cmd(p, NULL, NULL, 4, zadd);
+    st_rpipe_cmd(p, NULL, NULL, 5, zr);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    const char *del[] = {"DEL", k, k2, z};
+    st_rpipe_cmd(p, NULL, NULL, 4, del);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    st_rpipe_destroy(p);
+}
+END_TEST
+
+/* One batch of one event whose checkpoint runs on p with key WATCHed and
+ * written by another connection first: Redis then runs no command of the
+ * checkpoint's MULTI (EXEC's reply is nil), as a crash between the
+ * MULTI's commands would leave none of them applied. */
+static void batch_aborted(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
+                          const char *id, int64_t ts, const char *key)
+{
+    char err[256];
+    struct st_event ev = {0};
+    ev.event_id = id;
+    ev.ts_us = ts;
+    ev.source_name = "s";
+    ev.task_id = "task";
+    ev.run_id = "run";
+    struct st_checkpoint *ck = st_checkpoint_new();
+    ctx->ckpt = ck;
+    ctx->late = 0;
+    ctx->seq = seq;
+    st_runwin_begin(w, 1);
+    st_runwin_prefetch(w, ctx, &ev);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    int episode = 1;
+    st_runwin_feed(w, ctx, &ev, payload, 0, open_episode, &episode);
+    st_runwin_end_batch(w, ctx);
+    const char *watch[] = {"WATCH", key};
+    st_rpipe_cmd(p, NULL, NULL, 2, watch);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    struct st_rpipe *other = st_rpipe_new(getenv("SANDTRAIL_REDIS_URL"), NULL, err,
+                                          sizeof(err));
+    ck_assert_msg(other != NULL, "%s", err);
+    const char *touch[] = {"EXPIRE", key, "86400"};
+    st_rpipe_cmd(other, NULL, NULL, 3, touch);
+    ck_assert_int_eq(st_rpipe_exec(other, err, sizeof(err)), 0);
+    st_rpipe_destroy(other);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+}
+
+/* A run's switch of layout is one transaction: every command of it (the
+ * whole state in the new layout, the DEL of the old keys) inside the
+ * MULTI, so that Redis applies all or none. Shown by a MULTI Redis runs
+ * none of (batch_aborted): the old layout must be left whole, both ways.
+ * (Found by a review: the other tests passed with the MULTI and EXEC
+ * taken out, each switch then a DEL beside writes that a crash between
+ * could separate.) */
+START_TEST(runwin_layout_switch_is_all_or_nothing)
+{
+    char prefix[64], lay[8];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_sw:", (int)getpid());
+    memset(kb_payload, 'k', 900);
+    payload = kb_payload;
+    struct st_rpipe *p = late_open(prefix, 600, "rs");
+    st_runwin_destroy(w);
+    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
+    w = st_runwin_new(&conf, "rs", win, keep, ST_RUNWIN_EPISODES, 0);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    char *skey = st_detect_key(&conf, "rs", "s", "task", "run");
+    char *wkey = st_detect_key(&conf, "rs", "w", "task", "run");
+    const char *zcard[] = {"ZCARD", wkey};
+    const char *ids[] = {"e1", "e2", "e3", "e4"};
+    for (int i = 0; i < 4; i++)
+        batch(p, &ctx, (uint64_t)i + 1, ids[i], T + i * 1000000LL, 0, 1);
+    layout_of(p, "rs", lay);
+    ck_assert_str_eq(lay, "1 0 0");
+    /* up: past 4 KB, the string to the sorted set and hash; none of it runs */
+    batch_aborted(p, &ctx, 5, "e5", T + 4000000LL, skey);
+    layout_of(p, "rs", lay);
+    ck_assert_str_eq(lay, "1 0 0");
+    ck_assert_int_eq(blob_members(p, "rs"), 4);
+    drop_run(p, "rs");
+
+    /* down: the same up to the sorted set and hash, then a trim to two
+     * members, the switch back to a string; none of it runs */
+    st_runwin_destroy(w);
+    w = st_runwin_new(&conf, "rs", win, keep, ST_RUNWIN_EPISODES, 0);
+    for (int i = 0; i < 4; i++)
+        batch(p, &ctx, (uint64_t)i + 1, ids[i], T + i * 1000000LL, 0, 1);
+    batch(p, &ctx, 5, "e5", T + 4000000LL, 0, 1);
+    batch(p, &ctx, 6, "e6", T + 600000000LL, 0, 1); /* then e1..e5 trimmed */
+    layout_of(p, "rs", lay);
+    ck_assert_str_eq(lay, "0 1 1");
+    ck_assert_int_eq(redis_int(p, 2, zcard), 6);
+    batch_aborted(p, &ctx, 7, "e7", T + 601000000LL, wkey);
+    layout_of(p, "rs", lay);
+    ck_assert_str_eq(lay, "0 1 1");
+    ck_assert_int_eq(redis_int(p, 2, zcard), 6);
+    free(skey);
+    free(wkey);
+    drop_run(p, "rs");
+    late_close(p, "rs");
+}
+END_TEST
+
+/* The episodes of the run's string: *n their count, the first one's
+ * times */
+static void blob_episodes(struct st_rpipe *p, const char *name, uint64_t *n, int64_t *first,
+                          int64_t *last)
+{
+    char err[256];
+    char *k = st_detect_key(&conf, name, "s", "task", "run");
+    const char *get[] = {"GET", k};
+    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    free(k);
+    ck_assert(!str_nil);
+    struct st_runblob_reader rd;
+    uint64_t m;
+    ck_assert_int_eq(st_runblob_open(&rd, str_reply.data, str_reply.len), 0);
+    ck_assert_int_eq(st_runblob_get_count(&rd, &m), 0);
+    for (uint64_t i = 0; i < m; i++) {
+        int64_t ts;
+        const char *key;
+        size_t kl;
+        ck_assert_int_eq(st_runblob_get_member(&rd, &ts, &key, &kl), 0);
+    }
+    ck_assert_int_eq(st_runblob_get_count(&rd, n), 0);
+    for (uint64_t i = 0; i < *n; i++) {
+        const char *id;
+        int64_t f, l;
+        ck_assert_int_eq(st_runblob_get_episode(&rd, &id, &f, &l), 0);
+        if (i == 0) {
+            *first = f;
+            *last = l;
+        }
+    }
+}
+
+/* Both layouts in Redis (written by hand here; by two versions at once in
+ * a deployment): the load takes their union -- a member in both once, an
+ * episode in both once, spanning both copies -- and the next write leaves
+ * one string holding it. (Found by a review: the other tests passed with
+ * the episodes' union taken out, which left the episode twice.) */
+START_TEST(runwin_both_layouts_load_as_their_union)
+{
+    char prefix[64], err[256], lay[8];
+    use_payload(0);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_un:", (int)getpid());
+    struct st_rpipe *p = late_open(prefix, 600, "ru");
+    st_runwin_destroy(w);
+    int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
+    w = st_runwin_new(&conf, "ru", win, keep, ST_RUNWIN_EPISODES, 0);
+    const char *id = "0123456789abcdef0123456789abcdef";
+    struct st_buf b;
+    st_buf_init(&b);
+    int64_t prev;
+    st_runblob_start(&b, &prev);
+    st_runblob_count(&b, 1);
+    st_runblob_member(&b, &prev, T, "s\x1f" "e1\x1f{}", 7);
+    st_runblob_count(&b, 1);
+    st_runblob_episode(&b, id, T, T);
+    st_runblob_count(&b, 0);
+    char *skey = st_detect_key(&conf, "ru", "s", "task", "run");
+    char *wkey = st_detect_key(&conf, "ru", "w", "task", "run");
+    char *ekey = st_detect_key(&conf, "ru", "eps", "task", "run");
+    const char *set[] = {"SET", skey, b.data};
+    size_t lens[] = {3, strlen(skey), b.len};
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_checkpoint_cmd_lens(ck, 3, set, lens);
+    char t0[32], t1[32], ep[64];
+    snprintf(t0, sizeof(t0), "%lld", (long long)T);
+    snprintf(t1, sizeof(t1), "%lld", (long long)(T + 1000000));
+    snprintf(ep, sizeof(ep), "%lld %lld", (long long)T, (long long)(T + 1000000));
+    const char *zadd[] = {"ZADD", wkey, t0, "s\x1f" "e1\x1f{}", t1, "s\x1f" "e2\x1f{}"};
+    const char *hset[] = {"HSET", ekey, id, ep};
+    st_checkpoint_cmd(ck, 6, zadd);
+    st_checkpoint_cmd(ck, 4, hset);
+    ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
+    st_checkpoint_destroy(ck);
+    layout_of(p, "ru", lay);
+    ck_assert_str_eq(lay, "1 1 1");
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    batch(p, &ctx, 1, "e3", T + 2000000, 0, 2);
+    fprintf(stderr, "both layouts, loaded:\n%s", sig.data);
+    ck_assert_uint_eq(seen_n, 3); /* e1 (in both), e2, e3 */
+    ck_assert_str_eq(last_episode, id);
+    layout_of(p, "ru", lay);
+    ck_assert_str_eq(lay, "1 0 0");
+    uint64_t n = 0;
+    int64_t first = 0, last = 0;
+    blob_episodes(p, "ru", &n, &first, &last);
+    ck_assert_uint_eq(n, 1);
+    ck_assert(first == T);
+    ck_assert(last == T + 2000000);
+    st_buf_fini(&b);
+    free(skey);
+    free(wkey);
+    free(ekey);
+    drop_run(p, "ru");
+    late_close(p, "ru");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runwin_redis");
@@ -775,11 +1013,14 @@ int main(void)
     tcase_add_loop_test(tc, runwin_reloaded_run_gives_a_late_event_the_same_window, 0, 2);
     tcase_add_loop_test(tc, runwin_pending_writes_survive_eviction_and_revoke, 0, 2);
     tcase_add_loop_test(tc, runwin_held_trim_goes_before_a_write_it_would_delete, 0, 2);
-    tcase_add_test(tc, runwin_forced_flush_sends_the_trims_its_commit_allows);
+    tcase_add_loop_test(tc, runwin_forced_flush_sends_the_trims_its_commit_allows, 0, 2);
     tcase_add_test(tc, runwin_small_run_is_one_string);
     tcase_add_loop_test(tc, runwin_run_crosses_the_size_limit_both_ways, 0, 3);
     tcase_add_test(tc, runwin_previous_layout_loads);
     tcase_add_loop_test(tc, runwin_malformed_string_is_ignored_and_counted, 0, 4);
+    tcase_add_test(tc, rpipe_refusal_inside_exec_fails_the_exec);
+    tcase_add_test(tc, runwin_layout_switch_is_all_or_nothing);
+    tcase_add_test(tc, runwin_both_layouts_load_as_their_union);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

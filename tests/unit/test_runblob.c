@@ -114,12 +114,53 @@ START_TEST(runblob_refuses_what_is_not_exactly_one)
 }
 END_TEST
 
+/* Each read checks what it reads against the bytes left, by itself (not
+ * only the close at the end): a caller sizes by a count, and reads a
+ * member's bytes, as soon as the call returns. Found by a review: the
+ * refusals above still held with any one of these checks taken out (a
+ * later read or the close refused instead). */
+START_TEST(runblob_each_read_checks_its_bounds)
+{
+    struct st_runblob_reader r;
+    uint64_t n;
+    int64_t ts, first, last;
+    const char *k;
+    size_t kl;
+    /* a count of 65535 with no byte left */
+    const char huge[] = {1, (char)0xff, (char)0xff, 0x03};
+    ck_assert_int_eq(st_runblob_open(&r, huge, sizeof(huge)), 0);
+    ck_assert_int_eq(st_runblob_get_count(&r, &n), -1);
+    /* a varint of ten bytes whose last one has more than the 64th bit */
+    const char wide[] = {1, (char)0x80, (char)0x80, (char)0x80, (char)0x80, (char)0x80,
+                         (char)0x80, (char)0x80, (char)0x80, (char)0x80, 0x02};
+    ck_assert_int_eq(st_runblob_open(&r, wide, sizeof(wide)), 0);
+    ck_assert_int_eq(st_runblob_get_count(&r, &n), -1);
+    /* the same with the 64th bit only: 2^63, then too large a count */
+    const char top[] = {1, (char)0x80, (char)0x80, (char)0x80, (char)0x80, (char)0x80,
+                        (char)0x80, (char)0x80, (char)0x80, (char)0x80, 0x01};
+    ck_assert_int_eq(st_runblob_open(&r, top, sizeof(top)), 0);
+    ck_assert_int_eq(st_runblob_get_count(&r, &n), -1);
+    /* one member of 100 bytes with 2 left */
+    const char cut[] = {1, 1, 0, 100, 'a', 'b'};
+    ck_assert_int_eq(st_runblob_open(&r, cut, sizeof(cut)), 0);
+    ck_assert_int_eq(st_runblob_get_count(&r, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(st_runblob_get_member(&r, &ts, &k, &kl), -1);
+    /* one episode of 31 bytes */
+    char ep[2 + 31 + 2] = {1, 1};
+    ck_assert_int_eq(st_runblob_open(&r, ep, 2 + 31), 0);
+    ck_assert_int_eq(st_runblob_get_count(&r, &n), 0);
+    ck_assert_int_eq(st_runblob_get_episode(&r, &k, &first, &last), -1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runblob");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, runblob_reads_back_what_it_wrote);
     tcase_add_test(tc, runblob_refuses_what_is_not_exactly_one);
+    tcase_add_test(tc, runblob_each_read_checks_its_bounds);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
