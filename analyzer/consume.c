@@ -52,14 +52,15 @@ static void parts_add(struct st_consumer *c, const rd_kafka_topic_partition_list
     }
 }
 
-static void parts_remove(struct st_consumer *c, const rd_kafka_topic_partition_list_t *l)
+static void parts_remove(struct st_consumer *c, const rd_kafka_topic_partition_list_t *l,
+                         int lost)
 {
     for (int i = 0; i < l->cnt; i++) {
         struct part_state *p = part_find(c, l->elems[i].topic, l->elems[i].partition);
         if (!p)
             continue;
         if (c->revoke_cb)
-            c->revoke_cb(p->partition, c->revoke_arg);
+            c->revoke_cb(p->partition, lost, c->revoke_arg);
         free(p->topic);
         *p = c->parts[--c->nparts];
     }
@@ -115,8 +116,14 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     } else {
         /* Messages of a revoked partition already in the batch being
          * polled are dropped by st_consumer_poll_batch (revokes counts). */
-        st_info("revoked %d partition(s)", parts->cnt);
-        parts_remove(c, parts);
+        int lost = rd_kafka_assignment_lost(rk);
+        if (lost)
+            st_error("lost %d partition(s): out of the group longer than "
+                     "kafka.session.timeout.ms, another analyzer may own them",
+                     parts->cnt);
+        else
+            st_info("revoked %d partition(s)", parts->cnt);
+        parts_remove(c, parts, lost);
         c->revokes++;
         if (cooperative)
             rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
@@ -203,6 +210,11 @@ void st_consumer_destroy(struct st_consumer *c)
         free(c->parts[i].topic);
     free(c->topic);
     free(c);
+}
+
+int st_consumer_assignment_lost(struct st_consumer *c)
+{
+    return rd_kafka_assignment_lost(c->rk);
 }
 
 void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg)

@@ -35,9 +35,17 @@ int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
                        const int64_t *offsets, int n);
 
 /* Called, inside st_consumer_poll_batch, for each partition taken away;
- * that batch then holds none of its messages. */
-typedef void (*st_consumer_revoke_cb)(int32_t partition, void *arg);
+ * that batch then holds none of its messages. lost: the assignment was
+ * lost, not handed back (this consumer was out of its group longer than
+ * kafka.session.timeout.ms): another consumer may own the partition
+ * already, so nothing of it may be written or committed any more. */
+typedef void (*st_consumer_revoke_cb)(int32_t partition, int lost, void *arg);
 void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg);
+
+/* 1 once librdkafka considers the assignment lost (see
+ * st_consumer_revoke_cb), until the next assignment. Any thread: the
+ * store's committer asks it before each checkpoint. */
+int st_consumer_assignment_lost(struct st_consumer *c);
 
 /* The partitions currently assigned; returns their count (at most max). */
 int st_consumer_partitions(const struct st_consumer *c, int32_t *out, int max);

@@ -563,6 +563,12 @@ static int store_checkpoint(void *arg, const struct st_store_batch *b, char *err
     const struct slot *sl = slot_of(a, b);
     if (st_checkpoint_len(sl->ckpt) == 0)
         return 0; /* a batch without a checkpoint (state.checkpoint_ms) */
+    if (st_consumer_assignment_lost(a->consumer)) {
+        stop = 1; /* the store gives up: nothing of this batch is committed */
+        snprintf(errstr, errsz, "the partitions were lost: the detectors' checkpoint is "
+                                "not written, another analyzer may own their runs");
+        return -1;
+    }
     int64_t t0 = st_time_mono_us();
     int rc = st_checkpoint_exec(sl->ckpt, a->store_redis, errstr, errsz);
     st_metric_observe(a->m_ckpt_s, (double)(st_time_mono_us() - t0) / 1e6);
@@ -848,10 +854,27 @@ static int batch_done(struct analyzer *a)
  * and the offsets committed (detectors_flush), while the partition is
  * still ours, so that every offset we had is either committed by us with
  * its state in Redis or redone by the next owner, and nothing we forget
- * below is missing from Redis. */
-static void on_revoke(int32_t partition, void *arg)
+ * below is missing from Redis.
+ *
+ * A lost assignment is different: this analyzer was out of its group
+ * longer than kafka.session.timeout.ms (stopped, starved, cut off), and
+ * another one may own the partition already and have written the runs'
+ * state since -- a checkpoint of ours would replace a small run's string
+ * with our older one. So nothing is written: no flush, and the checkpoints
+ * of batches in flight refuse too (store_checkpoint); the analyzer stops
+ * with status 1 as after a crash, and the owner redoes what we did not
+ * commit. (A checkpoint the committer was already sending when the loss
+ * happened still lands: Redis knows no owner to refuse it; the window is
+ * the one batch in flight when the process was stopped.) */
+static void on_revoke(int32_t partition, int lost, void *arg)
 {
     struct analyzer *a = arg;
+    if (lost) {
+        a->gave_up = 1; /* run() ends with status 1 */
+        stop = 1;       /* the store gives up retrying what refuses */
+        st_reorder_drop(a->reorder, partition);
+        return;
+    }
     while (st_store_busy(a->store))
         if (batch_done(a))
             a->gave_up = 1; /* run() ends with status 1 */

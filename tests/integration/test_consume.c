@@ -30,9 +30,10 @@ static struct world w;
 static atomic_int b_assigned;
 static int revoked_a;
 
-static void on_revoke_a(int32_t partition, void *arg)
+static void on_revoke_a(int32_t partition, int lost, void *arg)
 {
     (void)partition;
+    (void)lost;
     (void)arg;
     revoked_a++;
 }
