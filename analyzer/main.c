@@ -125,6 +125,14 @@ static const struct st_conf_prop analyzer_props[] = {
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"batch.max_events", NULL, ST_CONF_INT, A(batch_max_events), 1, 100000, "1000",
      "most events processed in one transaction"},
+    {"batch.behind_events", NULL, ST_CONF_INT, A(batch_behind_events), 1, 100000, "10000",
+     "most events in one transaction while the analyzer is behind: a batch that "
+     "fills batch.max_events while at least as many more wait in its partitions "
+     "goes on up to this many (fewer, larger transactions while catching up; a "
+     "caught-up batch still closes at batch.max_events or batch.max_ms). At most "
+     "this many messages, and their rows, are held per batch, three batches at a "
+     "time (at or below batch.max_events: off; docs/architecture.md, \"The "
+     "writer's transaction\")"},
     {"batch.max_ms", NULL, ST_CONF_INT, A(batch_max_ms), 1, 60000, "200",
      "longest wait to fill a batch"},
     {"drain.assign_timeout_ms", NULL, ST_CONF_INT, A(assign_timeout_ms), 1000,
@@ -864,6 +872,7 @@ static void on_revoke(int32_t partition, void *arg)
 static int run(struct analyzer *a, int drain)
 {
     int max = (int)a->conf.batch_max_events;
+    int behind = (int)a->conf.batch_behind_events;
     int64_t start = st_time_mono_ms();
     int64_t idle_ms = drain ? 0 : a->conf.lateness_s * 1000;
     int rc = 0, failed = 0;
@@ -875,7 +884,8 @@ static int run(struct analyzer *a, int drain)
             reload(&a->conf);
         struct slot *sl = &a->slots[a->fill];
         struct st_store_batch *b = sl->b;
-        int n = st_consumer_poll_batch(a->consumer, b->msgs, max, (int)a->conf.batch_max_ms);
+        int n = st_consumer_poll_batch(a->consumer, b->msgs, max, behind,
+                                      (int)a->conf.batch_max_ms);
         if (n < 0) {
             rc = -1;
             break;
@@ -1025,6 +1035,7 @@ int main(int argc, char **argv)
     if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, analyzer_extra,
                      &a.conf, errstr, sizeof(errstr)))
         goto conf_error;
+    a.conf.drain = drain;
     if (a.conf.state_evict_s >= a.conf.state_ttl_s) {
         /* memory would hold state whose Redis keys expired, and write back
          * only what changed: Redis would keep a part of it */
@@ -1116,8 +1127,12 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    /* a batch grows to batch.behind_events while behind (consume.h) */
+    int64_t most = a.conf.batch_behind_events > a.conf.batch_max_events
+                       ? a.conf.batch_behind_events
+                       : a.conf.batch_max_events;
     for (int i = 0; i < NSLOTS; i++) {
-        a.slots[i].b = st_store_batch_new(a.sink, (int)a.conf.batch_max_events);
+        a.slots[i].b = st_store_batch_new(a.sink, (int)most);
         a.slots[i].ckpt = st_checkpoint_new();
     }
     a.flush_ckpt = st_checkpoint_new();
