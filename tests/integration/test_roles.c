@@ -280,6 +280,8 @@ START_TEST(roles_store_behind_writes_fewer_larger_transactions)
     snprintf(large.topic, sizeof(large.topic), "%s", ref.topic);
     long nsmall = store_batches(&small, "-X batch.behind_events=100");
     long nlarge = store_batches(&large, "");
+    fprintf(stderr, "store role behind: %ld transactions, %ld with batch.behind_events=100\n",
+            nlarge, nsmall);
     ck_assert_msg(nsmall >= 30, "batch.behind_events=100: %ld transactions", nsmall);
     ck_assert_msg(nlarge >= 1 && nlarge <= 3, "batch.behind_events by role: %ld transactions",
                   nlarge);
