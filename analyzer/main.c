@@ -127,7 +127,7 @@ static const struct st_conf_prop analyzer_props[] = {
     {"metrics.listen", "SANDTRAIL_ANALYZER_METRICS", ST_CONF_STR, A(metrics_listen), 0,
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"batch.max_events", NULL, ST_CONF_INT, A(batch_max_events), 1, 100000, "1000",
-     "most events processed in one transaction"},
+     "most events processed in one transaction (while behind: batch.behind_events)"},
     {"batch.behind_events", NULL, ST_CONF_INT, A(batch_behind_events), 0, 100000, "0",
      "most events in one transaction while the analyzer is behind: a batch that "
      "fills batch.max_events while at least as many more wait in its partitions "
@@ -136,8 +136,8 @@ static const struct st_conf_prop analyzer_props[] = {
      "batches are held at a time, each with up to this many messages and their rows. "
      "0: by role, 10000 for analyzer.role=store; for all and detect batch.max_events "
      "(off), as their batches also hold each event parsed until it is stored (about "
-     "4 KB an event). At or below batch.max_events: off (docs/architecture.md, \"The "
-     "writer's transaction\")"},
+     "4 KB an event). At or below batch.max_events: off (docs/architecture.md, "
+     "\"Larger transactions while behind\")"},
     {"batch.max_ms", NULL, ST_CONF_INT, A(batch_max_ms), 1, 60000, "200",
      "longest wait to fill a batch"},
     {"drain.assign_timeout_ms", NULL, ST_CONF_INT, A(assign_timeout_ms), 1000,
