@@ -11,11 +11,13 @@
 #include "timeutil.h"
 
 #define MAX_PARTS 1024
+#define ST_DRAIN_FETCH_WAIT_MS "10"
 
 struct part_state {
     char *topic;
     int32_t partition;
     int at_end;
+    int64_t next; /* the offset after the last message polled; -1 none yet */
 };
 
 struct st_consumer {
@@ -48,6 +50,7 @@ static void parts_add(struct st_consumer *c, const rd_kafka_topic_partition_list
         c->parts[c->nparts].topic = st_strdup(l->elems[i].topic);
         c->parts[c->nparts].partition = l->elems[i].partition;
         c->parts[c->nparts].at_end = 0;
+        c->parts[c->nparts].next = -1;
         c->nparts++;
     }
 }
@@ -148,7 +151,16 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
         free(c);
         return NULL;
     }
-    if (st_kafka_props_apply(kc, &conf->kafka, errstr, errsz) ||
+    /* --drain ends on each partition's end-of-partition event, which
+     * comes with the answer to a fetch at the partition's end: the broker
+     * holds that fetch fetch.wait.max.ms (500 ms by default) for data that
+     * never comes. Draining, it answers after 10 ms: the drain's end comes
+     * that much sooner, for more empty fetches while some partition is at
+     * its end and another is not (docs/architecture.md, "The end of
+     * --drain"). A kafka.rdkafka.fetch.wait.max.ms still wins. */
+    if ((conf->drain && st_kafka_conf_set(kc, "fetch.wait.max.ms", ST_DRAIN_FETCH_WAIT_MS,
+                                          errstr, errsz)) ||
+        st_kafka_props_apply(kc, &conf->kafka, errstr, errsz) ||
         st_kafka_conf_set(kc, "group.id", conf->group, errstr, errsz) ||
         st_kafka_conf_set(kc, "enable.auto.commit", "false", errstr, errsz) ||
         st_kafka_conf_set(kc, "auto.offset.reset", "earliest", errstr, errsz) ||
@@ -252,13 +264,19 @@ static int drop_revoked(struct st_consumer *c, rd_kafka_message_t **msgs, int n)
  * would be detected here after the revoke, and the next checkpoint would
  * write absolute values over state the new owner writes. */
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
-                           int max, int timeout_ms)
+                           int max, int behind_max, int timeout_ms)
 {
     int64_t deadline = st_time_mono_ms() + timeout_ms;
     int n = 0;
     unsigned revokes = c->revokes;
 
-    while (n < max) {
+    for (;;) {
+        /* full: behind (another full batch already waits in Kafka), it
+         * grows once, up to behind_max */
+        if (n >= max && (behind_max <= max || st_consumer_backlog(c) < max))
+            break;
+        if (n >= max)
+            max = behind_max;
         int64_t left = deadline - st_time_mono_ms();
         if (left < 0)
             left = 0;
@@ -296,6 +314,7 @@ int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
             continue;
         }
         p->at_end = 0;
+        p->next = m->offset + 1;
         msgs[n++] = m;
     }
     return n;
@@ -330,6 +349,21 @@ int st_consumer_drained(const struct st_consumer *c)
         if (!c->parts[i].at_end)
             return 0;
     return 1;
+}
+
+int64_t st_consumer_backlog(const struct st_consumer *c)
+{
+    int64_t total = 0, lo, hi;
+    for (int i = 0; i < c->nparts; i++) {
+        const struct part_state *p = &c->parts[i];
+        /* the high watermark as of the last fetch response (no request) */
+        if (p->next < 0 ||
+            rd_kafka_get_watermark_offsets(c->rk, p->topic, p->partition, &lo, &hi) ||
+            hi <= p->next)
+            continue;
+        total += hi - p->next;
+    }
+    return total;
 }
 
 int st_consumer_assigned(const struct st_consumer *c)

@@ -22,11 +22,15 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
  * NULL. */
 void st_consumer_destroy(struct st_consumer *c);
 
-/* Fills msgs with up to max messages, waiting at most timeout_ms in all.
- * The caller destroys each message with rd_kafka_message_destroy. Returns
- * the count, or -1 on a fatal consumer error. */
+/* Fills msgs with up to max messages, waiting at most timeout_ms in all;
+ * when max are polled and at least max more wait in the assigned
+ * partitions (st_consumer_backlog: the consumer is behind), goes on up to
+ * behind_max (msgs holds that many; behind_max <= max: never). A caught-up
+ * consumer returns what it has at once. The caller destroys each message
+ * with rd_kafka_message_destroy. Returns the count, or -1 on a fatal
+ * consumer error. */
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
-                           int max, int timeout_ms);
+                           int max, int behind_max, int timeout_ms);
 
 /* Commits, synchronously, offsets[i] for partitions[i] of the subscribed
  * topic (entries with a negative offset are skipped). Returns 0, or -1 (the
@@ -53,6 +57,11 @@ int st_consumer_partitions(const struct st_consumer *c, int32_t *out, int max);
 /* Messages in partition after offset, from the high watermark the last
  * fetch saw (no round trip); -1 when unknown. */
 int64_t st_consumer_lag(const struct st_consumer *c, int32_t partition, int64_t offset);
+
+/* Messages waiting in the assigned partitions after the last one polled
+ * from each, from the high watermarks the last fetches saw (no round trip;
+ * a partition nothing was polled from yet counts none). */
+int64_t st_consumer_backlog(const struct st_consumer *c);
 
 /* 1 when partitions are assigned and each has reached its end. */
 int st_consumer_drained(const struct st_consumer *c);

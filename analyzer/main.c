@@ -65,6 +65,9 @@
 
 #define A(field) offsetof(struct st_analyzer_conf, field)
 
+/* batch.behind_events of analyzer.role=store when unset (0) */
+#define ST_STORE_BEHIND_EVENTS 10000
+
 static const struct st_conf_prop analyzer_props[] = {
     {"analyzer.role", "SANDTRAIL_ANALYZER_ROLE", ST_CONF_STR, A(role_name), 0, 0, "all",
      "all: store every event and detect, in one transaction per batch; store: "
@@ -124,7 +127,17 @@ static const struct st_conf_prop analyzer_props[] = {
     {"metrics.listen", "SANDTRAIL_ANALYZER_METRICS", ST_CONF_STR, A(metrics_listen), 0,
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"batch.max_events", NULL, ST_CONF_INT, A(batch_max_events), 1, 100000, "1000",
-     "most events processed in one transaction"},
+     "most events processed in one transaction (while behind: batch.behind_events)"},
+    {"batch.behind_events", NULL, ST_CONF_INT, A(batch_behind_events), 0, 100000, "0",
+     "most events in one transaction while the analyzer is behind: a batch that "
+     "fills batch.max_events while at least as many more wait in its partitions "
+     "goes on up to this many (fewer, larger transactions while catching up; a "
+     "caught-up batch still closes at batch.max_events or batch.max_ms). Up to three "
+     "batches are held at a time, each with up to this many messages and their rows. "
+     "0: by role, 10000 for analyzer.role=store; for all and detect batch.max_events "
+     "(off), as their batches also hold each event parsed until it is stored (about "
+     "4 KB an event). At or below batch.max_events: off (docs/architecture.md, "
+     "\"Larger transactions while behind\")"},
     {"batch.max_ms", NULL, ST_CONF_INT, A(batch_max_ms), 1, 60000, "200",
      "longest wait to fill a batch"},
     {"drain.assign_timeout_ms", NULL, ST_CONF_INT, A(assign_timeout_ms), 1000,
@@ -224,6 +237,17 @@ static const struct st_conf_prop analyzer_props[] = {
 };
 
 static volatile sig_atomic_t stop;
+
+/* The most events of a batch polled while behind (batch.behind_events, 0
+ * resolved by role), never below batch.max_events. The configuration keeps
+ * the 0 (a reload compares it as given). */
+static int batch_most(const struct st_analyzer_conf *c)
+{
+    int64_t behind = c->batch_behind_events;
+    if (behind == 0)
+        behind = c->role == ST_ROLE_STORE ? ST_STORE_BEHIND_EVENTS : c->batch_max_events;
+    return (int)(behind > c->batch_max_events ? behind : c->batch_max_events);
+}
 
 /* names outside the table: kafka.rdkafka.* then override.* */
 static int analyzer_extra(void *arg, const char *name, const char *value, char *errstr,
@@ -887,6 +911,7 @@ static void on_revoke(int32_t partition, int lost, void *arg)
 static int run(struct analyzer *a, int drain)
 {
     int max = (int)a->conf.batch_max_events;
+    int behind = batch_most(&a->conf);
     int64_t start = st_time_mono_ms();
     int64_t idle_ms = drain ? 0 : a->conf.lateness_s * 1000;
     int rc = 0, failed = 0;
@@ -898,7 +923,8 @@ static int run(struct analyzer *a, int drain)
             reload(&a->conf);
         struct slot *sl = &a->slots[a->fill];
         struct st_store_batch *b = sl->b;
-        int n = st_consumer_poll_batch(a->consumer, b->msgs, max, (int)a->conf.batch_max_ms);
+        int n = st_consumer_poll_batch(a->consumer, b->msgs, max, behind,
+                                      (int)a->conf.batch_max_ms);
         if (n < 0) {
             rc = -1;
             break;
@@ -1048,6 +1074,7 @@ int main(int argc, char **argv)
     if (st_conf_load(analyzer_props, &a.conf, config_file, sets, nsets, analyzer_extra,
                      &a.conf, errstr, sizeof(errstr)))
         goto conf_error;
+    a.conf.drain = drain;
     if (a.conf.state_evict_s >= a.conf.state_ttl_s) {
         /* memory would hold state whose Redis keys expired, and write back
          * only what changed: Redis would keep a part of it */
@@ -1140,7 +1167,8 @@ int main(int argc, char **argv)
         }
     }
     for (int i = 0; i < NSLOTS; i++) {
-        a.slots[i].b = st_store_batch_new(a.sink, (int)a.conf.batch_max_events);
+        /* a batch grows to batch.behind_events while behind (consume.h) */
+        a.slots[i].b = st_store_batch_new(a.sink, batch_most(&a.conf));
         a.slots[i].ckpt = st_checkpoint_new();
     }
     a.flush_ckpt = st_checkpoint_new();
@@ -1165,8 +1193,11 @@ int main(int argc, char **argv)
         }
     }
 
-    st_info("consuming \"%s\" as group \"%s\" (analyzer.role=%s)%s", a.conf.topic_events,
-            a.conf.group, st_role_name(a.conf.role), drain ? " until caught up" : "");
+    st_info("consuming \"%s\" as group \"%s\" (analyzer.role=%s, batch.max_events=%" PRId64
+            ", batch.behind_events=%" PRId64 ")%s",
+            a.conf.topic_events, a.conf.group, st_role_name(a.conf.role),
+            a.conf.batch_max_events, (int64_t)batch_most(&a.conf),
+            drain ? " until caught up" : "");
     status = run(&a, drain) ? 1 : 0;
     log_totals(&a);
 

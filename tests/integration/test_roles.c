@@ -5,11 +5,13 @@
  * only), whichever of the two runs ahead and when detect crashes between
  * its PostgreSQL and Kafka commits. Against the real services. */
 #include <check.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "timeutil.h"
 #include "world.h"
 
 #define ANALYZER BIN "/analyzer/sandtrail-analyzer"
@@ -228,6 +230,163 @@ START_TEST(roles_detect_crash_then_store_equal_all)
 }
 END_TEST
 
+/* The store role's transactions (batches= in its last log line) when it
+ * drains the topic with batch.max_events=100 and extra options, into w. */
+static long store_batches(const struct world *w, const char *extra)
+{
+    char log[96];
+    snprintf(log, sizeof(log), "/tmp/st_roles_store_%d.log", (int)getpid());
+    ck_assert_int_eq(run(w, w->name, w->name,
+                         STORE(w) " -X batch.max_events=100 %s 2>%s", w->name, extra, log),
+                     0);
+    char *n = world_shf("sed -n 's/.* batches=\\([0-9]*\\) .*/\\1/p' %s; rm -f %s", log, log);
+    long batches = atol(n);
+    free(n);
+    return batches;
+}
+
+/* The same rows, evidence and dead-letter records as ref's. */
+static void assert_same_stored(const struct world *ref, const struct world *w)
+{
+    char diff[800];
+    static const int stored[] = {0, 4, 5}; /* events, checkpoints, skips */
+    for (size_t i = 0; i < sizeof(stored) / sizeof(stored[0]); i++) {
+        char *x = rows(ref->dsn, queries[stored[i]]), *y = rows(w->dsn, queries[stored[i]]);
+        ck_assert_msg(strlen(x) > 0, "query %d returned nothing", stored[i]);
+        if (strcmp(x, y) != 0)
+            world_first_difference("all", x, y, diff, sizeof(diff));
+        ck_assert_msg(strcmp(x, y) == 0, "query %d differs at %s", stored[i], diff);
+        free(x);
+        free(y);
+    }
+    int nref, nw;
+    char *dref = dead_letters(ref->dlq, &nref), *dw = dead_letters(w->dlq, &nw);
+    ck_assert_int_eq(nw, 2);
+    ck_assert_str_eq(dw, dref);
+    free(dref);
+    free(dw);
+}
+
+/* Behind (the whole topic waits), the store role's batch grows past
+ * batch.max_events up to batch.behind_events (by default 10000 for this
+ * role): a few large transactions instead of one per 100 events, with the
+ * same rows, the same signed evidence checkpoints and the same dead-letter
+ * records (checkpoints are cut per leaf, not per batch). */
+START_TEST(roles_store_behind_writes_fewer_larger_transactions)
+{
+    struct world ref, small, large;
+    setup(&ref, &small, "rolebig");
+    world_init(&large, "rolebig3");
+    snprintf(large.topic, sizeof(large.topic), "%s", ref.topic);
+    long nsmall = store_batches(&small, "-X batch.behind_events=100");
+    long nlarge = store_batches(&large, "");
+    fprintf(stderr, "store role behind: %ld transactions, %ld with batch.behind_events=100\n",
+            nlarge, nsmall);
+    ck_assert_msg(nsmall >= 30, "batch.behind_events=100: %ld transactions", nsmall);
+    ck_assert_msg(nlarge >= 1 && nlarge <= 3, "batch.behind_events by role: %ld transactions",
+                  nlarge);
+    assert_same_stored(&ref, &small);
+    assert_same_stored(&ref, &large);
+    world_drop(&ref);
+    world_drop(&small);
+    world_drop(&large);
+}
+END_TEST
+
+/* Caught up, the store role still writes an event within about
+ * batch.max_ms (200 ms) of its arrival: a batch grows only while more
+ * events already wait. */
+START_TEST(roles_store_caught_up_stores_an_event_at_once)
+{
+    struct world w;
+    char input[128], pidf[128];
+    world_init(&w, "rolelive");
+    snprintf(input, sizeof(input), "/tmp/st_roles_live_%d.ndjson", (int)getpid());
+    snprintf(pidf, sizeof(pidf), "/tmp/st_roles_live_%d.pid", (int)getpid());
+    bursts(input, 9, 500, 0);
+    ck_assert_int_eq(run(&w, w.name, w.name, COLLECTOR " --input %s 2>/dev/null", input), 0);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         ANALYZER " -X analyzer.role=store -X kafka.group=%s-store"
+                                  " -X batch.max_events=100 -X batch.max_ms=200"
+                                  " 2>/dev/null & echo \\$! > %s",
+                         w.name, pidf),
+                     0);
+    world_wait_table(&w, "events", 60);
+    char *n = NULL;
+    for (int i = 0; i < 300; i++) { /* caught up: the 500 stored */
+        free(n);
+        n = rows(w.dsn, "SELECT count(*) FROM events");
+        if (!strcmp(n, "500\n"))
+            break;
+        usleep(100000);
+    }
+    ck_assert_str_eq(n, "500\n");
+    free(n);
+    usleep(1000000); /* idle polls of batch.max_ms */
+    bursts(input, 9, 1, 500);
+    ck_assert_int_eq(run(&w, w.name, w.name, COLLECTOR " --input %s 2>/dev/null", input), 0);
+    /* the collector exits once Kafka acknowledged the event */
+    int64_t t0 = st_time_mono_ms(), took = -1;
+    for (int i = 0; i < 500 && took < 0; i++) {
+        n = rows(w.dsn, "SELECT count(*) FROM events");
+        if (!strcmp(n, "501\n"))
+            took = st_time_mono_ms() - t0;
+        free(n);
+        if (took < 0)
+            usleep(10000);
+    }
+    free(world_shf("kill $(cat %s) 2>/dev/null; rm -f %s %s", pidf, pidf, input));
+    fprintf(stderr, "caught up, an event stored after %" PRId64 " ms\n", took);
+    ck_assert_msg(took >= 0 && took < 2000, "the event was stored after %" PRId64 " ms", took);
+    world_drop(&w);
+}
+END_TEST
+
+/* Milliseconds a store-role drain of w's topic, with nothing left to
+ * store, takes with extra options (the fastest of two). */
+static int64_t empty_drain_ms(const struct world *w, const char *extra)
+{
+    int64_t best = -1;
+    for (int i = 0; i < 2; i++) {
+        int64_t t0 = st_time_mono_ms();
+        ck_assert_int_eq(run(w, w->name, w->name,
+                             ANALYZER " --drain -X analyzer.role=store -X kafka.group=%s-store"
+                                      " %s 2>/dev/null",
+                             w->name, extra),
+                         0);
+        int64_t ms = st_time_mono_ms() - t0;
+        if (best < 0 || ms < best)
+            best = ms;
+    }
+    return best;
+}
+
+/* A drain ends on every partition's end-of-partition event, which comes
+ * with the answer to a fetch at the partition's end; the broker holds that
+ * fetch fetch.wait.max.ms (librdkafka's default 500 ms). --drain asks for
+ * 10 ms: a drain with nothing to do ends about half a second sooner than
+ * with 500 ms, the old default, given explicitly (which still wins). */
+START_TEST(roles_drain_ends_without_the_broker_wait)
+{
+    struct world w;
+    char input[128];
+    world_init(&w, "roledrain");
+    snprintf(input, sizeof(input), "/tmp/st_roles_drain_%d.ndjson", (int)getpid());
+    bursts(input, 11, 200, 0);
+    ck_assert_int_eq(run(&w, w.name, w.name, COLLECTOR " --input %s 2>/dev/null", input), 0);
+    unlink(input);
+    empty_drain_ms(&w, ""); /* stores the 200 */
+    int64_t waited = empty_drain_ms(&w, "-X kafka.rdkafka.fetch.wait.max.ms=500");
+    int64_t fast = empty_drain_ms(&w, "");
+    fprintf(stderr, "an empty drain: %" PRId64 " ms, %" PRId64 " ms with the broker's wait\n",
+            fast, waited);
+    ck_assert_msg(fast + 250 < waited,
+                  "an empty drain took %" PRId64 " ms, %" PRId64 " ms with the broker's wait",
+                  fast, waited);
+    world_drop(&w);
+}
+END_TEST
+
 /* A store or detect analyzer in the all role's default group would commit
  * offsets the other role has not seen: it refuses to start. */
 START_TEST(roles_refuse_the_default_group)
@@ -250,6 +409,9 @@ int main(void)
     tcase_add_test(tc, roles_refuse_the_default_group);
     tcase_add_test(tc, roles_store_and_detect_side_by_side_equal_all);
     tcase_add_test(tc, roles_detect_crash_then_store_equal_all);
+    tcase_add_test(tc, roles_store_behind_writes_fewer_larger_transactions);
+    tcase_add_test(tc, roles_store_caught_up_stores_an_event_at_once);
+    tcase_add_test(tc, roles_drain_ends_without_the_broker_wait);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
