@@ -142,12 +142,14 @@ static const struct st_conf_prop analyzer_props[] = {
      "its next event; must be below state.ttl_s (0: after every batch, tests)"},
     {"state.checkpoint_ms", "SANDTRAIL_CHECKPOINT_MS", ST_CONF_INT, A(checkpoint_ms), 0,
      3600000, "1000",
-     "the detectors' state is written to Redis, and the Kafka offsets committed, once "
-     "per this interval (with the first batch after it, after that batch's PostgreSQL "
-     "commit): a run changed in several batches of an interval costs one write-back. "
-     "Findings are still written per batch; a crash redoes the batches since the last "
-     "checkpoint. A revoke, the end of --drain and a stop write one first "
-     "(0: after every batch)"},
+     "a change of the detectors' state is written to Redis this long after it was made "
+     "(by the checkpoint of the first batch detected that much later, after its "
+     "PostgreSQL commit; every batch writes the changes that have waited so long), and "
+     "the Kafka offsets are committed up to the oldest change not yet written: a run "
+     "changed in several batches of an interval costs one write-back. Findings are "
+     "still written per batch; a crash redoes the batches since the offsets committed "
+     "(about this long). A revoke, the end of --drain, a stop and an idle stream write "
+     "everything first (0: every change with its own batch)"},
     {"state.hold_trims", NULL, ST_CONF_INT, A(hold_trims), 0, 1, "0",
      "1: a run's Redis deletions (its window trims) wait, while fewer than 64, for a "
      "checkpoint that writes the run anyway, or its idleness (state.evict_s), instead "

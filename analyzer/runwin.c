@@ -908,7 +908,8 @@ static int has_trims(const struct run *r)
  * wait and be sent together -- but never past the run's stay in memory:
  * a run idle for state.evict_s (about to be evicted) sends them, and a
  * revoke's or stop's checkpoint holds none (docs/architecture.md, "A
- * checkpoint per interval"). */
+ * checkpoint per interval"). A run whose trims are held is visited again
+ * one interval later (it goes to the back of the dirty list). */
 static int trims_held(const struct run *r, const struct st_detect_ctx *ctx, int64_t now)
 {
     return ctx->hold_trims && has_trims(r) &&

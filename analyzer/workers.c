@@ -52,7 +52,7 @@ struct st_workers {
     size_t nrel;
     uint64_t seq;
     uint64_t pending_from; /* ctx->pending_from of its end_batch */
-    int write; /* the batch carries a checkpoint: end_batch writes it */
+    int write; /* a checkpoint to write into: end_batch writes */
     /* the batch being parsed (st_workers_parse), the same way */
     rd_kafka_message_t *const *pmsgs;
     size_t npmsgs;
