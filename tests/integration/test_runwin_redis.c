@@ -630,7 +630,7 @@ static unsigned long batch_rolling(struct st_rpipe *p, struct st_detect_ctx *ctx
     unsigned long before = st_rpipe_sent(p);
     ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
     unsigned long sent = st_rpipe_sent(p) - before;
-    ctx->seq = pending_from - 1;
+    ctx->seq = pending_from ? pending_from - 1 : seq; /* 0: everything written */
     ctx->dirty_seq = seq + 1;
     st_runwin_after_commit(w, ctx);
     st_checkpoint_destroy(ck);
@@ -698,6 +698,56 @@ START_TEST(runwin_rolling_writes_each_change_one_interval_later)
     }
     st_rpipe_exec(p, err, sizeof(err));
     late_close(p, "rr");
+}
+END_TEST
+
+/* The rolling write-back with held trims (state.hold_trims=1): a run whose
+ * only change is a held trim is not written, stays dirty and goes to the
+ * back of the dirty list as dirty since the batch that visited it, so a
+ * later checkpoint visits it again once its cut passes that batch -- and,
+ * the run idle by then (state.evict_s), sends the trims. Fails when a
+ * held run leaves the list (its trims would wait for a forced flush, the
+ * run never evictable meanwhile) or keeps a number the list's order
+ * does not allow. */
+START_TEST(runwin_rolling_revisits_a_run_with_held_trims)
+{
+    char prefix[64];
+    use_payload(0);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_rollh:", (int)getpid());
+    struct st_rpipe *p = late_open(prefix, 600, "rh");
+    int64_t T = 1700000000000000LL;
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1, .now_s = 1000};
+    /* batches 1, 2 written at once (pending_from 0); 2's trims drop e1
+     * once committed, as a change of batch 3 */
+    batch_rolling(p, &ctx, 1, 0, "A", "e1", T);
+    batch_rolling(p, &ctx, 2, 0, "A", "e2", T + 600000000LL);
+    ck_assert_int_eq(run_members(p, "rh", "A"), 2);
+    ctx.seq = 2;
+    ctx.dirty_seq = 3;
+    st_runwin_after_commit(w, &ctx);
+    /* batch 3, cut 3: A visited, its one trim held (A not idle): nothing
+     * written for it; B written */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 3, 4, "B", "e3", T + 600000000LL), 1);
+    ck_assert_int_eq(run_members(p, "rh", "A"), 2);
+    /* batch 4, cut 3 again: A (dirty since 3, visited in 3: now since 4)
+     * and C (since 4) wait */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 4, 4, "C", "e4", T + 600000000LL), 0);
+    /* a quarter hour later, batch 5, cut 4: C written; A visited again,
+     * idle now: its trim goes */
+    ctx.now_s = 1000 + 900;
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 5, 5, "D", "e5", T + 600000000LL), 2);
+    ck_assert_int_eq(run_members(p, "rh", "A"), 1);
+    ck_assert_int_eq(run_members(p, "rh", "C"), 1);
+    char err[256];
+    const char *runs[] = {"A", "B", "C", "D"};
+    for (int i = 0; i < 4; i++) {
+        char *k = st_detect_key(&conf, "rh", "s", "task", runs[i]);
+        const char *d[] = {"DEL", k};
+        st_rpipe_cmd(p, NULL, NULL, 2, d);
+        free(k);
+    }
+    st_rpipe_exec(p, err, sizeof(err));
+    late_close(p, "rh");
 }
 END_TEST
 
@@ -897,6 +947,7 @@ int main(void)
     tcase_add_test(tc, runwin_forced_flush_sends_the_trims_its_commit_allows);
     tcase_add_test(tc, runwin_small_run_is_one_string);
     tcase_add_test(tc, runwin_rolling_writes_each_change_one_interval_later);
+    tcase_add_test(tc, runwin_rolling_revisits_a_run_with_held_trims);
     tcase_add_loop_test(tc, runwin_run_crosses_the_size_limit_both_ways, 0, 3);
     tcase_add_test(tc, runwin_previous_layout_loads);
     tcase_add_loop_test(tc, runwin_malformed_string_is_ignored_and_counted, 0, 4);
