@@ -2,21 +2,22 @@
  * state, detached from the detectors.
  *
  * The detectors keep their state in process memory (runwin.c, registry.c)
- * and, at the end of a batch that carries a checkpoint (one per
- * state.checkpoint_ms; every batch with 0), append to a checkpoint the
- * commands that copy what changed since the previous checkpoint to Redis,
- * each run once however many batches changed it: absolute values only
+ * and, at the end of every batch, append to its checkpoint the commands
+ * that copy to Redis what changed in the batches up to its cut (the newest
+ * batch detected state.checkpoint_ms ago; the batch itself with 0: the
+ * rolling write-back, detect.h) and no checkpoint carried yet, each run
+ * once however many batches changed it: absolute values only
  * (a small run's whole state as one string: SET; or ZADD of members, HSET
  * of totals, EXPIRE, and the deletions of the trims since; HSETNX where
  * the first value wins), so that running a checkpoint twice changes
  * nothing. (An older one run again after a newer would put older strings
  * back: checkpoints run in order, a failed one retried before the next.)
  * The analyzer
- * runs it after the PostgreSQL commit of the batch carrying it (so of every
- * batch it covers) and before that batch's Kafka commit, which alone
- * commits offsets (docs/architecture.md, "One batch in the analyzer"):
- * Redis never holds state PostgreSQL has not committed, and Kafka offsets
- * never pass state Redis lacks.
+ * runs it after the PostgreSQL commit of its batch (so of every batch
+ * whose changes it holds) and before that batch's Kafka commit, which
+ * commits the offsets of the cut (docs/architecture.md, "One batch in the
+ * analyzer"): Redis never holds state PostgreSQL has not committed, and
+ * Kafka offsets never pass state Redis lacks.
  *
  * A checkpoint owns copies of everything it holds: once built it can be run
  * from another thread while the detectors go on with the next batch. It is

@@ -4,8 +4,8 @@
  * st_detector_ops. Its state lives in process memory, per run (runwin.c)
  * or, for what spans runs, in the registry (registry.c); Redis is the
  * durable copy of it, read only for what is not in memory and written
- * behind, once per state.checkpoint_ms (docs/architecture.md, "One batch
- * in the analyzer").
+ * behind, a run's change one state.checkpoint_ms after it was made
+ * (docs/architecture.md, "One batch in the analyzer").
  *
  * For each batch the analyzer calls prefetch() once per event, in
  * partition order: a detector queues on ctx->redis the loads of the state
@@ -24,12 +24,15 @@
  * feed and end_batch of a batch is made by the main thread. Two instances
  * never write the same Redis key (keys name their detector and run), but
  * for the run index, which only ever gains members (runidx.h). end_batch()
- * appends to ctx->ckpt the commands that copy what changed since the last
- * checkpoint to Redis (checkpoint.h), or, ctx->ckpt NULL (a batch that
- * carries no checkpoint: state.checkpoint_ms), keeps them pending; the
- * analyzer runs a checkpoint after the PostgreSQL commit of the batch
- * carrying it and before its Kafka commit, the only one that commits
- * offsets. A batch is retried,
+ * appends to ctx->ckpt the commands that copy to Redis what changed before
+ * batch ctx->pending_from and no checkpoint carried yet (checkpoint.h; a
+ * per-run detector's changes wait one interval, state.checkpoint_ms, the
+ * rolling write-back), and keeps the rest pending (all of it with
+ * ctx->ckpt NULL); the analyzer runs each batch's checkpoint after its
+ * PostgreSQL commit and before its Kafka commit, which commits the offsets
+ * of the batch the checkpoint completes (the cut: every change of it and
+ * of the batches before it is then in Redis), or none when the cut did not
+ * move. A batch is retried,
  * or replayed after a crash, until its offsets are committed, so what feed
  * keeps must be what a redo computes again: members keyed by event (adding
  * one twice changes nothing), episodes that only grow.
@@ -108,10 +111,23 @@ struct st_detect_ctx {
      * every run not in memory is loaded */
     struct st_runidx *runidx;
     int32_t partition; /* prefetch, feed: the event's Kafka partition */
-    /* end_batch: the number of the checkpoint being built; after_commit:
-     * the newest checkpoint that ran and whose batch's offsets Kafka took
-     * (the trims of later batches wait, their state is not evicted) */
+    /* prefetch, feed, end_batch: the number of the batch, which is that of
+     * the checkpoint it carries; after_commit: the newest checkpoint that
+     * ran and up to which Kafka took the offsets (the cut of the batch that
+     * committed them: the trims of later batches wait, their state is not
+     * evicted) */
     uint64_t seq;
+    /* end_batch, the rolling write-back: a per-run detector writes what
+     * became dirty in a batch before pending_from (main.c: the cut + 1,
+     * the newest batch detected state.checkpoint_ms ago), and keeps the
+     * rest pending; 0: everything dirty (a forced flush, and every batch
+     * with state.checkpoint_ms=0). Writing more than asked is always safe
+     * (registry.c writes everything: its writes are few) */
+    uint64_t pending_from;
+    /* after_commit: the batch whose checkpoint the changes it makes (the
+     * trims' deletions) wait for, as if made in it: the next batch to be
+     * detected */
+    uint64_t dirty_seq;
     int64_t now_s; /* wall clock, for eviction (0: read the clock) */
     int late; /* the event being fed arrived after its partition's watermark */
     /* its time is the receive time (reorder.h): fed out of order, like a
@@ -153,8 +169,10 @@ struct st_detector_ops {
      * ev lives until reset_batch. */
     void (*prefetch)(void *state, struct st_detect_ctx *ctx, const struct st_event *ev);
     void (*feed)(void *state, struct st_detect_ctx *ctx, const struct st_event *ev);
-    /* Appends the write-back to ctx->ckpt; also called between batches
-     * (no feed) to flush pending deletions. NULL: no state. */
+    /* Appends the write-back to ctx->ckpt: what became dirty before batch
+     * ctx->pending_from (0: everything), more being safe; also called
+     * between batches (no feed) to flush everything pending. NULL: no
+     * state. */
     void (*end_batch)(void *state, struct st_detect_ctx *ctx);
     /* Trims and evicts, after the commits; NULL when there is nothing.
      * Called between batches (never between a batch's prefetch and its

@@ -3,17 +3,20 @@
  *   consume (consume.c) -> parse (common/event.c) -> detect (detectors/,
  *   state in memory, what is missing prefetched from Redis via rpipe.c) ->
  *   store (store.c, its own thread: one transaction over the sink parts in
- *   sinks/, then, once per state.checkpoint_ms, the detectors' checkpoint
- *   to Redis (checkpoint.c) and the offsets' commit)
+ *   sinks/, then the detectors' checkpoint to Redis (checkpoint.c: the
+ *   changes made one state.checkpoint_ms ago) and the offsets' commit)
  *
  * This thread polls, parses and detects batch N+1 while the store thread writes
  * batch N (the parse and the detection spread over the detection workers, this
  * thread being worker 0: workers.h, ingest below); it hands N+1 over only once
- * N is done (pipeline depth 1). Offsets are committed only by a batch that
- * carries a checkpoint (once per state.checkpoint_ms, or detectors_flush),
- * after the PostgreSQL transactions holding the events and findings up to them
- * have committed, after that checkpoint ran, and after Kafka acknowledged the
- * dead-letter records queued (deadletter.c).
+ * N is done (pipeline depth 1). Every batch carries a checkpoint, of the
+ * detectors' changes made in the batches up to its cut (the newest batch
+ * detected state.checkpoint_ms ago: the rolling write-back), and commits
+ * the offsets recorded when its cut was built, so never past a change not
+ * in Redis (nothing when the cut did not move; everything up to now in
+ * detectors_flush); after the PostgreSQL transactions holding the events and
+ * findings up to them have committed, after that checkpoint ran, and after
+ * Kafka acknowledged the dead-letter records queued (deadletter.c).
  * When Redis or PostgreSQL is unavailable, the batch is retried with backoff,
  * never skipped; when PostgreSQL refuses the batch for its data, the refused
  * events are dead-lettered and the rest written. Redis is written only after
@@ -152,12 +155,14 @@ static const struct st_conf_prop analyzer_props[] = {
      "its next event; must be below state.ttl_s (0: after every batch, tests)"},
     {"state.checkpoint_ms", "SANDTRAIL_CHECKPOINT_MS", ST_CONF_INT, A(checkpoint_ms), 0,
      3600000, "1000",
-     "the detectors' state is written to Redis, and the Kafka offsets committed, once "
-     "per this interval (with the first batch after it, after that batch's PostgreSQL "
-     "commit): a run changed in several batches of an interval costs one write-back. "
-     "Findings are still written per batch; a crash redoes the batches since the last "
-     "checkpoint. A revoke, the end of --drain and a stop write one first "
-     "(0: after every batch)"},
+     "a change of the detectors' state is written to Redis this long after it was made "
+     "(by the checkpoint of the first batch detected that much later, after its "
+     "PostgreSQL commit; every batch writes the changes that have waited so long), and "
+     "the Kafka offsets are committed up to the oldest change not yet written: a run "
+     "changed in several batches of an interval costs one write-back. Findings are "
+     "still written per batch; a crash redoes the batches since the offsets committed "
+     "(about this long). A revoke, the end of --drain, a stop and an idle stream write "
+     "everything first (0: every change with its own batch)"},
     {"state.hold_trims", NULL, ST_CONF_INT, A(hold_trims), 0, 1, "0",
      "1: a run's Redis deletions (its window trims) wait, while fewer than 64, for a "
      "checkpoint that writes the run anyway, or its idleness (state.evict_s), instead "
@@ -326,10 +331,24 @@ struct slot {
      * after the PostgreSQL commit (store_checkpoint); seq is its number */
     struct st_checkpoint *ckpt;
     uint64_t seq;
-    /* the batch carries a checkpoint (of every change since the previous
-     * one) and commits offsets; one without commits none (state.checkpoint_ms:
-     * its offsets are the next carrier's, computed later) */
-    int carries;
+    /* its cut: the checkpoint holds every change of the batches up to it
+     * not yet written (the rolling write-back, see cut_of); commits: the
+     * cut moved with this batch, which commits the offsets recorded for
+     * the cut's batch (none otherwise) */
+    uint64_t cut;
+    int commits;
+    int64_t ms; /* monotonic time it was detected (its cut decided) */
+};
+
+/* A batch detected whose offsets are not committed yet: its number, when
+ * it was detected, and the offsets every partition may commit once the
+ * changes up to it are in Redis (batch_offsets). */
+struct mark {
+    uint64_t seq;
+    int64_t ms;
+    int32_t *parts;
+    int64_t *offsets;
+    int n;
 };
 
 struct analyzer {
@@ -343,7 +362,13 @@ struct analyzer {
     /* checkpoints built; the newest that ran and whose batch's offsets
      * Kafka took (what after_commit may trim and evict up to) */
     uint64_t ck_seq, committed_seq;
-    int64_t last_ckpt_ms; /* monotonic time the last checkpoint was built */
+    /* the newest cut: every change of the batches up to it is in the
+     * checkpoints built; the batches detected since, oldest first (the
+     * offsets a later batch commits when its cut reaches them) */
+    uint64_t cut_seq;
+    struct mark *marks;
+    size_t nmarks, capmarks;
+    int64_t last_ckpt_ms; /* monotonic time of the last batch or flush */
     struct st_checkpoint *flush_ckpt; /* detectors_flush's (main thread) */
     int64_t loads_seen, evictions_seen, malformed_seen;
     struct st_sink *sink;
@@ -489,23 +514,91 @@ static int detect_try(struct analyzer *a, struct slot *sl, char *errstr, size_t 
     a->detected = sl;
     /* partitions added change where a task's events go (runidx.h) */
     st_workers_set_partitions(a->workers, st_consumer_topic_partitions(a->consumer));
-    if (st_workers_detect(a->workers, sl->rel, sl->nrel, a->ck_seq + 1, &sl->b->findings,
-                          sl->carries ? sl->ckpt : NULL, errstr, errsz))
+    if (st_workers_detect(a->workers, sl->rel, sl->nrel, a->ck_seq + 1, sl->cut + 1,
+                          &sl->b->findings, sl->ckpt, errstr, errsz))
         return -1;
     sl->seq = ++a->ck_seq;
     return 0;
 }
 
-/* Whether the batch being detected carries a checkpoint: the first batch
- * once state.checkpoint_ms has passed since the last one (every batch with
- * 0). Decided once per batch, before its first attempt. */
-static int checkpoint_due(struct analyzer *a)
+/* Drops the n oldest marks. */
+static void marks_drop(struct analyzer *a, size_t n)
+{
+    if (n == 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(a->marks[i].parts);
+        free(a->marks[i].offsets);
+    }
+    memmove(a->marks, a->marks + n, (a->nmarks - n) * sizeof(*a->marks));
+    a->nmarks -= n;
+}
+
+/* The cut of the batch about to be detected (number a->ck_seq + 1): the
+ * newest batch detected state.checkpoint_ms ago or more, which the marks
+ * tell; with 0 the batch itself. Its checkpoint then holds what changed in
+ * the batches up to the cut, and commits the offsets of the cut's batch;
+ * when no newer batch is that old, the cut stays (the batch commits
+ * nothing). Decided once per batch, before its first attempt. */
+static void cut_of(struct analyzer *a, struct slot *sl)
 {
     int64_t now = st_time_mono_ms();
-    if (a->conf.checkpoint_ms > 0 && now - a->last_ckpt_ms < a->conf.checkpoint_ms)
-        return 0;
-    a->last_ckpt_ms = now;
-    return 1;
+    a->last_ckpt_ms = sl->ms = now;
+    sl->commits = 0;
+    if (a->conf.checkpoint_ms == 0) {
+        sl->cut = a->ck_seq + 1;
+        sl->commits = 1;
+    } else {
+        /* (every mark is newer than a->cut_seq: marks_commit drops the
+         * others) */
+        for (size_t i = a->nmarks; i-- > 0;) {
+            if (now - a->marks[i].ms >= a->conf.checkpoint_ms) {
+                a->cut_seq = a->marks[i].seq;
+                sl->commits = 1;
+                break;
+            }
+        }
+        sl->cut = a->cut_seq;
+    }
+    a->cut_seq = sl->cut;
+}
+
+/* Notes the batch just detected (sl->seq) and its offsets (b's, from
+ * batch_offsets), for the batch whose cut will reach it; then puts in b
+ * the offsets the batch commits: those of its cut's batch, or none. */
+static void marks_commit(struct analyzer *a, struct slot *sl, struct st_store_batch *b)
+{
+    if (a->conf.checkpoint_ms == 0)
+        return; /* its cut is itself: b's own offsets */
+    if (a->nmarks == a->capmarks) {
+        a->capmarks = a->capmarks ? 2 * a->capmarks : 16;
+        a->marks = st_realloc(a->marks, a->capmarks * sizeof(*a->marks));
+    }
+    struct mark *m = &a->marks[a->nmarks++];
+    m->seq = sl->seq;
+    m->ms = sl->ms;
+    m->n = b->nparts;
+    m->parts = st_malloc((size_t)(b->nparts ? b->nparts : 1) * sizeof(*m->parts));
+    m->offsets = st_malloc((size_t)(b->nparts ? b->nparts : 1) * sizeof(*m->offsets));
+    memcpy(m->parts, b->parts, (size_t)b->nparts * sizeof(*m->parts));
+    memcpy(m->offsets, b->offsets, (size_t)b->nparts * sizeof(*m->offsets));
+    b->nparts = 0;
+    if (!sl->commits)
+        return;
+    size_t k = 0;
+    while (k < a->nmarks && a->marks[k].seq <= sl->cut)
+        k++;
+    /* marks[k - 1] is the cut's batch (noted when it was submitted) */
+    if (k > 0 && a->marks[k - 1].seq == sl->cut) {
+        const struct mark *c = &a->marks[k - 1];
+        size_t n = (size_t)(c->n ? c->n : 1);
+        b->parts = st_realloc(b->parts, n * sizeof(*b->parts));
+        b->offsets = st_realloc(b->offsets, n * sizeof(*b->offsets));
+        memcpy(b->parts, c->parts, (size_t)c->n * sizeof(*b->parts));
+        memcpy(b->offsets, c->offsets, (size_t)c->n * sizeof(*b->offsets));
+        b->nparts = c->n;
+    }
+    marks_drop(a, k);
 }
 
 /* One wait of a retry loop on the main thread: not ready (why), then,
@@ -534,7 +627,7 @@ static __attribute__((noinline)) int detect(struct analyzer *a, struct slot *sl)
     int64_t backoff = 100;
     char errstr[1024];
 
-    sl->carries = checkpoint_due(a);
+    cut_of(a, sl);
     while (detect_try(a, sl, errstr, sizeof(errstr)))
         if (retry_wait(a, &backoff,
                        "a batch cannot be written to PostgreSQL or Redis: retrying",
@@ -574,9 +667,10 @@ static struct slot *slot_of(struct analyzer *a, const struct st_store_batch *b)
 }
 
 /* Runs in the store's committer thread after a batch's PostgreSQL commit and before
- * its Kafka commit: the detectors' checkpoint the batch carries (every
- * change since the previous one; none for most batches with
- * state.checkpoint_ms) to Redis, on the store's own connection. Idempotent (absolute values), so the store
+ * its Kafka commit: the detectors' checkpoint the batch carries (the
+ * changes of the batches up to its cut not yet written; with
+ * state.checkpoint_ms=0 every change up to it) to Redis, on the store's own
+ * connection. Idempotent (absolute values), so the store
  * runs it again after a failure; the offsets wait for it. Redis thus never
  * holds state PostgreSQL has not committed, and the offsets never pass
  * state Redis lacks. @locality the store thread */
@@ -586,7 +680,7 @@ static int store_checkpoint(void *arg, const struct st_store_batch *b, char *err
     struct analyzer *a = arg;
     const struct slot *sl = slot_of(a, b);
     if (st_checkpoint_len(sl->ckpt) == 0)
-        return 0; /* a batch without a checkpoint (state.checkpoint_ms) */
+        return 0; /* nothing to write */
     if (st_consumer_assignment_lost(a->consumer)) {
         stop = 1; /* the store gives up: nothing of this batch is committed */
         snprintf(errstr, errsz, "the partitions were lost: the detectors' checkpoint is "
@@ -602,15 +696,16 @@ static int store_checkpoint(void *arg, const struct st_store_batch *b, char *err
 }
 
 /* Once nothing can redo a batch (its transaction, checkpoint and offsets
- * are committed, up to checkpoint a->committed_seq): the detectors trim
- * their state in memory, the deletions going into the next checkpoint, and
- * evict what is idle. Trims of batches detected later wait in each run for
- * their own commit. */
+ * are committed, up to checkpoint a->committed_seq, the cut of the batch
+ * that committed them): the detectors trim their state in memory, the
+ * deletions going into a later checkpoint (as changes of the next batch
+ * detected), and evict what is idle. Trims of batches detected later wait
+ * in each run for their own commit. */
 static void detectors_after_commit(struct analyzer *a)
 {
     if (!a->workers)
         return; /* analyzer.role=store */
-    st_workers_after_commit(a->workers, a->committed_seq);
+    st_workers_after_commit(a->workers, a->committed_seq, a->ck_seq + 1);
     metrics_state(a);
 }
 
@@ -674,9 +769,10 @@ static const struct st_checkpoint_flush_ops flush_ops = {
 
 /* Between batches, with no batch in flight (every batch detected is
  * committed to PostgreSQL): when a checkpoint is due (state.checkpoint_ms
- * passed since the last one) or force is set, writes every change the
- * detectors hold that no checkpoint carried yet -- the batches detected
- * since the last carrier, the trims since -- then commits the offsets of
+ * passed since the last batch or flush: the stream is idle) or force is
+ * set, writes every change the detectors hold that no checkpoint carried
+ * yet -- those the rolling write-back keeps pending (the batches after the
+ * last cut), the trims since -- then commits the offsets of
  * every assigned partition, which now cover only what PostgreSQL and Redis
  * hold; then trims and evicts. Used when the stream is idle, and forced
  * before a revoke forgets the state and at the end of --drain or a stop,
@@ -697,8 +793,14 @@ static int detectors_flush(struct analyzer *a, int force)
     }
     /* (when nothing changed too: held trims are looked at once an interval) */
     a->last_ckpt_ms = now;
-    return st_checkpoint_flush(a->flush_ckpt, &flush_ops, a, &a->ck_seq, &a->committed_seq,
-                               force);
+    if (st_checkpoint_flush(a->flush_ckpt, &flush_ops, a, &a->ck_seq, &a->committed_seq,
+                            force))
+        return -1;
+    /* everything is written (the cut is now), and the offsets committed
+     * are the newest: no batch commits an older mark's */
+    a->cut_seq = a->ck_seq;
+    marks_drop(a, a->nmarks);
+    return 0;
 }
 
 /* Partitions revoked: every detector state is forgotten, and read again
@@ -856,12 +958,13 @@ static int batch_done(struct analyzer *a)
         st_metric_add(a->m_batches, 1);
         metrics_findings(a, &b->findings);
         /* offsets Kafka did not take (a rebalance) may be redone by
-         * another analyzer: then nothing is trimmed. A batch without a
-         * checkpoint committed no offsets: it trims nothing new (its
-         * trims wait for the next carrier's commit), only evicts */
+         * another analyzer: then nothing is trimmed. Kafka took the
+         * offsets of the batch's cut: nothing redoes the batches up to it,
+         * whose trims may go; a batch whose cut did not move committed no
+         * offsets: it trims nothing new, only evicts */
         if (b->committed && slot_held(a, sl)) {
-            if (sl->carries && sl->seq > a->committed_seq)
-                a->committed_seq = sl->seq;
+            if (sl->commits && sl->cut > a->committed_seq)
+                a->committed_seq = sl->cut;
             detectors_after_commit(a);
         }
     }
@@ -958,8 +1061,8 @@ static int run(struct analyzer *a, int drain)
             if (failed)
                 break;
             batch_offsets(a, b);
-            if (a->workers && !sl->carries)
-                b->nparts = 0; /* the next checkpoint's batch commits them */
+            if (a->workers) /* the offsets of its cut, or none */
+                marks_commit(a, sl, b);
             st_store_submit(a->store, b);
             a->fill = (a->fill + 1) % NSLOTS;
         } else {
@@ -1220,6 +1323,8 @@ out:
         free(a.slots[i].rel);
     }
     st_checkpoint_destroy(a.flush_ckpt);
+    marks_drop(&a, a.nmarks);
+    free(a.marks);
     st_rpipe_destroy(a.redis);
     st_rpipe_destroy(a.store_redis);
     st_deadletter_destroy(a.dlq);

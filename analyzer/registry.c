@@ -510,6 +510,10 @@ void st_registry_end_batch(struct st_registry *r, struct st_detect_ctx *ctx)
     char ttl[24], num[24];
     if (!ctx->ckpt)
         return; /* no checkpoint with this batch: the entries stay dirty */
+    /* every entry dirty, whatever ctx->pending_from (the rolling
+     * write-back, detect.h): a few writes per batch, and writing a change
+     * sooner than asked is always safe -- after its batch's PostgreSQL
+     * commit, absolute values, a redo computing them again */
     snprintf(ttl, sizeof(ttl), "%" PRId64, ctx->conf->state_ttl_s);
     for (size_t i = 0; i < r->ndirty; i++) {
         struct entry *e = r->dirty[i];

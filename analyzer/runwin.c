@@ -117,6 +117,9 @@ struct run {
     struct st_runwin *owner;  /* for a load's replies */
     int layout;               /* LAYOUT_*: what Redis holds */
     uint64_t ck_seq;          /* checkpoint holding its latest change */
+    /* dirty: the checkpoint (batch) in which it became dirty; the dirty
+     * list is in this order (ctx->pending_from) */
+    uint64_t dirty_seq;
     int in_batch, dirty;
     int fed; /* fed since its last checkpoint (its window key's EXPIRE may be due) */
 };
@@ -131,8 +134,11 @@ struct st_runwin {
     struct run *lru_head, *lru_tail;
     struct run **batch; /* runs fed in this batch */
     size_t nbatch, capbatch;
-    struct run **dirty; /* runs with changes not yet in a checkpoint */
+    /* runs with changes not yet in a checkpoint, by dirty_seq (the order
+     * they became dirty in: batch order); dirty_seq of the last one */
+    struct run **dirty;
     size_t ndirty, capdirty;
+    uint64_t last_dirty_seq;
     struct run **trimq; /* runs to trim once their batch is committed */
     size_t ntrimq, captrimq;
     struct run *cur;
@@ -311,16 +317,26 @@ static void table_grow(struct st_runwin *w)
     w->tcap = cap;
 }
 
-static void mark_dirty(struct st_runwin *w, struct run *r)
+/* Appends r to the dirty list as dirty since checkpoint seq (never below
+ * the last one's: the list stays sorted whatever a caller passes). */
+static void dirty_append(struct st_runwin *w, struct run *r, uint64_t seq)
 {
-    if (r->dirty)
-        return;
+    if (seq < w->last_dirty_seq)
+        seq = w->last_dirty_seq;
+    w->last_dirty_seq = seq;
     r->dirty = 1;
+    r->dirty_seq = seq;
     if (w->ndirty == w->capdirty) {
         w->capdirty = w->capdirty ? 2 * w->capdirty : 64;
         w->dirty = st_realloc(w->dirty, w->capdirty * sizeof(*w->dirty));
     }
     w->dirty[w->ndirty++] = r;
+}
+
+static void mark_dirty(struct st_runwin *w, struct run *r, uint64_t seq)
+{
+    if (!r->dirty)
+        dirty_append(w, r, seq);
 }
 
 /* Copies a member into one allocation: the key, then source and event id
@@ -701,7 +717,7 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
             lru_append(w, r);
         }
     }
-    mark_dirty(w, r);
+    mark_dirty(w, r, ctx->seq);
     /* trimming happens once per run, after the commits; an old late event
      * must not trim what newer windows still need */
     if (!(ctx->late || ctx->skewed) && ev->ts_us > r->max_ts)
@@ -892,7 +908,8 @@ static int has_trims(const struct run *r)
  * wait and be sent together -- but never past the run's stay in memory:
  * a run idle for state.evict_s (about to be evicted) sends them, and a
  * revoke's or stop's checkpoint holds none (docs/architecture.md, "A
- * checkpoint per interval"). */
+ * checkpoint per interval"). A run whose trims are held is visited again
+ * one interval later (it goes to the back of the dirty list). */
 static int trims_held(const struct run *r, const struct st_detect_ctx *ctx, int64_t now)
 {
     return ctx->hold_trims && has_trims(r) &&
@@ -1237,22 +1254,45 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
             w->trimq[w->ntrimq++] = r;
         }
     }
-    /* no checkpoint with this batch (state.checkpoint_ms): the runs stay
-     * dirty, and the checkpoint that carries a later batch writes each of
-     * them once, whatever the number of batches that changed it */
+    /* no checkpoint with this batch: the runs stay dirty, and a later
+     * checkpoint writes each of them once, whatever the number of batches
+     * that changed it */
     if (!ctx->ckpt)
         return;
+    /* The rolling write-back (docs/architecture.md, "One batch in the
+     * analyzer"): the runs that became dirty before checkpoint
+     * ctx->pending_from (all of them with 0), from the front of the list,
+     * which is sorted by dirty_seq; the rest stay pending. A run kept dirty
+     * by its held trims goes to the back as dirty since this checkpoint,
+     * so that the list stays sorted. */
     int64_t now = wall_s(ctx);
-    size_t keep = 0;
-    for (size_t i = 0; i < w->ndirty; i++) {
+    size_t i = 0, nheld = 0;
+    for (; i < w->ndirty; i++) {
         struct run *r = w->dirty[i];
+        if (ctx->pending_from && r->dirty_seq >= ctx->pending_from)
+            break;
         run_write(w, r, ctx, c, ttl, trims_held(r, ctx, now));
         if (has_trims(r))
-            w->dirty[keep++] = r; /* dirty while its trims wait: not evicted */
+            w->dirty[nheld++] = r; /* dirty while its trims wait: not evicted */
         else
             r->dirty = 0;
     }
-    w->ndirty = keep;
+    /* the written ones' places: the held first, then the rest moved up */
+    size_t rest = w->ndirty - i;
+    if (nheld && rest) {
+        struct run **held = st_malloc(nheld * sizeof(*held));
+        memcpy(held, w->dirty, nheld * sizeof(*held));
+        memmove(w->dirty, w->dirty + i, rest * sizeof(*w->dirty));
+        memcpy(w->dirty + rest, held, nheld * sizeof(*held));
+        free(held);
+    } else if (rest) {
+        memmove(w->dirty, w->dirty + i, rest * sizeof(*w->dirty));
+    }
+    w->ndirty = rest + nheld;
+    for (size_t j = rest; j < w->ndirty; j++) {
+        w->dirty[j]->dirty_seq = ctx->seq > w->last_dirty_seq ? ctx->seq : w->last_dirty_seq;
+        w->last_dirty_seq = w->dirty[j]->dirty_seq;
+    }
 }
 
 static void run_trim(struct st_runwin *w, struct run *r)
@@ -1308,8 +1348,9 @@ void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
         run_trim(w, r);
         r->in_trimq = 0;
         r->trim_ts = INT64_MIN;
+        /* deletions of the next batch's checkpoint (ctx->dirty_seq) */
         if (r->trim_below != INT64_MIN || r->ndel_eps || r->ndel_b)
-            mark_dirty(w, r);
+            mark_dirty(w, r, ctx->dirty_seq);
     }
     w->ntrimq = keep;
     /* the batch list is only needed up to end_batch: emptied here, so that

@@ -112,23 +112,30 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
                        char out[33]);
 
 /* After each batch's feeds: notes the trims the batch allows once
- * committed (checkpoint ctx->seq). Then, when ctx->ckpt is set (a batch
- * that carries a checkpoint, state.checkpoint_ms), appends to it what
- * changed since the last checkpoint, over however many batches: for a
+ * committed (checkpoint ctx->seq). Then, when ctx->ckpt is set, appends to
+ * it the write of each run that became dirty in a batch before
+ * ctx->pending_from (every dirty run with 0), over however many batches
+ * changed it since: for a
  * small run its whole state, trims applied, as one SET (EX when the
  * EXPIRE is due, KEEPTTL otherwise; DEL once empty); for a large one the
  * trims of the committed batches (before the writes), the new members (one
  * ZADD per run), the episodes and buckets changed (HSET of absolute
  * values), EXPIRE; a run changing layout, both in a MULTI (runwin.c). It
  * notes each run written in its partition's run index
- * (ctx->runidx), whose entries the caller puts first. ctx->ckpt NULL: the
- * changes stay pending (the runs dirty, never evicted) for the next one. */
+ * (ctx->runidx), whose entries the caller puts first. The dirty runs are
+ * kept in the order they became dirty (batch order: a run fed in batch k
+ * is dirty since k, one dirtied by after_commit's trims since
+ * ctx->dirty_seq, one written with its trims held since this batch, at the
+ * back), so the runs to write are a prefix of that list. The others, and
+ * all of them with ctx->ckpt NULL, stay pending (the runs dirty, never
+ * evicted) for a later checkpoint. */
 void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx);
 
-/* Once the batch's offsets are committed (detect.h): trims in memory the
+/* Once the batch's offsets are committed (detect.h: up to checkpoint
+ * ctx->seq): trims in memory the
  * members, episodes and buckets older than keep_us behind the newest
  * on-time event of each run of the batch, to be deleted from Redis by the
- * next checkpoint; then evicts the runs idle for state.evict_s whose last
+ * checkpoint of batch ctx->dirty_seq or a later one; then evicts the runs idle for state.evict_s whose last
  * change is in checkpoint ctx->seq or older. */
 void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx);
 

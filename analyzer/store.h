@@ -11,10 +11,10 @@
  *      removes their rows and the finding evidence naming them, and writes
  *      the rest; then hands it to the committer, which
  *   2. runs the after_pg_commit hook (if any: the detectors' checkpoint to
- *      Redis, when the batch carries one) until it succeeds;
+ *      Redis) until it succeeds;
  *   3. waits until Kafka acknowledged the dead-letter records queued so far;
- *   4. commits the batch's Kafka offsets (none for a batch that carries no
- *      checkpoint: nparts 0, its offsets are the next carrier's);
+ *   4. commits the Kafka offsets the batch holds (those of its cut, a batch
+ *      before it: main.c; none, nparts 0, when the cut did not move);
  * and marks the batch done. st_store_wait returns the oldest batch once it
  * is done. At most ST_STORE_IN_FLIGHT batches are in flight: while the
  * committer finishes batch N, the writer writes N+1 and the main thread

@@ -51,7 +51,8 @@ struct st_workers {
     const struct st_reorder_item *rel;
     size_t nrel;
     uint64_t seq;
-    int write; /* the batch carries a checkpoint: end_batch writes it */
+    uint64_t pending_from; /* ctx->pending_from of its end_batch */
+    int write; /* a checkpoint to write into: end_batch writes */
     /* the batch being parsed (st_workers_parse), the same way */
     rd_kafka_message_t *const *pmsgs;
     size_t npmsgs;
@@ -200,6 +201,7 @@ static void part_feed(struct part *p)
     int64_t cpu0 = thread_cpu_us();
 
     ctx.seq = w->seq;
+    ctx.pending_from = w->pending_from;
     for (size_t i = 0; i < w->nrel; i++) {
         if (!feeds(p, &w->rel[i]))
             continue;
@@ -439,7 +441,7 @@ void st_workers_reset(struct st_workers *w)
 }
 
 int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, size_t nrel,
-                      uint64_t seq, struct st_findings *findings,
+                      uint64_t seq, uint64_t pending_from, struct st_findings *findings,
                       struct st_checkpoint *ckpt, char *errstr, size_t errsz)
 {
     int64_t wait_us = 0, t0 = st_time_mono_us();
@@ -449,6 +451,7 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
     w->rel = rel;
     w->nrel = nrel;
     w->seq = seq;
+    w->pending_from = pending_from;
     w->write = ckpt != NULL;
     run_job(w, JOB_PREFETCH, &wait_us);
     for (int i = 0; i <= w->k; i++) {
@@ -503,19 +506,21 @@ void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint
         struct part *p = &w->parts[i];
         struct st_detect_ctx ctx = part_ctx(p, ckpt);
         ctx.seq = seq;
+        ctx.pending_from = 0; /* everything pending */
         if (all)
             ctx.hold_trims = 0;
         part_end_batch(p, &ctx, ckpt);
     }
 }
 
-void st_workers_after_commit(struct st_workers *w, uint64_t seq)
+void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_seq)
 {
     for (int i = 0; i <= w->k; i++) {
         struct part *p = &w->parts[i];
         struct st_detect_ctx ctx = part_ctx(p, NULL);
         ctx.findings = NULL;
         ctx.seq = seq;
+        ctx.dirty_seq = dirty_seq;
         for (int d = 0; st_detectors[d]; d++)
             if (is_mine(p, st_detectors[d]) && st_detectors[d]->after_commit)
                 st_detectors[d]->after_commit(p->det[d], &ctx);

@@ -82,15 +82,17 @@ void st_workers_destroy(struct st_workers *w);
 
 /* Detects the nrel released events (they must live until the next
  * st_workers_reset: the detectors hold pointers into them): findings
- * appended to *findings, the write-back of everything changed since the
- * last checkpoint to ckpt (checkpoint number seq); ckpt NULL: a batch
- * without a checkpoint (state.checkpoint_ms), the changes stay pending in
- * the detectors for a later one (numbered seq still: its trims wait for
- * the commit of a checkpoint numbered seq or later).
+ * appended to *findings, to ckpt (checkpoint number seq) the write-back of
+ * what changed in batches before pending_from (the rolling write-back,
+ * ctx->pending_from in detect.h; 0: everything changed); the rest stay
+ * pending in the detectors for a later one. ckpt NULL: nothing written
+ * (numbered seq still: its trims wait for the commit of a checkpoint
+ * numbered seq or later).
  * Every instance is reset first. Returns 0, or -1 with errstr when a
  * prefetch round trip failed (nothing was fed; simply call again). */
 int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, size_t nrel,
-                      uint64_t seq, struct st_findings *findings, struct st_checkpoint *ckpt,
+                      uint64_t seq, uint64_t pending_from, struct st_findings *findings,
+                      struct st_checkpoint *ckpt,
                       char *errstr, size_t errsz);
 
 /* One message's parse (st_workers_parse): rc 0 and ev, which the caller
@@ -127,7 +129,10 @@ void st_workers_reset(struct st_workers *w); /* reset_batch */
  * a revoke forgets the state, and at a stop) */
 void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq,
                           int all);
-void st_workers_after_commit(struct st_workers *w, uint64_t seq);
+/* after_commit: every checkpoint up to seq ran and Kafka took the offsets
+ * up to it; the trims' deletions wait for the checkpoint of batch
+ * dirty_seq (the next one detected) */
+void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_seq);
 void st_workers_forget(struct st_workers *w);
 
 /* The events topic's partition count (st_consumer_topic_partitions), for

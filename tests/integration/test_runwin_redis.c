@@ -588,6 +588,175 @@ START_TEST(runwin_small_run_is_one_string)
 }
 END_TEST
 
+/* The members of run "task"/run's string (-1: no string) */
+static long run_members(struct st_rpipe *p, const char *name, const char *run)
+{
+    char err[256];
+    char *k = st_detect_key(&conf, name, "s", "task", run);
+    const char *get[] = {"GET", k};
+    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    long n = -1;
+    if (!str_nil) {
+        struct st_runblob_reader rd;
+        uint64_t u;
+        ck_assert_int_eq(st_runblob_open(&rd, str_reply.data, str_reply.len), 0);
+        ck_assert_int_eq(st_runblob_get_count(&rd, &u), 0);
+        n = (long)u;
+    }
+    free(k);
+    return n;
+}
+
+/* One batch of the rolling write-back (main.c's cut_of): event id of run
+ * "task"/run fed as batch seq, whose checkpoint writes the runs dirty
+ * before pending_from (the cut + 1); then the commit of the offsets up to
+ * the cut. Returns the commands its checkpoint sent. */
+static unsigned long batch_rolling(struct st_rpipe *p, struct st_detect_ctx *ctx,
+                                   uint64_t seq, uint64_t pending_from, const char *run,
+                                   const char *id, int64_t ts)
+{
+    char err[256];
+    struct st_event ev = {0};
+    ev.event_id = id;
+    ev.ts_us = ts;
+    ev.source_name = "s";
+    ev.task_id = "task";
+    ev.run_id = run;
+    struct st_checkpoint *ck = st_checkpoint_new();
+    ctx->ckpt = ck;
+    ctx->late = 0;
+    ctx->seq = seq;
+    ctx->pending_from = pending_from;
+    st_runwin_begin(w, 1);
+    st_runwin_prefetch(w, ctx, &ev);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    st_runwin_feed(w, ctx, &ev, payload, 0, count_window, NULL);
+    st_runwin_end_batch(w, ctx);
+    unsigned long before = st_rpipe_sent(p);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    unsigned long sent = st_rpipe_sent(p) - before;
+    ctx->seq = pending_from ? pending_from - 1 : seq; /* 0: everything written */
+    ctx->dirty_seq = seq + 1;
+    st_runwin_after_commit(w, ctx);
+    st_checkpoint_destroy(ck);
+    return sent;
+}
+
+/* The rolling write-back (ctx->pending_from, one interval being two
+ * batches here: batch k writes what became dirty up to k - 2): a run's
+ * change is written by the first checkpoint whose cut passes the batch
+ * it became dirty in, not by the batch that made it, nor all runs at
+ * once; a run changed twice before that is written once; and a run
+ * changed again after its write goes to the back of the dirty list with
+ * the new batch's number (its change waits its own interval, the runs
+ * dirty before it go first). Fails when every batch writes everything, or
+ * when a run dirtied again keeps its first number. */
+START_TEST(runwin_rolling_writes_each_change_one_interval_later)
+{
+    char prefix[64];
+    use_payload(0);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_roll:", (int)getpid());
+    struct st_rpipe *p = late_open(prefix, 600, "rr");
+    int64_t T = 1700000000000000LL, s = 1000000;
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    /* batch 1: A changed; the cut (0) holds nothing */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 1, 1, "A", "e1", T), 0);
+    ck_assert_int_eq(run_members(p, "rr", "A"), -1);
+    /* batch 2: B changed; cut 0 */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 2, 1, "B", "e2", T + s), 0);
+    /* batch 3: A changed again (dirty since 1 still); cut 1: A written
+     * once with both changes, B (since 2) waits */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 3, 2, "A", "e3", T + 2 * s), 1);
+    ck_assert_int_eq(run_members(p, "rr", "A"), 2);
+    ck_assert_int_eq(run_members(p, "rr", "B"), -1);
+    /* batch 4: A changed after its write: dirty since 4, at the back;
+     * cut 2: B only */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 4, 3, "A", "e4", T + 3 * s), 1);
+    ck_assert_int_eq(run_members(p, "rr", "B"), 1);
+    ck_assert_int_eq(run_members(p, "rr", "A"), 2);
+    /* batch 5: C; cut 3: A (since 4) still waits */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 5, 4, "C", "e5", T + 4 * s), 0);
+    ck_assert_int_eq(run_members(p, "rr", "A"), 2);
+    /* batch 6: B again; cut 4: A, not C (since 5) nor B (since 6) */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 6, 5, "B", "e6", T + 5 * s), 1);
+    ck_assert_int_eq(run_members(p, "rr", "A"), 3);
+    ck_assert_int_eq(run_members(p, "rr", "C"), -1);
+    ck_assert_int_eq(run_members(p, "rr", "B"), 1);
+    /* a forced flush's (pending_from 0): everything left, C and B */
+    struct st_checkpoint *ck = st_checkpoint_new();
+    char err[256];
+    ctx.ckpt = ck;
+    ctx.seq = 7;
+    ctx.pending_from = 0;
+    st_runwin_end_batch(w, &ctx);
+    ck_assert_uint_eq(st_checkpoint_len(ck), 2);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    ck_assert_int_eq(run_members(p, "rr", "C"), 1);
+    ck_assert_int_eq(run_members(p, "rr", "B"), 2);
+    const char *runs[] = {"A", "B", "C"};
+    for (int i = 0; i < 3; i++) {
+        char *k = st_detect_key(&conf, "rr", "s", "task", runs[i]);
+        const char *d[] = {"DEL", k};
+        st_rpipe_cmd(p, NULL, NULL, 2, d);
+        free(k);
+    }
+    st_rpipe_exec(p, err, sizeof(err));
+    late_close(p, "rr");
+}
+END_TEST
+
+/* The rolling write-back with held trims (state.hold_trims=1): a run whose
+ * only change is a held trim is not written, stays dirty and goes to the
+ * back of the dirty list as dirty since the batch that visited it, so a
+ * later checkpoint visits it again once its cut passes that batch -- and,
+ * the run idle by then (state.evict_s), sends the trims. Fails when a
+ * held run leaves the list (its trims would wait for a forced flush, the
+ * run never evictable meanwhile) or keeps a number the list's order
+ * does not allow. */
+START_TEST(runwin_rolling_revisits_a_run_with_held_trims)
+{
+    char prefix[64];
+    use_payload(0);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_rollh:", (int)getpid());
+    struct st_rpipe *p = late_open(prefix, 600, "rh");
+    int64_t T = 1700000000000000LL;
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1, .now_s = 1000};
+    /* batches 1, 2 written at once (pending_from 0); 2's trims drop e1
+     * once committed, as a change of batch 3 */
+    batch_rolling(p, &ctx, 1, 0, "A", "e1", T);
+    batch_rolling(p, &ctx, 2, 0, "A", "e2", T + 600000000LL);
+    ck_assert_int_eq(run_members(p, "rh", "A"), 2);
+    ctx.seq = 2;
+    ctx.dirty_seq = 3;
+    st_runwin_after_commit(w, &ctx);
+    /* batch 3, cut 3: A visited, its one trim held (A not idle): nothing
+     * written for it; B written */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 3, 4, "B", "e3", T + 600000000LL), 1);
+    ck_assert_int_eq(run_members(p, "rh", "A"), 2);
+    /* batch 4, cut 3 again: A (dirty since 3, visited in 3: now since 4)
+     * and C (since 4) wait */
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 4, 4, "C", "e4", T + 600000000LL), 0);
+    /* a quarter hour later, batch 5, cut 4: C written; A visited again,
+     * idle now: its trim goes */
+    ctx.now_s = 1000 + 900;
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 5, 5, "D", "e5", T + 600000000LL), 2);
+    ck_assert_int_eq(run_members(p, "rh", "A"), 1);
+    ck_assert_int_eq(run_members(p, "rh", "C"), 1);
+    char err[256];
+    const char *runs[] = {"A", "B", "C", "D"};
+    for (int i = 0; i < 4; i++) {
+        char *k = st_detect_key(&conf, "rh", "s", "task", runs[i]);
+        const char *d[] = {"DEL", k};
+        st_rpipe_cmd(p, NULL, NULL, 2, d);
+        free(k);
+    }
+    st_rpipe_exec(p, err, sizeof(err));
+    late_close(p, "rh");
+}
+END_TEST
+
 static char kb_payload[901];
 
 /* Members of 900 bytes: four make a string (about 3.7 KB), the fifth
@@ -1015,6 +1184,8 @@ int main(void)
     tcase_add_loop_test(tc, runwin_held_trim_goes_before_a_write_it_would_delete, 0, 2);
     tcase_add_loop_test(tc, runwin_forced_flush_sends_the_trims_its_commit_allows, 0, 2);
     tcase_add_test(tc, runwin_small_run_is_one_string);
+    tcase_add_test(tc, runwin_rolling_writes_each_change_one_interval_later);
+    tcase_add_test(tc, runwin_rolling_revisits_a_run_with_held_trims);
     tcase_add_loop_test(tc, runwin_run_crosses_the_size_limit_both_ways, 0, 3);
     tcase_add_test(tc, runwin_previous_layout_loads);
     tcase_add_loop_test(tc, runwin_malformed_string_is_ignored_and_counted, 0, 4);
