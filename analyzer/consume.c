@@ -1,5 +1,6 @@
 /* consume.c: the analyzer's Kafka consumer (see consume.h). */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,10 @@ struct st_consumer {
     int nparts;
     int32_t topic_partitions; /* the topic's count at the last assignment; -1 */
     unsigned revokes;         /* revocations so far (on_rebalance) */
+    /* an assignment was lost (on_rebalance), for good: librdkafka's own
+     * flag is cleared by the unassign of that very revoke, before the
+     * store's committer asks (st_consumer_assignment_lost) */
+    atomic_int lost;
 };
 
 static struct part_state *part_find(struct st_consumer *c, const char *topic,
@@ -120,12 +125,14 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         /* Messages of a revoked partition already in the batch being
          * polled are dropped by st_consumer_poll_batch (revokes counts). */
         int lost = rd_kafka_assignment_lost(rk);
-        if (lost)
+        if (lost) {
+            atomic_store(&c->lost, 1);
             st_error("lost %d partition(s): out of the group longer than "
                      "kafka.session.timeout.ms, another analyzer may own them",
                      parts->cnt);
-        else
+        } else {
             st_info("revoked %d partition(s)", parts->cnt);
+        }
         parts_remove(c, parts, lost);
         c->revokes++;
         if (cooperative)
@@ -226,7 +233,7 @@ void st_consumer_destroy(struct st_consumer *c)
 
 int st_consumer_assignment_lost(struct st_consumer *c)
 {
-    return rd_kafka_assignment_lost(c->rk);
+    return atomic_load(&c->lost) || rd_kafka_assignment_lost(c->rk);
 }
 
 void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg)

@@ -47,8 +47,11 @@ typedef void (*st_consumer_revoke_cb)(int32_t partition, int lost, void *arg);
 void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg);
 
 /* 1 once librdkafka considers the assignment lost (see
- * st_consumer_revoke_cb), until the next assignment. Any thread: the
- * store's committer asks it before each checkpoint. */
+ * st_consumer_revoke_cb), and from the revoke that reported a loss on, for
+ * good (librdkafka clears its own flag with that revoke's unassign, before
+ * the batches still in flight reach their checkpoint; the analyzer stops
+ * after a loss). Any thread: the store's committer asks it before each
+ * checkpoint. */
 int st_consumer_assignment_lost(struct st_consumer *c);
 
 /* The partitions currently assigned; returns their count (at most max). */

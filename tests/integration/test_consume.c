@@ -160,6 +160,76 @@ START_TEST(consume_batch_drops_messages_of_a_partition_revoked_during_its_poll)
 }
 END_TEST
 
+static int lost_seen;
+
+static void on_revoke_lost(int32_t partition, int lost, void *arg)
+{
+    (void)partition;
+    (void)arg;
+    lost_seen |= lost;
+}
+
+/* A consumer out of its group (here: no poll for max.poll.interval.ms)
+ * loses its assignment. The revoke reports it lost, and the consumer keeps
+ * saying so afterwards: the store's committer asks st_consumer_assignment_lost
+ * before each checkpoint of the batches still in flight, which the main
+ * thread finishes only after the revoke returned (librdkafka's own flag is
+ * cleared by the unassign the revoke makes). */
+START_TEST(consume_a_lost_assignment_stays_lost_after_its_revoke)
+{
+    char err[512], group[128];
+    world_init(&w, "consumelost");
+    snprintf(group, sizeof(group), "%s.group", w.name);
+
+    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
+                                            sizeof(err));
+    ck_assert_ptr_nonnull(kc);
+    rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
+    ck_assert_ptr_nonnull(prod);
+    const char *topics[1] = {w.topic};
+    ck_assert_int_eq(st_kafka_ensure_topics(prod, topics, 1, NPARTS, 1, 30000, err,
+                                            sizeof(err)),
+                     0);
+    produce_backlog(prod, 10);
+
+    static char *names[] = {"max.poll.interval.ms"};
+    static char *values[] = {"6000"};
+    struct st_analyzer_conf ca = conf_for(group);
+    ca.session_timeout_ms = 6000;
+    ca.kafka.names = names;
+    ca.kafka.values = values;
+    ca.kafka.n = 1;
+    struct st_consumer *a = st_consumer_new(&ca, err, sizeof(err));
+    ck_assert_msg(a != NULL, "%s", err);
+    st_consumer_on_revoke(a, on_revoke_lost, NULL);
+    rd_kafka_message_t *msgs[256];
+    int64_t until = st_time_mono_ms() + 30000;
+    while (st_consumer_assigned(a) < NPARTS && st_time_mono_ms() < until) {
+        int n = st_consumer_poll_batch(a, msgs, 256, 0, 100);
+        for (int i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+    }
+    ck_assert_int_eq(st_consumer_assigned(a), NPARTS);
+    ck_assert_int_eq(st_consumer_assignment_lost(a), 0);
+
+    sleep(9); /* past max.poll.interval.ms: librdkafka leaves the group */
+    until = st_time_mono_ms() + 20000;
+    while (!lost_seen && st_time_mono_ms() < until) {
+        int n = st_consumer_poll_batch(a, msgs, 256, 0, 100);
+        for (int i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+    }
+    fprintf(stderr, "revoke reported lost: %d; lost after the revoke: %d; assigned %d\n",
+            lost_seen, st_consumer_assignment_lost(a), st_consumer_assigned(a));
+    ck_assert_int_eq(lost_seen, 1);
+    ck_assert_int_eq(st_consumer_assignment_lost(a), 1);
+
+    rd_kafka_destroy(prod);
+    st_consumer_destroy(a);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -168,6 +238,7 @@ int main(void)
     TCase *tc = tcase_create("services");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, consume_batch_drops_messages_of_a_partition_revoked_during_its_poll);
+    tcase_add_test(tc, consume_a_lost_assignment_stays_lost_after_its_revoke);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
