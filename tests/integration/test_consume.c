@@ -55,6 +55,24 @@ static void produce_backlog(rd_kafka_t *rk, int n)
     ck_assert_int_eq(rd_kafka_flush(rk, 60000), 0);
 }
 
+/* Makes the world's topic (NPARTS partitions) and writes n messages to
+ * each partition; returns the producer, which the caller destroys. */
+static rd_kafka_t *topic_with_backlog(int n)
+{
+    char err[512];
+    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
+                                            sizeof(err));
+    ck_assert_ptr_nonnull(kc);
+    rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
+    ck_assert_ptr_nonnull(prod);
+    const char *topics[1] = {w.topic};
+    ck_assert_int_eq(st_kafka_ensure_topics(prod, topics, 1, NPARTS, 1, 30000, err,
+                                            sizeof(err)),
+                     0);
+    produce_backlog(prod, n);
+    return prod;
+}
+
 /* Small fetches, so that A reads its backlog for longer than a rebalance
  * takes (and its batch does not end at the partitions' end). */
 static char *fetch_names[] = {"fetch.max.bytes", "max.partition.fetch.bytes",
@@ -96,16 +114,7 @@ START_TEST(consume_batch_drops_messages_of_a_partition_revoked_during_its_poll)
     world_init(&w, "consume");
     snprintf(group, sizeof(group), "%s.group", w.name);
 
-    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
-                                            sizeof(err));
-    ck_assert_ptr_nonnull(kc);
-    rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
-    ck_assert_ptr_nonnull(prod);
-    const char *topics[1] = {w.topic};
-    ck_assert_int_eq(st_kafka_ensure_topics(prod, topics, 1, NPARTS, 1, 30000, err,
-                                            sizeof(err)),
-                     0);
-    produce_backlog(prod, 50000);
+    rd_kafka_t *prod = topic_with_backlog(50000);
 
     struct st_analyzer_conf ca = conf_for(group);
     struct st_consumer *a = st_consumer_new(&ca, err, sizeof(err));
@@ -181,16 +190,7 @@ START_TEST(consume_a_lost_assignment_stays_lost_after_its_revoke)
     world_init(&w, "consumelost");
     snprintf(group, sizeof(group), "%s.group", w.name);
 
-    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
-                                            sizeof(err));
-    ck_assert_ptr_nonnull(kc);
-    rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
-    ck_assert_ptr_nonnull(prod);
-    const char *topics[1] = {w.topic};
-    ck_assert_int_eq(st_kafka_ensure_topics(prod, topics, 1, NPARTS, 1, 30000, err,
-                                            sizeof(err)),
-                     0);
-    produce_backlog(prod, 10);
+    rd_kafka_t *prod = topic_with_backlog(10);
 
     static char *names[] = {"max.poll.interval.ms"};
     static char *values[] = {"6000"};
