@@ -736,6 +736,16 @@ static int flush_exec(void *arg, const struct st_checkpoint *c, int retry)
     return 0;
 }
 
+/* The assigned partitions (at most 1024) and the offset each may commit
+ * now (the reorder buffer's); returns their count. */
+static int offsets_now(struct analyzer *a, int32_t parts[1024], int64_t offsets[1024])
+{
+    int n = st_consumer_partitions(a->consumer, parts, 1024);
+    for (int i = 0; i < n; i++)
+        offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
+    return n;
+}
+
 static int flush_commit(void *arg)
 {
     struct analyzer *a = arg;
@@ -748,9 +758,7 @@ static int flush_commit(void *arg)
         if (stop)
             return -1;
     }
-    int n = st_consumer_partitions(a->consumer, parts, 1024);
-    for (int i = 0; i < n; i++)
-        offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
+    int n = offsets_now(a, parts, offsets);
     return st_consumer_commit(a->consumer, parts, offsets, n) == 0 ? 0 : 1;
 }
 
@@ -897,13 +905,12 @@ static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store
 static void batch_offsets(struct analyzer *a, struct st_store_batch *b)
 {
     int32_t parts[1024];
-    int n = st_consumer_partitions(a->consumer, parts, 1024);
+    int64_t offsets[1024];
+    int n = offsets_now(a, parts, offsets);
     b->parts = st_realloc(b->parts, (size_t)(n ? n : 1) * sizeof(*b->parts));
     b->offsets = st_realloc(b->offsets, (size_t)(n ? n : 1) * sizeof(*b->offsets));
-    for (int i = 0; i < n; i++) {
-        b->parts[i] = parts[i];
-        b->offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
-    }
+    memcpy(b->parts, parts, (size_t)n * sizeof(*b->parts));
+    memcpy(b->offsets, offsets, (size_t)n * sizeof(*b->offsets));
     b->nparts = n;
     metrics_lag(a, b->parts, b->offsets, n);
     st_metric_set(a->m_buffered, (int64_t)st_reorder_buffered(a->reorder));
