@@ -109,7 +109,7 @@ struct run {
     int64_t max_ts;           /* newest on-time event of the run in this batch */
     int64_t trim_ts;          /* newest on-time event of batches not yet trimmed */
     uint64_t trim_seq;        /* the last of those batches' checkpoint */
-    int in_trimq;
+    int in_trimq;             /* its entries in the trim queue */
     int64_t touched_s;        /* wall clock of the last feed */
     int64_t w_exp_s, e_exp_s, b_exp_s; /* EXPIRE last sent (st_detect_expire_due) */
     int64_t s_exp_s;          /* the same for the string (SET ... EX) */
@@ -139,8 +139,17 @@ struct st_runwin {
     struct run **dirty;
     size_t ndirty, capdirty;
     uint64_t last_dirty_seq;
-    struct run **trimq; /* runs to trim once their batch is committed */
-    size_t ntrimq, captrimq;
+    /* runs to trim once their batch is committed: an entry per run and
+     * batch that fed it, in batch order (seqs never go down), so that a
+     * commit takes entries from the head only, [trimq_head, ntrimq), instead
+     * of walking every run fed since the last commit (an interval's worth
+     * with the rolling write-back: that walk was 14% of the detect role's
+     * CPU on the denial stream). A run is trimmed at its last entry. */
+    struct trim_entry {
+        struct run *r;
+        uint64_t seq;
+    } *trimq;
+    size_t trimq_head, ntrimq, captrimq;
     struct run *cur;
     uint64_t gen;
     /* the run of each prefetched event, in prefetch order: the feeds come
@@ -247,7 +256,7 @@ void st_runwin_forget(struct st_runwin *w, struct st_detect_ctx *ctx)
     memset(w->table, 0, w->tcap * sizeof(*w->table));
     w->nruns = 0;
     w->lru_head = w->lru_tail = NULL;
-    w->nbatch = w->ndirty = w->ntrimq = 0;
+    w->nbatch = w->ndirty = w->ntrimq = w->trimq_head = 0;
     w->cur = NULL;
     w->nmemo = w->next_memo = 0;
 }
@@ -1244,15 +1253,22 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
             continue; /* only late or skewed events: they trim nothing */
         if (r->max_ts > r->trim_ts)
             r->trim_ts = r->max_ts;
+        if (r->in_trimq && r->trim_seq == ctx->seq)
+            continue; /* queued for this batch already */
         r->trim_seq = ctx->seq;
-        if (!r->in_trimq) {
-            r->in_trimq = 1;
-            if (w->ntrimq == w->captrimq) {
+        r->in_trimq++;
+        if (w->ntrimq == w->captrimq) {
+            if (w->trimq_head > w->ntrimq / 2) {
+                /* the committed half goes instead of growing */
+                w->ntrimq -= w->trimq_head;
+                memmove(w->trimq, w->trimq + w->trimq_head, w->ntrimq * sizeof(*w->trimq));
+                w->trimq_head = 0;
+            } else {
                 w->captrimq = w->captrimq ? 2 * w->captrimq : 64;
                 w->trimq = st_realloc(w->trimq, w->captrimq * sizeof(*w->trimq));
             }
-            w->trimq[w->ntrimq++] = r;
         }
+        w->trimq[w->ntrimq++] = (struct trim_entry){r, ctx->seq};
     }
     /* no checkpoint with this batch: the runs stay dirty, and a later
      * checkpoint writes each of them once, whatever the number of batches
@@ -1338,21 +1354,19 @@ static void run_trim(struct st_runwin *w, struct run *r)
 
 void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
 {
-    size_t keep = 0;
-    for (size_t i = 0; i < w->ntrimq; i++) {
-        struct run *r = w->trimq[i];
-        if (r->trim_seq > ctx->seq) {
-            w->trimq[keep++] = r; /* its batch is not committed yet */
-            continue;
-        }
+    /* the entries of committed batches are at the head; the rest wait */
+    while (w->trimq_head < w->ntrimq && w->trimq[w->trimq_head].seq <= ctx->seq) {
+        struct run *r = w->trimq[w->trimq_head++].r;
+        if (--r->in_trimq)
+            continue; /* a later batch fed it too: trimmed at that entry */
         run_trim(w, r);
-        r->in_trimq = 0;
         r->trim_ts = INT64_MIN;
         /* deletions of the next batch's checkpoint (ctx->dirty_seq) */
         if (r->trim_below != INT64_MIN || r->ndel_eps || r->ndel_b)
             mark_dirty(w, r, ctx->dirty_seq);
     }
-    w->ntrimq = keep;
+    if (w->trimq_head == w->ntrimq)
+        w->trimq_head = w->ntrimq = 0;
     /* the batch list is only needed up to end_batch: emptied here, so that
      * no run evicted below is still pointed at */
     st_runwin_reset(w);
