@@ -8,9 +8,23 @@
 #include "checkpoint.h"
 #include "log.h"
 
+/* The commands lie in segments, each a buffer of commands end to end: a
+ * checkpoint's own commands go to its last segment; st_checkpoint_take
+ * moves the buffers of another checkpoint's segments in whole (no copy of
+ * their bytes) and gives it spare, emptied buffers back in exchange, so
+ * that buffers go round between the workers' parts and the batches'
+ * checkpoints at the size they grew to, instead of each batch's being
+ * copied from its parts (docs/architecture.md, "Where the analyzer's
+ * memory goes"). segs[nsegs ..] are spare buffers, empty, kept for reuse. */
+struct seg {
+    struct st_buf bytes;
+    size_t first; /* its first command's index */
+};
+
 struct st_checkpoint {
-    struct st_buf bytes; /* every command, RESP-formatted, end to end */
-    size_t *offs, *lens; /* where each starts in bytes, and its length */
+    struct seg *segs;
+    size_t nsegs, capsegs;
+    size_t *offs, *lens; /* where each command starts in its segment's bytes, and its length */
     size_t n, cap;
 };
 
@@ -21,7 +35,9 @@ struct st_checkpoint *st_checkpoint_new(void)
 
 void st_checkpoint_clear(struct st_checkpoint *c)
 {
-    st_buf_reset(&c->bytes);
+    for (size_t i = 0; i < c->nsegs; i++)
+        st_buf_reset(&c->segs[i].bytes);
+    c->nsegs = 0;
     c->n = 0;
 }
 
@@ -29,10 +45,39 @@ void st_checkpoint_destroy(struct st_checkpoint *c)
 {
     if (!c)
         return;
-    st_buf_fini(&c->bytes);
+    for (size_t i = 0; i < c->capsegs; i++)
+        st_buf_fini(&c->segs[i].bytes);
+    free(c->segs);
     free(c->offs);
     free(c->lens);
     free(c);
+}
+
+/* The next segment (a spare buffer when there is one), starting at command
+ * c->n. */
+static struct seg *seg_open(struct st_checkpoint *c)
+{
+    if (c->nsegs == c->capsegs) {
+        size_t cap = c->capsegs ? 2 * c->capsegs : 4;
+        c->segs = st_realloc(c->segs, cap * sizeof(*c->segs));
+        for (size_t i = c->capsegs; i < cap; i++)
+            st_buf_init(&c->segs[i].bytes);
+        c->capsegs = cap;
+    }
+    struct seg *g = &c->segs[c->nsegs++];
+    g->first = c->n;
+    return g;
+}
+
+static void cmds_reserve(struct st_checkpoint *c, size_t more)
+{
+    if (c->n + more <= c->cap)
+        return;
+    c->cap = c->n + more > 2 * c->cap ? c->n + more : 2 * c->cap;
+    if (c->cap < 64)
+        c->cap = 64;
+    c->offs = st_realloc(c->offs, c->cap * sizeof(*c->offs));
+    c->lens = st_realloc(c->lens, c->cap * sizeof(*c->lens));
 }
 
 void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv)
@@ -43,13 +88,10 @@ void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv)
 void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv,
                             const size_t *argvlen)
 {
-    if (c->n == c->cap) {
-        c->cap = c->cap ? 2 * c->cap : 64;
-        c->offs = st_realloc(c->offs, c->cap * sizeof(*c->offs));
-        c->lens = st_realloc(c->lens, c->cap * sizeof(*c->lens));
-    }
-    c->offs[c->n] = c->bytes.len;
-    c->lens[c->n] = st_rpipe_format_buf_lens(&c->bytes, argc, argv, argvlen);
+    cmds_reserve(c, 1);
+    struct st_buf *b = &(c->nsegs ? &c->segs[c->nsegs - 1] : seg_open(c))->bytes;
+    c->offs[c->n] = b->len;
+    c->lens[c->n] = st_rpipe_format_buf_lens(b, argc, argv, argvlen);
     c->n++;
 }
 
@@ -57,18 +99,21 @@ void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src)
 {
     if (src->n == 0)
         return; /* and its arrays may not exist yet */
-    if (dst->n + src->n > dst->cap) {
-        dst->cap = dst->n + src->n > 2 * dst->cap ? dst->n + src->n : 2 * dst->cap;
-        dst->offs = st_realloc(dst->offs, dst->cap * sizeof(*dst->offs));
-        dst->lens = st_realloc(dst->lens, dst->cap * sizeof(*dst->lens));
-    }
-    size_t base = dst->bytes.len;
-    for (size_t i = 0; i < src->n; i++)
-        dst->offs[dst->n + i] = base + src->offs[i];
+    cmds_reserve(dst, src->n);
+    memcpy(dst->offs + dst->n, src->offs, src->n * sizeof(*src->offs));
     memcpy(dst->lens + dst->n, src->lens, src->n * sizeof(*src->lens));
-    st_buf_add(&dst->bytes, src->bytes.data, src->bytes.len);
+    for (size_t k = 0; k < src->nsegs; k++) {
+        struct seg *g = seg_open(dst);
+        g->first = dst->n + src->segs[k].first;
+        /* src's full buffer for dst's spare (empty) one */
+        struct st_buf spare = g->bytes;
+        g->bytes = src->segs[k].bytes;
+        st_buf_reset(&spare);
+        src->segs[k].bytes = spare;
+    }
     dst->n += src->n;
-    st_checkpoint_clear(src);
+    src->nsegs = 0;
+    src->n = 0;
 }
 
 size_t st_checkpoint_len(const struct st_checkpoint *c)
@@ -79,8 +124,12 @@ size_t st_checkpoint_len(const struct st_checkpoint *c)
 int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *errstr,
                        size_t errsz)
 {
-    for (size_t i = 0; i < c->n; i++)
-        st_rpipe_formatted(p, c->bytes.data + c->offs[i], c->lens[i]);
+    size_t s = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        while (s + 1 < c->nsegs && c->segs[s + 1].first <= i)
+            s++;
+        st_rpipe_formatted(p, c->segs[s].bytes.data + c->offs[i], c->lens[i]);
+    }
     return st_rpipe_exec(p, errstr, errsz);
 }
 

@@ -1,7 +1,10 @@
 /* rpipe.c: pipelined Redis commands with per-reply callbacks (see rpipe.h). */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include <openssl/sha.h>
 
@@ -237,6 +240,61 @@ void st_rpipe_discard(struct st_rpipe *p)
     p->n = 0;
 }
 
+/* Writes every queued command to the socket, from where it lies, the
+ * commands that lie end to end (a checkpoint's) in one span: hiredis's
+ * redisAppendFormattedCommand would copy them all into its output buffer
+ * (grown by reallocs) and, on each partial write of a large pipeline, move
+ * what is left to the buffer's front (sdsrange): a checkpoint of a few MB
+ * was copied over and over (docs/architecture.md, "Where the analyzer's
+ * memory goes"). The bytes on the wire are the same; hiredis's output
+ * buffer stays empty, so redisGetReply only reads. The socket is blocking,
+ * with the connection's timeout (redisconn.c): a write that times out is a
+ * connection error, as in hiredis. Returns 0, or -1 with errno set. */
+static int send_cmds(struct st_rpipe *p)
+{
+    struct iovec iov[64];
+    size_t i = 0;
+    while (i < p->n) {
+        int niov = 0;
+        while (i < p->n && niov < (int)(sizeof(iov) / sizeof(iov[0]))) {
+            iov[niov].iov_base = p->cmds[i];
+            iov[niov].iov_len = p->cmdlens[i];
+            /* the commands after it that follow it in memory: one span */
+            for (i++; i < p->n && p->cmds[i] == (char *)iov[niov].iov_base +
+                                                     iov[niov].iov_len;
+                 i++)
+                iov[niov].iov_len += p->cmdlens[i];
+            niov++;
+        }
+        struct iovec *v = iov;
+        while (niov > 0) {
+            ssize_t w = writev(p->rc->fd, v, niov);
+            if (w < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                    errno = ETIMEDOUT;
+                return -1;
+            }
+            if (w == 0) {
+                errno = EPIPE;
+                return -1;
+            }
+            size_t left = (size_t)w;
+            while (niov > 0 && left >= v->iov_len) {
+                left -= v->iov_len;
+                v++;
+                niov--;
+            }
+            if (niov > 0) {
+                v->iov_base = (char *)v->iov_base + left;
+                v->iov_len -= left;
+            }
+        }
+    }
+    return 0;
+}
+
 int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
 {
     size_t i;
@@ -247,9 +305,13 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
     if (!p->rc && rpipe_connect(p, errstr, errsz))
         goto out;
     p->sent += p->n;
-    for (i = 0; i < p->n; i++)
-        if (redisAppendFormattedCommand(p->rc, p->cmds[i], p->cmdlens[i]) != REDIS_OK)
-            goto conn_error;
+    if (send_cmds(p) != 0) {
+        snprintf(errstr, errsz, "Redis at \"%s:%d\": %s", p->target.host, p->target.port,
+                 strerror(errno));
+        redisFree(p->rc);
+        p->rc = NULL;
+        goto out;
+    }
     for (i = 0; i < p->n; i++) {
         redisReply *r = NULL;
         if (redisGetReply(p->rc, (void **)&r) != REDIS_OK || !r)

@@ -84,45 +84,50 @@ enum { LAYOUT_NONE = 0, LAYOUT_BLOB = 1, LAYOUT_SETS = 2 };
 #define BLOB_MAX 4096
 #define BLOB_MIN 2048
 
+/* One run's state. Counts are 32-bit and flags one byte, so that the
+ * struct is 256 bytes (a malloc size class; 328 before, allocated as 384):
+ * a run of each windowed detector is held per run of the stream
+ * (docs/architecture.md, "State bounds"). */
 struct run {
     struct run *hnext;        /* hash chain */
     struct run *prev, *next;  /* least recently fed first */
     char *task_id, *run_id;   /* one allocation */
     uint64_t hash;            /* st_runidx_hash */
-    int32_t partition;        /* its task's Kafka partition (run index) */
-    int state;
-    int pending;              /* loads queued whose replies have not come */
     uint64_t queued_gen;      /* prefetch pass that queued its load */
     struct st_runwin_member *m; /* sorted by (time, member) like Redis */
-    size_t n, cap, nunsaved;
     struct episode *eps;
-    size_t neps, capeps;
     struct bucket *b;
-    size_t nb, capb;
     /* pending deletions (the trims), for the next checkpoint */
-    int64_t trim_below;       /* INT64_MIN: none */
     char (*del_eps)[33];
-    size_t ndel_eps;
     int64_t *del_b;           /* buckets trimmed */
-    size_t ndel_b;
-    size_t ndel_m;            /* members trimmed since the deletion was last sent */
+    int64_t trim_below;       /* INT64_MIN: none */
     int64_t max_ts;           /* newest on-time event of the run in this batch */
     int64_t trim_ts;          /* newest on-time event of batches not yet trimmed */
     uint64_t trim_seq;        /* the last of those batches' checkpoint */
-    int in_trimq;             /* its entries in the trim queue */
     int64_t touched_s;        /* wall clock of the last feed */
     int64_t w_exp_s, e_exp_s, b_exp_s; /* EXPIRE last sent (st_detect_expire_due) */
     int64_t s_exp_s;          /* the same for the string (SET ... EX) */
     size_t keybytes;          /* the members' lengths, summed (state_bytes) */
     struct st_runwin *owner;  /* for a load's replies */
-    int layout;               /* LAYOUT_*: what Redis holds */
     uint64_t ck_seq;          /* checkpoint holding its latest change */
     /* dirty: the checkpoint (batch) in which it became dirty; the dirty
      * list is in this order (ctx->pending_from) */
     uint64_t dirty_seq;
-    int in_batch, dirty;
-    int fed; /* fed since its last checkpoint (its window key's EXPIRE may be due) */
+    uint32_t n, cap, nunsaved; /* members */
+    uint32_t neps, capeps;
+    uint32_t nb, capb;
+    uint32_t ndel_eps, ndel_b;
+    uint32_t ndel_m;          /* members trimmed since the deletion was last sent */
+    uint32_t in_trimq;        /* its entries in the trim queue */
+    int32_t partition;        /* its task's Kafka partition (run index) */
+    uint16_t pending;         /* loads queued whose replies have not come */
+    uint8_t state;
+    uint8_t layout;           /* LAYOUT_*: what Redis holds */
+    uint8_t in_batch, dirty;
+    uint8_t fed; /* fed since its last checkpoint (its window key's EXPIRE may be due) */
 };
+
+_Static_assert(sizeof(struct run) <= 256, "struct run: keep it in the 256-byte size class");
 
 struct st_runwin {
     const struct st_analyzer_conf *conf;
@@ -137,7 +142,11 @@ struct st_runwin {
     /* runs with changes not yet in a checkpoint, by dirty_seq (the order
      * they became dirty in: batch order); dirty_seq of the last one */
     struct run **dirty;
-    size_t ndirty, capdirty;
+    /* [dirty_head, ndirty) is the list: a checkpoint takes runs from its
+     * head, and the space before it is reclaimed when the list would grow
+     * (moving the whole rest up at each batch was a memmove of every run
+     * dirty within the interval, per batch) */
+    size_t dirty_head, ndirty, capdirty;
     uint64_t last_dirty_seq;
     /* runs to trim once their batch is committed: an entry per run and
      * batch that fed it, in batch order (seqs never go down), so that a
@@ -256,7 +265,7 @@ void st_runwin_forget(struct st_runwin *w, struct st_detect_ctx *ctx)
     memset(w->table, 0, w->tcap * sizeof(*w->table));
     w->nruns = 0;
     w->lru_head = w->lru_tail = NULL;
-    w->nbatch = w->ndirty = w->ntrimq = w->trimq_head = 0;
+    w->nbatch = w->dirty_head = w->ndirty = w->ntrimq = w->trimq_head = 0;
     w->cur = NULL;
     w->nmemo = w->next_memo = 0;
 }
@@ -336,8 +345,15 @@ static void dirty_append(struct st_runwin *w, struct run *r, uint64_t seq)
     r->dirty = 1;
     r->dirty_seq = seq;
     if (w->ndirty == w->capdirty) {
-        w->capdirty = w->capdirty ? 2 * w->capdirty : 64;
-        w->dirty = st_realloc(w->dirty, w->capdirty * sizeof(*w->dirty));
+        if (w->dirty_head > w->ndirty / 2) {
+            /* the written half goes instead of growing */
+            w->ndirty -= w->dirty_head;
+            memmove(w->dirty, w->dirty + w->dirty_head, w->ndirty * sizeof(*w->dirty));
+            w->dirty_head = 0;
+        } else {
+            w->capdirty = w->capdirty ? 2 * w->capdirty : 64;
+            w->dirty = st_realloc(w->dirty, w->capdirty * sizeof(*w->dirty));
+        }
     }
     w->dirty[w->ndirty++] = r;
 }
@@ -445,7 +461,7 @@ static struct bucket *bucket_find(struct run *r, int64_t key, int create)
     if (!create)
         return NULL;
     if (r->nb == r->capb) {
-        r->capb = r->capb ? 2 * r->capb : 8;
+        r->capb = r->capb ? 2 * r->capb : 2; /* most runs are short */
         r->b = st_realloc(r->b, r->capb * sizeof(*r->b));
     }
     struct bucket *b = &r->b[r->nb++];
@@ -1282,33 +1298,32 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
      * by its held trims goes to the back as dirty since this checkpoint,
      * so that the list stays sorted. */
     int64_t now = wall_s(ctx);
-    size_t i = 0, nheld = 0;
+    size_t i = w->dirty_head, nheld = 0;
     for (; i < w->ndirty; i++) {
         struct run *r = w->dirty[i];
         if (ctx->pending_from && r->dirty_seq >= ctx->pending_from)
             break;
         run_write(w, r, ctx, c, ttl, trims_held(r, ctx, now));
         if (has_trims(r))
-            w->dirty[nheld++] = r; /* dirty while its trims wait: not evicted */
+            w->dirty[w->dirty_head + nheld++] = r; /* dirty while its trims wait: not evicted */
         else
             r->dirty = 0;
     }
-    /* the written ones' places: the held first, then the rest moved up */
-    size_t rest = w->ndirty - i;
-    if (nheld && rest) {
-        struct run **held = st_malloc(nheld * sizeof(*held));
-        memcpy(held, w->dirty, nheld * sizeof(*held));
-        memmove(w->dirty, w->dirty + i, rest * sizeof(*w->dirty));
-        memcpy(w->dirty + rest, held, nheld * sizeof(*held));
-        free(held);
-    } else if (rest) {
-        memmove(w->dirty, w->dirty + i, rest * sizeof(*w->dirty));
+    /* the written ones leave the head; the held go to the back, as dirty
+     * since this checkpoint */
+    struct run **held = NULL;
+    if (nheld) {
+        held = st_malloc(nheld * sizeof(*held));
+        memcpy(held, w->dirty + w->dirty_head, nheld * sizeof(*held));
     }
-    w->ndirty = rest + nheld;
-    for (size_t j = rest; j < w->ndirty; j++) {
-        w->dirty[j]->dirty_seq = ctx->seq > w->last_dirty_seq ? ctx->seq : w->last_dirty_seq;
-        w->last_dirty_seq = w->dirty[j]->dirty_seq;
+    w->dirty_head = i;
+    if (w->dirty_head == w->ndirty)
+        w->dirty_head = w->ndirty = 0;
+    for (size_t j = 0; j < nheld; j++) {
+        held[j]->dirty = 0;
+        dirty_append(w, held[j], ctx->seq);
     }
+    free(held);
 }
 
 static void run_trim(struct st_runwin *w, struct run *r)
