@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <openssl/sha.h>
@@ -249,7 +250,8 @@ void st_rpipe_discard(struct st_rpipe *p)
  * memory goes"). The bytes on the wire are the same; hiredis's output
  * buffer stays empty, so redisGetReply only reads. The socket is blocking,
  * with the connection's timeout (redisconn.c): a write that times out is a
- * connection error, as in hiredis. Returns 0, or -1 with errno set. */
+ * connection error, as in hiredis; so is a connection Redis closed
+ * (MSG_NOSIGNAL: no SIGPIPE). Returns 0, or -1 with errno set. */
 static int send_cmds(struct st_rpipe *p)
 {
     struct iovec iov[64];
@@ -268,7 +270,10 @@ static int send_cmds(struct st_rpipe *p)
         }
         struct iovec *v = iov;
         while (niov > 0) {
-            ssize_t w = writev(p->rc->fd, v, niov);
+            struct msghdr msg = {.msg_iov = v, .msg_iovlen = (size_t)niov};
+            /* MSG_NOSIGNAL: a connection Redis closed is an error to retry,
+             * not a SIGPIPE */
+            ssize_t w = sendmsg(p->rc->fd, &msg, MSG_NOSIGNAL);
             if (w < 0) {
                 if (errno == EINTR)
                     continue;

@@ -1,0 +1,215 @@
+/* test_rpipe_redis.c: a pipeline larger than the socket's buffers against
+ * the real Redis (session 6: st_rpipe_exec writes the commands from where
+ * they lie, no longer through hiredis's output buffer, and a checkpoint
+ * takes its parts' buffers instead of copying them):
+ *   - the commands of checkpoints joined with st_checkpoint_take (several
+ *     segments, commands appended after a take), between commands queued
+ *     one by one, reach Redis whole and in order, and each callback gets
+ *     its own reply, over megabytes that take many partial writes;
+ *   - the same checkpoint objects reused (their buffers gone round between
+ *     them) carry the next round's commands, not the last's;
+ *   - a connection Redis closed fails the exec with an error (no SIGPIPE
+ *     ends the process) and the next exec reconnects. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "rpipe.h"
+
+#define NKEYS 3000
+#define VLEN 2000
+
+static char prefix[64];
+static char err[512];
+
+static struct st_rpipe *open_pipe(void)
+{
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_ptr_nonnull(url);
+    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    snprintf(prefix, sizeof(prefix), "test_rpipe_%ld_%d:", (long)time(NULL), (int)getpid());
+    return p;
+}
+
+static void key_of(char *out, size_t n, int i)
+{
+    snprintf(out, n, "%sk%d", prefix, i);
+}
+
+/* value i of round: VLEN bytes that differ by key and round */
+static void value_of(char *out, int i, int round)
+{
+    int k = snprintf(out, VLEN + 1, "r%d:k%d:", round, i);
+    memset(out + k, 'a' + (i + round) % 26, (size_t)(VLEN - k));
+    out[VLEN] = '\0';
+}
+
+static void set_cmd(struct st_checkpoint *c, int i, int round)
+{
+    char key[96], val[VLEN + 1];
+    key_of(key, sizeof(key), i);
+    value_of(val, i, round);
+    const char *argv[] = {"SET", key, val};
+    st_checkpoint_cmd(c, 3, argv);
+}
+
+static int replies, order_bad;
+
+static int on_echo(const redisReply *r, void *arg)
+{
+    long want = (long)(intptr_t)arg;
+    char s[32];
+    snprintf(s, sizeof(s), "%ld", want);
+    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, s) || replies != want)
+        order_bad++;
+    replies++;
+    return 0;
+}
+
+static void echo(struct st_rpipe *p, long n)
+{
+    char s[32];
+    snprintf(s, sizeof(s), "%ld", n);
+    const char *argv[] = {"ECHO", s};
+    st_rpipe_cmd(p, on_echo, (void *)(intptr_t)n, 2, argv);
+}
+
+static int got_bad;
+static const char *got_want;
+
+static int on_get(const redisReply *r, void *arg)
+{
+    (void)arg;
+    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, got_want))
+        got_bad++;
+    return 0;
+}
+
+/* every key holds its value of round */
+static void check_round(struct st_rpipe *p, int round)
+{
+    char key[96], val[VLEN + 1];
+    for (int i = 0; i < NKEYS; i++) {
+        key_of(key, sizeof(key), i);
+        value_of(val, i, round);
+        got_want = val;
+        const char *argv[] = {"GET", key};
+        st_rpipe_cmd(p, on_get, NULL, 2, argv);
+        ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+        ck_assert_msg(got_bad == 0, "key %d does not hold its round-%d value", i, round);
+    }
+}
+
+static void drop_keys(struct st_rpipe *p)
+{
+    char key[96];
+    for (int i = 0; i < NKEYS; i++) {
+        key_of(key, sizeof(key), i);
+        const char *argv[] = {"DEL", key};
+        st_rpipe_cmd(p, NULL, NULL, 2, argv);
+    }
+    st_rpipe_exec(p, err, sizeof(err));
+}
+
+START_TEST(rpipe_large_pipeline_of_joined_checkpoints)
+{
+    struct st_rpipe *p = open_pipe();
+    struct st_checkpoint *parts[3], *all = st_checkpoint_new();
+    for (int k = 0; k < 3; k++)
+        parts[k] = st_checkpoint_new();
+    for (int round = 0; round < 3; round++) {
+        /* keys [0, 1000) in part 0, [1000, 2000) in part 1, [2000, 2999) in
+         * part 2 taken into part 0 first (a checkpoint of two segments),
+         * the last key appended to the joined one after its takes */
+        for (int i = 0; i < NKEYS - 1; i++)
+            set_cmd(parts[i / 1000], i, round);
+        st_checkpoint_take(parts[0], parts[2]);
+        ck_assert_uint_eq(st_checkpoint_len(parts[2]), 0);
+        st_checkpoint_take(all, parts[0]);
+        st_checkpoint_take(all, parts[1]);
+        set_cmd(all, NKEYS - 1, round);
+        ck_assert_uint_eq(st_checkpoint_len(all), NKEYS);
+        replies = order_bad = 0;
+        echo(p, 0);
+        /* the checkpoint's commands between two queued one by one */
+        ck_assert_msg(st_checkpoint_exec(all, p, err, sizeof(err)) == 0, "%s", err);
+        /* ECHO 0 went first in that exec; the connection is still in
+         * step after it */
+        ck_assert_int_eq(replies, 1);
+        echo(p, 1);
+        ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+        ck_assert_int_eq(replies, 2);
+        ck_assert_int_eq(order_bad, 0);
+        /* parts 1 and 0 hold the keys in the wrong order: a command of the
+         * wrong segment would leave the last round's or a wrong value */
+        check_round(p, round);
+        st_checkpoint_clear(all);
+    }
+    drop_keys(p);
+    for (int k = 0; k < 3; k++)
+        st_checkpoint_destroy(parts[k]);
+    st_checkpoint_destroy(all);
+    st_rpipe_destroy(p);
+}
+END_TEST
+
+static long long client_id;
+
+static int on_id(const redisReply *r, void *arg)
+{
+    (void)arg;
+    client_id = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    return 0;
+}
+
+START_TEST(rpipe_closed_connection_is_an_error_then_reconnects)
+{
+    struct st_rpipe *p = open_pipe();
+    const char *id[] = {"CLIENT", "ID"};
+    st_rpipe_cmd(p, on_id, NULL, 2, id);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_gt(client_id, 0);
+    /* another connection closes this one */
+    struct st_rpipe *killer = open_pipe();
+    char idstr[32];
+    snprintf(idstr, sizeof(idstr), "%lld", client_id);
+    const char *kill[] = {"CLIENT", "KILL", "ID", idstr};
+    st_rpipe_cmd(killer, NULL, NULL, 4, kill);
+    ck_assert_msg(st_rpipe_exec(killer, err, sizeof(err)) == 0, "%s", err);
+    /* megabytes to a closed connection: an error, not a signal */
+    struct st_checkpoint *c = st_checkpoint_new();
+    for (int i = 0; i < NKEYS; i++)
+        set_cmd(c, i, 7);
+    int rc = st_checkpoint_exec(c, p, err, sizeof(err));
+    ck_assert_int_eq(rc, -1);
+    fprintf(stderr, "exec on the closed connection: %s\n", err);
+    /* the next one reconnects and goes through */
+    ck_assert_msg(st_checkpoint_exec(c, p, err, sizeof(err)) == 0, "%s", err);
+    check_round(p, 7);
+    drop_keys(p);
+    st_checkpoint_destroy(c);
+    st_rpipe_destroy(killer);
+    st_rpipe_destroy(p);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("rpipe_redis");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, rpipe_large_pipeline_of_joined_checkpoints);
+    tcase_add_test(tc, rpipe_closed_connection_is_an_error_then_reconnects);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
