@@ -95,6 +95,13 @@ void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv
     c->n++;
 }
 
+/* A segment of at least this many bytes is moved by st_checkpoint_take; a
+ * smaller one (the run index's notes, the registry's few writes, a quiet
+ * batch's) is copied to the end of dst's last segment: moving it would put
+ * one more buffer into circulation, where every buffer grows to the
+ * largest part it ever carries. */
+#define TAKE_MOVE_MIN (64 * 1024)
+
 void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src)
 {
     if (src->n == 0)
@@ -103,13 +110,27 @@ void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src)
     memcpy(dst->offs + dst->n, src->offs, src->n * sizeof(*src->offs));
     memcpy(dst->lens + dst->n, src->lens, src->n * sizeof(*src->lens));
     for (size_t k = 0; k < src->nsegs; k++) {
+        struct st_buf *from = &src->segs[k].bytes;
+        size_t first = src->segs[k].first;
+        size_t end = k + 1 < src->nsegs ? src->segs[k + 1].first : src->n;
+        if (from->len < TAKE_MOVE_MIN) {
+            /* copied: its commands' offsets move by where it lands */
+            struct st_buf *to = &(dst->nsegs ? &dst->segs[dst->nsegs - 1]
+                                             : seg_open(dst))->bytes;
+            size_t base = to->len;
+            st_buf_add(to, from->data, from->len);
+            for (size_t i = first; i < end; i++)
+                dst->offs[dst->n + i] += base;
+            st_buf_reset(from);
+            continue;
+        }
         struct seg *g = seg_open(dst);
-        g->first = dst->n + src->segs[k].first;
+        g->first = dst->n + first;
         /* src's full buffer for dst's spare (empty) one */
         struct st_buf spare = g->bytes;
-        g->bytes = src->segs[k].bytes;
+        g->bytes = *from;
         st_buf_reset(&spare);
-        src->segs[k].bytes = spare;
+        *from = spare;
     }
     dst->n += src->n;
     src->nsegs = 0;

@@ -2,8 +2,9 @@
  * the real Redis (session 6: st_rpipe_exec writes the commands from where
  * they lie, no longer through hiredis's output buffer, and a checkpoint
  * takes its parts' buffers instead of copying them):
- *   - the commands of checkpoints joined with st_checkpoint_take (several
- *     segments, commands appended after a take), between commands queued
+ *   - the commands of checkpoints joined with st_checkpoint_take (large
+ *     parts moved as segments, small ones copied, commands appended after
+ *     a take), between commands queued
  *     one by one, reach Redis whole and in order, and each callback gets
  *     its own reply, over megabytes that take many partial writes;
  *   - the same checkpoint objects reused (their buffers gone round between
@@ -120,19 +121,25 @@ static void drop_keys(struct st_rpipe *p)
 START_TEST(rpipe_large_pipeline_of_joined_checkpoints)
 {
     struct st_rpipe *p = open_pipe();
-    struct st_checkpoint *parts[3], *all = st_checkpoint_new();
-    for (int k = 0; k < 3; k++)
+    struct st_checkpoint *parts[5], *all = st_checkpoint_new();
+    for (int k = 0; k < 5; k++)
         parts[k] = st_checkpoint_new();
     for (int round = 0; round < 3; round++) {
-        /* keys [0, 1000) in part 0, [1000, 2000) in part 1, [2000, 2999) in
-         * part 2 taken into part 0 first (a checkpoint of two segments),
-         * the last key appended to the joined one after its takes */
+        /* keys [0, 1000) in part 0, [1000, 2000) in part 1, [2000, 2990)
+         * in part 2 (megabytes each: moved by st_checkpoint_take), [2990,
+         * 2995) in part 3 and [2995, 2999) in part 4 (a few KB: copied);
+         * part 2 taken into part 0 first (a checkpoint of two segments);
+         * part 3 copied into the empty joined one, parts 0 and 1 moved
+         * after it, part 4 copied to the end of a moved segment, the last
+         * key appended after the takes */
         for (int i = 0; i < NKEYS - 1; i++)
-            set_cmd(parts[i / 1000], i, round);
+            set_cmd(parts[i < 2990 ? i / 1000 : i < 2995 ? 3 : 4], i, round);
         st_checkpoint_take(parts[0], parts[2]);
         ck_assert_uint_eq(st_checkpoint_len(parts[2]), 0);
+        st_checkpoint_take(all, parts[3]);
         st_checkpoint_take(all, parts[0]);
         st_checkpoint_take(all, parts[1]);
+        st_checkpoint_take(all, parts[4]);
         set_cmd(all, NKEYS - 1, round);
         ck_assert_uint_eq(st_checkpoint_len(all), NKEYS);
         replies = order_bad = 0;
@@ -152,7 +159,7 @@ START_TEST(rpipe_large_pipeline_of_joined_checkpoints)
         st_checkpoint_clear(all);
     }
     drop_keys(p);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 5; k++)
         st_checkpoint_destroy(parts[k]);
     st_checkpoint_destroy(all);
     st_rpipe_destroy(p);
