@@ -45,7 +45,9 @@ void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv
                             const size_t *argvlen);
 
 /* Moves every command of src to the end of dst, in order; src is left
- * empty (workers.c joins the parts its threads built). */
+ * empty (workers.c joins the parts its threads built). A part of 64 KB or
+ * more moves as a buffer (no copy) and src gets an emptied buffer of dst's
+ * back; a smaller one is copied. */
 void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src);
 
 /* Commands held. */
