@@ -1,6 +1,5 @@
 /* rpipe.c: pipelined Redis commands with per-reply callbacks (see rpipe.h). */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
