@@ -56,8 +56,9 @@ static void set_cmd(struct st_checkpoint *c, int i, int round)
     char key[96], val[VLEN + 1];
     key_of(key, sizeof(key), i);
     value_of(val, i, round);
-    const char *argv[] = {"SET", key, val};
-    st_checkpoint_cmd(c, 3, argv);
+    /* EX: a failed run leaves nothing for long */
+    const char *argv[] = {"SET", key, val, "EX", "600"};
+    st_checkpoint_cmd(c, 5, argv);
 }
 
 static int replies, order_bad;
