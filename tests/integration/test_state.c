@@ -896,9 +896,8 @@ START_TEST(state_rolling_crash_after_any_batch_redoes_from_the_cut)
              "-X detect.lateness_s=0 -X batch.max_events=2 -X state.checkpoint_ms=%d",
              roll_ms[_i]);
 
-    /* two runs one after the other in time: no event late (a late flag
-     * follows the partition's watermark, which a new process starts
-     * again: it would differ after a restart whatever the offsets) */
+    /* two runs one after the other in time: no event late (late events
+     * after a crash: state_crash_keeps_late_events_late) */
     produce_runs(&w, "k", 1, 0, 12, t);
     produce_runs(&w, "j", 1, 0, 12, t + 40000);
     produce_runs(&clean, "k", 1, 0, 12, t);
