@@ -93,14 +93,15 @@ static struct part *part_get(struct st_reorder *r, int32_t partition, int create
     return p;
 }
 
-/* The first offset pushed or noted for p: a clock resumed at exactly it
+/* The first offset pushed or noted for p: a clock resumed at it, or
+ * before it (offsets that hold no message: control records, compaction),
  * is the partition's (st_reorder_resume). */
 static void part_first(struct part *p, int64_t offset)
 {
     if (!p->resuming)
         return;
     p->resuming = 0;
-    if (offset == p->resume_at && p->resume_clock != ST_REORDER_NO_CLOCK) {
+    if (offset >= p->resume_at && p->resume_clock != ST_REORDER_NO_CLOCK) {
         p->max_ts = p->resume_clock;
         p->have_ts = 1;
     }

@@ -97,11 +97,13 @@ int64_t st_reorder_commit_point(const struct st_reorder *r, int32_t partition,
 
 /* partition was assigned, its committed offset carrying clock (from
  * st_reorder_commit_point): if the first event pushed (or offset noted)
- * for it is at exactly offset, the partition starts with that clock, so
- * its watermark, and which events are late, are those of a process that
- * never stopped. Any other first offset (the committed one was out of
- * range, or reset) starts without, as does a partition never resumed.
- * Ignored for a partition that holds events already. */
+ * for it is at offset or after (offsets that hold no message in between:
+ * transaction markers, compaction; or the committed offset was out of
+ * range, its events deleted: the best clock there is), the partition
+ * starts with that clock, so its watermark, and which events are late, are
+ * those of a process that never stopped. A first offset before it (a seek
+ * back) starts without, as does a partition never resumed. Ignored for a
+ * partition that holds events already. */
 void st_reorder_resume(struct st_reorder *r, int32_t partition, int64_t offset,
                        int64_t clock);
 

@@ -229,17 +229,21 @@ START_TEST(reorder_commit_point_clock_is_before_the_oldest_buffered)
 }
 END_TEST
 
-/* A clock resumed at an offset other than the first one pushed (the
- * committed offset was out of range, or reset), or on a partition that
- * holds events, is not taken. */
+/* A clock resumed at an offset after the first one pushed (a seek back),
+ * or on a partition that holds events, is not taken; one before it (a gap
+ * of offsets without messages) is. */
 START_TEST(reorder_resume_only_at_its_offset)
 {
     struct st_reorder *r = st_reorder_new(30 * S);
     int late;
     st_reorder_resume(r, 0, 5, 2000 * S);
-    push(r, 0, 6, 1000 * S, 0);
+    push(r, 0, 4, 1000 * S, 0);
     ck_assert_uint_eq(release(r, 1, &late), 1);
     ck_assert_int_eq(late, 0);
+    st_reorder_resume(r, 3, 5, 2000 * S);
+    push(r, 3, 7, 1000 * S, 0);
+    ck_assert_uint_eq(release(r, 0, &late), 1);
+    ck_assert_int_eq(late, 1);
     st_reorder_resume(r, 1, 5, 2000 * S);
     push(r, 1, 5, 1000 * S, 0);
     ck_assert_uint_eq(release(r, 1, &late), 1);
