@@ -1,4 +1,5 @@
 /* consume.c: the analyzer's Kafka consumer (see consume.h). */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "timeutil.h"
 
 #define MAX_PARTS 1024
+#define COMMITTED_TIMEOUT_MS 10000
 #define ST_DRAIN_FETCH_WAIT_MS "10"
 
 struct part_state {
@@ -26,6 +28,8 @@ struct st_consumer {
     char *topic;
     st_consumer_revoke_cb revoke_cb;
     void *revoke_arg;
+    st_consumer_assign_cb assign_cb;
+    void *assign_arg;
     struct part_state parts[MAX_PARTS];
     int nparts;
     int32_t topic_partitions; /* the topic's count at the last assignment; -1 */
@@ -107,6 +111,56 @@ int32_t st_consumer_topic_partitions(const struct st_consumer *c)
     return c->topic_partitions;
 }
 
+/* A partition's clock in its committed offset's metadata: "clock=<us>"
+ * (reorder.h). Anything else (another program's metadata, none) is no
+ * clock. */
+#define CLOCK_KEY "clock="
+
+static int clock_parse(const void *md, size_t len, int64_t *clock)
+{
+    char buf[40], *end;
+    size_t k = strlen(CLOCK_KEY);
+    if (!md || len <= k || len >= sizeof(buf) || memcmp(md, CLOCK_KEY, k) != 0)
+        return -1;
+    memcpy(buf, md, len);
+    buf[len] = '\0';
+    errno = 0;
+    long long v = strtoll(buf + k, &end, 10);
+    if (errno || *end || end == buf + k)
+        return -1;
+    *clock = (int64_t)v;
+    return 0;
+}
+
+/* Tells the assign callback each newly assigned partition's committed
+ * offset and the clock it carries, before any of its messages is polled.
+ * One round trip to the group coordinator per assignment; if it fails,
+ * the partitions start without a clock (logged: which events are late
+ * may then differ from a run that never stopped). */
+static void tell_committed(struct st_consumer *c, rd_kafka_t *rk,
+                           const rd_kafka_topic_partition_list_t *parts)
+{
+    if (!c->assign_cb || parts->cnt == 0)
+        return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_copy(parts);
+    rd_kafka_resp_err_t e = rd_kafka_committed(rk, l, COMMITTED_TIMEOUT_MS);
+    if (e) {
+        st_warn("could not read the committed offsets of the %d partition(s) assigned: %s; "
+                "their watermarks start again from the events read",
+                parts->cnt, rd_kafka_err2str(e));
+    } else {
+        for (int i = 0; i < l->cnt; i++) {
+            const rd_kafka_topic_partition_t *tp = &l->elems[i];
+            int64_t clock;
+            if (tp->err || tp->offset < 0 ||
+                clock_parse(tp->metadata, tp->metadata_size, &clock))
+                continue;
+            c->assign_cb(tp->partition, tp->offset, clock, c->assign_arg);
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
@@ -117,6 +171,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         st_info("assigned %d partition(s)", parts->cnt);
         parts_add(c, parts);
         refresh_topic_partitions(c, rk, parts);
+        tell_committed(c, rk, parts);
         if (cooperative)
             rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
         else
@@ -242,6 +297,12 @@ void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void
     c->revoke_arg = arg;
 }
 
+void st_consumer_on_assign(struct st_consumer *c, st_consumer_assign_cb cb, void *arg)
+{
+    c->assign_cb = cb;
+    c->assign_arg = arg;
+}
+
 int st_consumer_partitions(const struct st_consumer *c, int32_t *out, int max)
 {
     int n = 0;
@@ -328,13 +389,24 @@ int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
 }
 
 int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
-                       const int64_t *offsets, int n)
+                       const int64_t *offsets, const int64_t *clocks, int n)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n ? n : 1);
-    for (int i = 0; i < n; i++)
-        if (offsets[i] >= 0)
-            rd_kafka_topic_partition_list_add(l, c->topic, partitions[i])->offset =
-                offsets[i];
+    for (int i = 0; i < n; i++) {
+        if (offsets[i] < 0)
+            continue;
+        rd_kafka_topic_partition_t *tp =
+            rd_kafka_topic_partition_list_add(l, c->topic, partitions[i]);
+        tp->offset = offsets[i];
+        if (clocks && clocks[i] != INT64_MIN) {
+            char md[40];
+            int len = snprintf(md, sizeof(md), CLOCK_KEY "%" PRId64, clocks[i]);
+            /* the list owns (and frees) its metadata */
+            tp->metadata = st_malloc((size_t)len);
+            memcpy(tp->metadata, md, (size_t)len);
+            tp->metadata_size = (size_t)len;
+        }
+    }
     if (l->cnt == 0) {
         rd_kafka_topic_partition_list_destroy(l);
         return 0;

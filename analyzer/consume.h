@@ -33,10 +33,23 @@ int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
                            int max, int behind_max, int timeout_ms);
 
 /* Commits, synchronously, offsets[i] for partitions[i] of the subscribed
- * topic (entries with a negative offset are skipped). Returns 0, or -1 (the
- * events will then be seen again: processing is idempotent). */
+ * topic (entries with a negative offset are skipped), each with clocks[i],
+ * the partition's clock as of that offset (reorder.h), in the offset's
+ * metadata (clocks NULL, or an entry INT64_MIN: none), so that the clock is
+ * committed exactly when its offset is. Returns 0, or -1 (the events will
+ * then be seen again: processing is idempotent). */
 int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
-                       const int64_t *offsets, int n);
+                       const int64_t *offsets, const int64_t *clocks, int n);
+
+/* Called, inside st_consumer_poll_batch and before any message of it, for
+ * each partition assigned whose committed offset carries a clock (the
+ * metadata st_consumer_commit wrote): the offset the partition starts at
+ * unless it is out of range, and the clock. A partition with no committed
+ * offset, or one committed without a clock (by a release before clocks, or
+ * reset by kafka-consumer-groups.sh), is not reported. */
+typedef void (*st_consumer_assign_cb)(int32_t partition, int64_t offset, int64_t clock,
+                                      void *arg);
+void st_consumer_on_assign(struct st_consumer *c, st_consumer_assign_cb cb, void *arg);
 
 /* Called, inside st_consumer_poll_batch, for each partition taken away;
  * that batch then holds none of its messages. lost: the assignment was

@@ -348,6 +348,7 @@ struct mark {
     int64_t ms;
     int32_t *parts;
     int64_t *offsets;
+    int64_t *clocks; /* each offset's clock (reorder.h) */
     int n;
 };
 
@@ -529,6 +530,7 @@ static void marks_drop(struct analyzer *a, size_t n)
     for (size_t i = 0; i < n; i++) {
         free(a->marks[i].parts);
         free(a->marks[i].offsets);
+        free(a->marks[i].clocks);
     }
     memmove(a->marks, a->marks + n, (a->nmarks - n) * sizeof(*a->marks));
     a->nmarks -= n;
@@ -580,8 +582,10 @@ static void marks_commit(struct analyzer *a, struct slot *sl, struct st_store_ba
     m->n = b->nparts;
     m->parts = st_malloc((size_t)(b->nparts ? b->nparts : 1) * sizeof(*m->parts));
     m->offsets = st_malloc((size_t)(b->nparts ? b->nparts : 1) * sizeof(*m->offsets));
+    m->clocks = st_malloc((size_t)(b->nparts ? b->nparts : 1) * sizeof(*m->clocks));
     memcpy(m->parts, b->parts, (size_t)b->nparts * sizeof(*m->parts));
     memcpy(m->offsets, b->offsets, (size_t)b->nparts * sizeof(*m->offsets));
+    memcpy(m->clocks, b->clocks, (size_t)b->nparts * sizeof(*m->clocks));
     b->nparts = 0;
     if (!sl->commits)
         return;
@@ -594,8 +598,10 @@ static void marks_commit(struct analyzer *a, struct slot *sl, struct st_store_ba
         size_t n = (size_t)(c->n ? c->n : 1);
         b->parts = st_realloc(b->parts, n * sizeof(*b->parts));
         b->offsets = st_realloc(b->offsets, n * sizeof(*b->offsets));
+        b->clocks = st_realloc(b->clocks, n * sizeof(*b->clocks));
         memcpy(b->parts, c->parts, (size_t)c->n * sizeof(*b->parts));
         memcpy(b->offsets, c->offsets, (size_t)c->n * sizeof(*b->offsets));
+        memcpy(b->clocks, c->clocks, (size_t)c->n * sizeof(*b->clocks));
         b->nparts = c->n;
     }
     marks_drop(a, k);
@@ -736,13 +742,15 @@ static int flush_exec(void *arg, const struct st_checkpoint *c, int retry)
     return 0;
 }
 
-/* The assigned partitions (at most 1024) and the offset each may commit
- * now (the reorder buffer's); returns their count. */
-static int offsets_now(struct analyzer *a, int32_t parts[1024], int64_t offsets[1024])
+/* The assigned partitions (at most 1024), the offset each may commit now
+ * and its clock (the reorder buffer's commit point, committed with it);
+ * returns their count. */
+static int offsets_now(struct analyzer *a, int32_t parts[1024], int64_t offsets[1024],
+                       int64_t clocks[1024])
 {
     int n = st_consumer_partitions(a->consumer, parts, 1024);
     for (int i = 0; i < n; i++)
-        offsets[i] = st_reorder_commit_offset(a->reorder, parts[i]);
+        offsets[i] = st_reorder_commit_point(a->reorder, parts[i], &clocks[i]);
     return n;
 }
 
@@ -751,15 +759,15 @@ static int flush_commit(void *arg)
     struct analyzer *a = arg;
     char errstr[512];
     int32_t parts[1024];
-    int64_t offsets[1024];
+    int64_t offsets[1024], clocks[1024];
     /* offsets past a dead-lettered message only once Kafka has its record */
     while (st_deadletter_flush(a->dlq, 5000, errstr, sizeof(errstr))) {
         st_error("%s: offsets are not committed until they are", errstr);
         if (stop)
             return -1;
     }
-    int n = offsets_now(a, parts, offsets);
-    return st_consumer_commit(a->consumer, parts, offsets, n) == 0 ? 0 : 1;
+    int n = offsets_now(a, parts, offsets, clocks);
+    return st_consumer_commit(a->consumer, parts, offsets, clocks, n) == 0 ? 0 : 1;
 }
 
 static void flush_after_commit(void *arg, uint64_t seq)
@@ -905,12 +913,14 @@ static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store
 static void batch_offsets(struct analyzer *a, struct st_store_batch *b)
 {
     int32_t parts[1024];
-    int64_t offsets[1024];
-    int n = offsets_now(a, parts, offsets);
+    int64_t offsets[1024], clocks[1024];
+    int n = offsets_now(a, parts, offsets, clocks);
     b->parts = st_realloc(b->parts, (size_t)(n ? n : 1) * sizeof(*b->parts));
     b->offsets = st_realloc(b->offsets, (size_t)(n ? n : 1) * sizeof(*b->offsets));
+    b->clocks = st_realloc(b->clocks, (size_t)(n ? n : 1) * sizeof(*b->clocks));
     memcpy(b->parts, parts, (size_t)n * sizeof(*b->parts));
     memcpy(b->offsets, offsets, (size_t)n * sizeof(*b->offsets));
+    memcpy(b->clocks, clocks, (size_t)n * sizeof(*b->clocks));
     b->nparts = n;
     metrics_lag(a, b->parts, b->offsets, n);
     st_metric_set(a->m_buffered, (int64_t)st_reorder_buffered(a->reorder));
@@ -1018,6 +1028,16 @@ static void on_revoke(int32_t partition, int lost, void *arg)
     detectors_forget(a);
 }
 
+/* A partition is assigned whose committed offset carries its clock
+ * (inside st_consumer_poll_batch, before any of its messages): the reorder
+ * buffer starts it with that clock if it starts at that offset, so events
+ * are late as they were for the process that committed it. */
+static void on_assign(int32_t partition, int64_t offset, int64_t clock, void *arg)
+{
+    struct analyzer *a = arg;
+    st_reorder_resume(a->reorder, partition, offset, clock);
+}
+
 static int run(struct analyzer *a, int drain)
 {
     int max = (int)a->conf.batch_max_events;
@@ -1027,6 +1047,7 @@ static int run(struct analyzer *a, int drain)
     int rc = 0, failed = 0;
 
     st_consumer_on_revoke(a->consumer, on_revoke, a);
+    st_consumer_on_assign(a->consumer, on_assign, a);
     a->last_ckpt_ms = st_time_mono_ms(); /* the first checkpoint one interval in */
     while (!stop) {
         if (hup)

@@ -9,9 +9,12 @@
 struct part {
     int32_t partition;
     int used;
-    int64_t max_ts;       /* newest event time pushed */
+    int64_t max_ts;       /* newest event time pushed (the clock) */
     int have_ts;
     int64_t next_offset;  /* one past the newest offset pushed, -1 if none */
+    /* st_reorder_resume's clock, taken if the first offset is resume_at */
+    int resuming;
+    int64_t resume_at, resume_clock;
     int64_t last_push_ms;
     struct st_reorder_item *heap;
     size_t n, cap;
@@ -90,6 +93,20 @@ static struct part *part_get(struct st_reorder *r, int32_t partition, int create
     return p;
 }
 
+/* The first offset pushed or noted for p: a clock resumed at it, or
+ * before it (offsets that hold no message: control records, compaction),
+ * is the partition's (st_reorder_resume). */
+static void part_first(struct part *p, int64_t offset)
+{
+    if (!p->resuming)
+        return;
+    p->resuming = 0;
+    if (offset >= p->resume_at && p->resume_clock != ST_REORDER_NO_CLOCK) {
+        p->max_ts = p->resume_clock;
+        p->have_ts = 1;
+    }
+}
+
 static int item_less(const struct st_reorder_item *a, const struct st_reorder_item *b)
 {
     if (a->ev.ts_us != b->ev.ts_us)
@@ -154,6 +171,8 @@ void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
     it.offset = offset;
     it.skewed = skewed;
     it.late = 0;
+    part_first(p, offset);
+    it.clock = p->have_ts ? p->max_ts : ST_REORDER_NO_CLOCK;
     if (offset + 1 > p->next_offset)
         p->next_offset = offset + 1;
     p->last_push_ms = now_ms;
@@ -209,6 +228,7 @@ int st_reorder_forget(struct st_reorder *r, int32_t partition, int64_t offset)
 void st_reorder_note(struct st_reorder *r, int32_t partition, int64_t offset)
 {
     struct part *p = part_get(r, partition, 1);
+    part_first(p, offset);
     if (offset + 1 > p->next_offset)
         p->next_offset = offset + 1;
 }
@@ -246,19 +266,44 @@ size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
     return n;
 }
 
-int64_t st_reorder_commit_offset(const struct st_reorder *r, int32_t partition)
+int64_t st_reorder_commit_point(const struct st_reorder *r, int32_t partition,
+                                int64_t *clock)
 {
     const struct part *p = part_get((struct st_reorder *)r, partition, 0);
-    if (!p)
+    *clock = ST_REORDER_NO_CLOCK;
+    if (!p || p->next_offset < 0)
         return -1;
+    /* nothing buffered: every event pushed is before the offset */
     int64_t min = p->next_offset;
+    *clock = p->have_ts ? p->max_ts : ST_REORDER_NO_CLOCK;
     for (size_t i = 0; i < p->n; i++)
-        if (p->heap[i].offset < min)
+        if (p->heap[i].offset < min) {
             min = p->heap[i].offset;
+            *clock = p->heap[i].clock;
+        }
     for (size_t i = 0; i < p->nready; i++)
-        if (p->ready[i].offset < min)
+        if (p->ready[i].offset < min) {
             min = p->ready[i].offset;
+            *clock = p->ready[i].clock;
+        }
     return min;
+}
+
+int64_t st_reorder_commit_offset(const struct st_reorder *r, int32_t partition)
+{
+    int64_t clock;
+    return st_reorder_commit_point(r, partition, &clock);
+}
+
+void st_reorder_resume(struct st_reorder *r, int32_t partition, int64_t offset,
+                       int64_t clock)
+{
+    struct part *p = part_get(r, partition, 1);
+    if (p->next_offset >= 0)
+        return; /* it holds events already: they made its clock */
+    p->resuming = 1;
+    p->resume_at = offset;
+    p->resume_clock = clock;
 }
 
 void st_reorder_drop(struct st_reorder *r, int32_t partition)

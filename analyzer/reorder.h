@@ -14,9 +14,16 @@
  * forged timestamp can neither hold a partition's commits back nor make
  * the events after it late.
  *
- * Nothing here needs to survive a crash: the analyzer commits, per
+ * The buffered events need not survive a crash: the analyzer commits, per
  * partition, no further than the oldest offset still buffered, so a restart
- * reads the buffered events from Kafka again. */
+ * reads them from Kafka again. The watermark must: a process that starts a
+ * partition at a committed offset judges its events late against the
+ * events before that offset, which it never reads. So each commit point has
+ * a clock (st_reorder_commit_point: the newest event time before the
+ * offset), which the analyzer commits with the offset (Kafka's offset
+ * metadata, consume.h) and gives back when the partition is assigned
+ * (st_reorder_resume): the next owner judges every event from the
+ * committed offset on as the process before it did. */
 #ifndef ST_REORDER_H
 #define ST_REORDER_H
 
@@ -25,10 +32,14 @@
 
 #include "event.h"
 
+/* A partition's clock when none is known (nothing pushed before). */
+#define ST_REORDER_NO_CLOCK INT64_MIN
+
 struct st_reorder_item {
     struct st_event ev; /* owned */
     int32_t partition;
     int64_t offset;
+    int64_t clock; /* the partition's clock before it was pushed */
     int late;
     int skewed; /* ev.ts_us is the receive time, not the event's own */
 };
@@ -74,6 +85,27 @@ void st_reorder_item_fini(struct st_reorder_item *it);
  * past the newest pushed when nothing is buffered; -1 when nothing was ever
  * pushed for it. */
 int64_t st_reorder_commit_offset(const struct st_reorder *r, int32_t partition);
+
+/* The commit point of partition: returns the offset to commit, as
+ * st_reorder_commit_offset, and sets *clock to the partition's clock as of
+ * that offset: the newest time of the events pushed before it, skewed ones
+ * aside (what the watermark is made from), or ST_REORDER_NO_CLOCK. Exact
+ * because a partition's events are pushed in offset order: the clock
+ * before the oldest buffered event is the one it was pushed with. */
+int64_t st_reorder_commit_point(const struct st_reorder *r, int32_t partition,
+                                int64_t *clock);
+
+/* partition was assigned, its committed offset carrying clock (from
+ * st_reorder_commit_point): if the first event pushed (or offset noted)
+ * for it is at offset or after (offsets that hold no message in between:
+ * transaction markers, compaction; or the committed offset was out of
+ * range, its events deleted: the best clock there is), the partition
+ * starts with that clock, so its watermark, and which events are late, are
+ * those of a process that never stopped. A first offset before it (a seek
+ * back) starts without, as does a partition never resumed. Ignored for a
+ * partition that holds events already. */
+void st_reorder_resume(struct st_reorder *r, int32_t partition, int64_t offset,
+                       int64_t clock);
 
 /* Forgets a partition (revoked): its buffered events are dropped, the next
  * owner reads them again from the committed offset. Its slot is reused by

@@ -72,6 +72,7 @@ void st_store_batch_destroy(struct st_store_batch *b)
     free(b->msgs);
     free(b->parts);
     free(b->offsets);
+    free(b->clocks);
     free(b->refused);
     free(b);
 }
@@ -221,7 +222,8 @@ static int commit_batch(struct st_store *s, struct st_store_batch *b)
         if (*s->conf.stop)
             return -1;
     }
-    b->committed = st_consumer_commit(s->conf.consumer, b->parts, b->offsets, b->nparts) == 0;
+    b->committed = st_consumer_commit(s->conf.consumer, b->parts, b->offsets, b->clocks,
+                                      b->nparts) == 0;
     return 0;
 }
 

@@ -67,6 +67,7 @@ struct st_store_batch {
     int nmsgs, capmsgs;
     int32_t *parts; /* offsets to commit once stored: offsets[i] of parts[i] */
     int64_t *offsets;
+    int64_t *clocks; /* each offset's clock (reorder.h), committed with it */
     int nparts;
     /* reported by the store */
     int failed;    /* asked to stop while retrying: nothing committed */

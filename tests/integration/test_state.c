@@ -896,9 +896,8 @@ START_TEST(state_rolling_crash_after_any_batch_redoes_from_the_cut)
              "-X detect.lateness_s=0 -X batch.max_events=2 -X state.checkpoint_ms=%d",
              roll_ms[_i]);
 
-    /* two runs one after the other in time: no event late (a late flag
-     * follows the partition's watermark, which a new process starts
-     * again: it would differ after a restart whatever the offsets) */
+    /* two runs one after the other in time: no event late (late events
+     * after a crash: state_crash_keeps_late_events_late) */
     produce_runs(&w, "k", 1, 0, 12, t);
     produce_runs(&w, "j", 1, 0, 12, t + 40000);
     produce_runs(&clean, "k", 1, 0, 12, t);
@@ -930,6 +929,93 @@ START_TEST(state_rolling_crash_after_any_batch_redoes_from_the_cut)
 }
 END_TEST
 
+/* The findings with what their evidence says about lateness. */
+#define FINDINGS_LATE "SELECT finding_id, detector, severity, event_count, late_event_count " \
+                      "FROM findings ORDER BY 1"
+#define EVIDENCE_LATE "SELECT finding_id, event_id, late FROM finding_events ORDER BY 1, 2"
+
+/* Two overlapping runs on one partition: k's first six denials, then j's
+ * twelve, each a second after k's of the same rank, then k's last six,
+ * older than j's newest: late in a clean run (with detect.lateness_s=0,
+ * which buffers nothing; the three that come after k's burst of ten is
+ * found are marked late on it). The analyzer crashes after PostgreSQL
+ * commit 11 (batches of two: k's 7th to 10th denials stored) with offsets
+ * committed at most up to k's 9th; the next process must judge k's last
+ * denials late too. It did not: a partition's watermark lived only in
+ * memory, and a new process started it again from the events it redid
+ * (k's alone: none late), so k's last two evidence rows said on time and
+ * the finding counted 1 late event instead of 3 (state.checkpoint_ms=0).
+ * Each commit now carries the partition's clock (reorder.h), restored when
+ * it is assigned. The second round commits a cut's offsets a batch or more
+ * back (state.checkpoint_ms=1), with the clocks noted with them. */
+START_TEST(state_crash_keeps_late_events_late)
+{
+    struct world w, clean;
+    char log[128], tag[16], opts[160];
+    snprintf(tag, sizeof(tag), "latecrash%d", _i);
+    pair_init(&w, &clean, log, sizeof(log), tag);
+    int64_t t = st_time_now_us() / 1000 - 3600000;
+    /* 0: every batch commits its own offsets; 1: those of its cut (the
+     * rolling write-back: each clock travels with its offsets in the
+     * marks) */
+    snprintf(opts, sizeof(opts),
+             "-X detect.lateness_s=0 -X batch.max_events=2 -X state.checkpoint_ms=%d", _i);
+
+    for (int i = 0; i < 2; i++) {
+        struct world *x = i ? &clean : &w;
+        produce_runs(x, "k", 1, 0, 6, t);
+        produce_runs(x, "j", 1, 0, 12, t + 1000);
+        produce_runs(x, "k", 1, 6, 6, t);
+    }
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         "timeout 120 " ANALYZER
+                         " --drain %s -X fault.crash_after_pg_commits=11 2>%s",
+                         opts, log),
+                     3);
+    drain(&w, opts, log);
+    long redone = logged(log, "events");
+    drain(&clean, opts, log);
+    if (_i == 0)
+        ck_assert_int_le(redone, 8); /* k's last denials (and j's last two at most) */
+    assert_rows(clean.dsn, "SELECT late_event_count FROM findings ORDER BY 1", "0\n3\n");
+    assert_same_rows(&w, &clean, FINDINGS_LATE);
+    assert_same_rows(&w, &clean, EVIDENCE_LATE);
+    pair_drop(&w, &clean, log);
+}
+END_TEST
+
+/* The same with the default lateness (30 s), where a crash redoes the
+ * buffered events, which set the watermark again; but the end of --drain
+ * (as a partition idle for the lateness in live mode) releases every event
+ * and commits past them all: the next process starts after the events
+ * that made the watermark. k's first six denials and j's twelve, 100 s
+ * later, are drained; then k's last six come, older than j's newest by
+ * more than the lateness: late, as in one clean run of all of them (the
+ * finding counted none late before). */
+START_TEST(state_restart_after_a_whole_release_keeps_late_events_late)
+{
+    struct world w, clean;
+    char log[128];
+    pair_init(&w, &clean, log, sizeof(log), "lateidle");
+    int64_t t = st_time_now_us() / 1000 - 3600000;
+
+    produce_runs(&w, "k", 1, 0, 6, t);
+    produce_runs(&w, "j", 1, 0, 12, t + 100000);
+    drain(&w, "", log);
+    produce_runs(&w, "k", 1, 6, 6, t);
+    drain(&w, "", log);
+    ck_assert_int_eq(logged(log, "events"), 6);
+    produce_runs(&clean, "k", 1, 0, 6, t);
+    produce_runs(&clean, "j", 1, 0, 12, t + 100000);
+    produce_runs(&clean, "k", 1, 6, 6, t);
+    drain(&clean, "", log);
+    assert_rows(clean.dsn, "SELECT late_event_count FROM findings ORDER BY 1", "0\n3\n");
+    assert_same_rows(&w, &clean, FINDINGS_LATE);
+    assert_same_rows(&w, &clean, EVIDENCE_LATE);
+    pair_drop(&w, &clean, log);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -951,5 +1037,11 @@ int main(void)
     tcase_add_test(tc, state_lost_assignment_writes_nothing);
     tcase_add_loop_test(tc, state_rolling_crash_after_any_batch_redoes_from_the_cut, 0, 6);
     suite_add_tcase(s, tc);
+    /* a case of its own: CK_RUN_CASE=late runs these alone */
+    TCase *late = tcase_create("late");
+    tcase_set_timeout(late, 300);
+    tcase_add_loop_test(late, state_crash_keeps_late_events_late, 0, 2);
+    tcase_add_test(late, state_restart_after_a_whole_release_keeps_late_events_late);
+    suite_add_tcase(s, late);
     return world_run(s);
 }

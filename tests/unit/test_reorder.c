@@ -1,6 +1,7 @@
 /* test_reorder.c: the event-time reorder buffer without services: revoked
  * partitions' slots are reused, skewed events leave at once and move no
- * watermark, a forgotten event no longer holds commits back. */
+ * watermark, a forgotten event no longer holds commits back, a partition
+ * resumed at a commit point with its clock judges lateness as before. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,160 @@ START_TEST(reorder_skew_bounds)
 }
 END_TEST
 
+/* Releases what may leave (flush: everything) and records each event's
+ * late flag at late_of[offset]. */
+static void release_into(struct st_reorder *r, int flush, int *late_of)
+{
+    struct st_reorder_item *out = NULL;
+    size_t cap = 0, n = st_reorder_release(r, flush, 0, 0, &out, &cap);
+    for (size_t i = 0; i < n; i++) {
+        late_of[out[i].offset] = out[i].late;
+        st_reorder_item_fini(&out[i]);
+    }
+    free(out);
+}
+
+#define NEV 120
+
+/* Event times that go back and forth: runs that overlap, a burst, pauses
+ * longer than the lateness, a forged time now and then (skewed). */
+static void stream(int64_t *ts, int *skewed, unsigned seed)
+{
+    int64_t t = 1000 * S;
+    for (int i = 0; i < NEV; i++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned x = (seed >> 8) % 100;
+        if (x < 60)
+            t += (int64_t)(x % 7) * S;
+        else if (x < 90)
+            t -= (int64_t)(x % 50) * S;
+        else
+            t += 100 * S;
+        ts[i] = t;
+        skewed[i] = x == 42;
+    }
+}
+
+/* One process over offsets from..NEV-1, batches of k, starting the
+ * partition with clock at from (resume 0: without); the late flag of each
+ * event in late_of; the commit point after each batch in points. The end
+ * is a flush (as --drain's). */
+static void one_process(int64_t lateness, const int64_t *ts, const int *skewed, int from,
+                        int k, int resume, int64_t clock, int *late_of,
+                        int64_t (*points)[2])
+{
+    struct st_reorder *r = st_reorder_new(lateness);
+    if (resume)
+        st_reorder_resume(r, 0, from, clock);
+    for (int i = from; i < NEV; i += k) {
+        for (int j = i; j < i + k && j < NEV; j++)
+            push(r, 0, j, ts[j], skewed[j]);
+        release_into(r, i + k >= NEV, late_of);
+        if (points)
+            points[i / k][0] = st_reorder_commit_point(r, 0, &points[i / k][1]);
+    }
+    st_reorder_destroy(r);
+}
+
+/* A process that starts a partition at a commit point taken by another,
+ * with its clock, judges every event from that offset on late or not as
+ * the other did, whatever the lateness, the batch and where it stopped;
+ * without the clock it does not (the same check fails at some point, so
+ * the test can fail). */
+START_TEST(reorder_resumed_clock_makes_the_same_late_events)
+{
+    static const int64_t lateness[] = {0, 30 * S};
+    static const int batch[] = {1, 4, 16};
+    int64_t ts[NEV];
+    int sk[NEV], clean[NEV], again[NEV];
+    int64_t points[NEV][2];
+    int differs_without = 0, checked = 0;
+    for (unsigned seed = 1; seed <= 3; seed++) {
+        stream(ts, sk, seed);
+        for (size_t l = 0; l < 2; l++) {
+            for (size_t b = 0; b < 3; b++) {
+                int k = batch[b];
+                one_process(lateness[l], ts, sk, 0, k, 0, 0, clean, points);
+                for (int c = 0; c < (NEV + k - 1) / k; c++) {
+                    int from = (int)points[c][0];
+                    if (from >= NEV)
+                        continue;
+                    ck_assert_int_ge(from, 0);
+                    one_process(lateness[l], ts, sk, from, k, 1, points[c][1], again, NULL);
+                    for (int i = from; i < NEV; i++)
+                        ck_assert_msg(again[i] == clean[i],
+                                      "seed %u lateness %lld batch %d from %d: event %d "
+                                      "late %d, clean %d", seed, (long long)lateness[l],
+                                      k, from, i, again[i], clean[i]);
+                    checked++;
+                    one_process(lateness[l], ts, sk, from, k, 0, 0, again, NULL);
+                    for (int i = from; i < NEV; i++)
+                        differs_without |= again[i] != clean[i];
+                }
+            }
+        }
+    }
+    ck_assert_int_gt(checked, 100);
+    ck_assert_int_eq(differs_without, 1);
+}
+END_TEST
+
+/* The clock is the newest time before the committed offset: the oldest
+ * buffered event's, not the partition's newest. */
+START_TEST(reorder_commit_point_clock_is_before_the_oldest_buffered)
+{
+    struct st_reorder *r = st_reorder_new(30 * S);
+    int late;
+    int64_t clock;
+    ck_assert_int_eq(st_reorder_commit_point(r, 0, &clock), -1);
+    ck_assert(clock == ST_REORDER_NO_CLOCK);
+    push(r, 0, 0, 1000 * S, 0);
+    ck_assert_int_eq(st_reorder_commit_point(r, 0, &clock), 0);
+    ck_assert(clock == ST_REORDER_NO_CLOCK); /* nothing before offset 0 */
+    push(r, 0, 1, 1050 * S, 0);
+    push(r, 0, 2, 1060 * S, 0);
+    ck_assert_uint_eq(release(r, 0, &late), 1); /* 1000 */
+    ck_assert_int_eq(st_reorder_commit_point(r, 0, &clock), 1);
+    ck_assert(clock == 1000 * S);
+    ck_assert_uint_eq(release(r, 1, &late), 2);
+    ck_assert_int_eq(st_reorder_commit_point(r, 0, &clock), 3);
+    ck_assert(clock == 1060 * S);
+    st_reorder_destroy(r);
+}
+END_TEST
+
+/* A clock resumed at an offset after the first one pushed (a seek back),
+ * or on a partition that holds events, is not taken; one before it (a gap
+ * of offsets without messages) is. */
+START_TEST(reorder_resume_only_at_its_offset)
+{
+    struct st_reorder *r = st_reorder_new(30 * S);
+    int late;
+    st_reorder_resume(r, 0, 5, 2000 * S);
+    push(r, 0, 4, 1000 * S, 0);
+    ck_assert_uint_eq(release(r, 1, &late), 1);
+    ck_assert_int_eq(late, 0);
+    st_reorder_resume(r, 3, 5, 2000 * S);
+    push(r, 3, 7, 1000 * S, 0);
+    ck_assert_uint_eq(release(r, 0, &late), 1);
+    ck_assert_int_eq(late, 1);
+    st_reorder_resume(r, 1, 5, 2000 * S);
+    push(r, 1, 5, 1000 * S, 0);
+    ck_assert_uint_eq(release(r, 1, &late), 1);
+    ck_assert_int_eq(late, 1);
+    st_reorder_resume(r, 1, 6, 9000 * S); /* holds events: ignored */
+    push(r, 1, 6, 1980 * S, 0);
+    ck_assert_uint_eq(release(r, 0, &late), 0); /* buffered: on time */
+    /* an invalid message at the offset first: the clock is taken too */
+    st_reorder_resume(r, 2, 7, 2000 * S);
+    st_reorder_note(r, 2, 7);
+    push(r, 2, 8, 1000 * S, 0);
+    ck_assert_uint_eq(release(r, 0, &late), 1);
+    ck_assert_int_eq(late, 1);
+    st_reorder_destroy(r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("reorder");
@@ -114,6 +269,9 @@ int main(void)
     tcase_add_test(tc, reorder_skewed_event_moves_no_watermark);
     tcase_add_test(tc, reorder_forget_drops_one_event);
     tcase_add_test(tc, reorder_skew_bounds);
+    tcase_add_test(tc, reorder_resumed_clock_makes_the_same_late_events);
+    tcase_add_test(tc, reorder_commit_point_clock_is_before_the_oldest_buffered);
+    tcase_add_test(tc, reorder_resume_only_at_its_offset);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
