@@ -26,6 +26,8 @@ struct st_consumer {
     char *topic;
     st_consumer_revoke_cb revoke_cb;
     void *revoke_arg;
+    st_consumer_assign_cb assign_cb;
+    void *assign_arg;
     struct part_state parts[MAX_PARTS];
     int nparts;
     int32_t topic_partitions; /* the topic's count at the last assignment; -1 */
@@ -117,6 +119,13 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         st_info("assigned %d partition(s)", parts->cnt);
         parts_add(c, parts);
         refresh_topic_partitions(c, rk, parts);
+        if (c->assign_cb && parts->cnt > 0) {
+            int32_t *ps = st_calloc((size_t)parts->cnt, sizeof(*ps));
+            for (int i = 0; i < parts->cnt; i++)
+                ps[i] = parts->elems[i].partition;
+            c->assign_cb(ps, parts->cnt, c->assign_arg);
+            free(ps);
+        }
         if (cooperative)
             rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
         else
@@ -234,6 +243,12 @@ void st_consumer_destroy(struct st_consumer *c)
 int st_consumer_assignment_lost(struct st_consumer *c)
 {
     return atomic_load(&c->lost) || rd_kafka_assignment_lost(c->rk);
+}
+
+void st_consumer_on_assign(struct st_consumer *c, st_consumer_assign_cb cb, void *arg)
+{
+    c->assign_cb = cb;
+    c->assign_arg = arg;
 }
 
 void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg)

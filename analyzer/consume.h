@@ -46,6 +46,12 @@ int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
 typedef void (*st_consumer_revoke_cb)(int32_t partition, int lost, void *arg);
 void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg);
 
+/* Called, inside st_consumer_poll_batch, with the n partitions newly
+ * assigned, before any message of them is fetched (the analyzer claims
+ * their owner epochs: fence.h). */
+typedef void (*st_consumer_assign_cb)(const int32_t *parts, int n, void *arg);
+void st_consumer_on_assign(struct st_consumer *c, st_consumer_assign_cb cb, void *arg);
+
 /* 1 once librdkafka considers the assignment lost (see
  * st_consumer_revoke_cb), and from the revoke that reported a loss on, for
  * good (librdkafka clears its own flag with that revoke's unassign, before
