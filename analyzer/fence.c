@@ -178,6 +178,8 @@ int st_fence_exec(struct st_fence *f, struct st_rpipe *p, const struct st_checkp
 {
     if (atomic_load(&f->lost))
         return refuse(f, errstr, errsz, "a checkpoint was refused before");
+    if (st_checkpoint_len(c) == 0)
+        return 0; /* writes nothing: nothing to fence, no round trip */
     /* the keys and our epochs, copied: the main thread may change the table
      * (a cooperative assignment) while the committer runs */
     pthread_mutex_lock(&f->lock);
@@ -215,10 +217,14 @@ int st_fence_exec(struct st_fence *f, struct st_rpipe *p, const struct st_checkp
             char ignored[128];
             st_rpipe_cmd(p, NULL, NULL, 1, unwatch);
             (void)st_rpipe_exec(p, ignored, sizeof(ignored));
+            char theirs[32];
+            if (now[i] < 0)
+                snprintf(theirs, sizeof(theirs), "none");
+            else
+                snprintf(theirs, sizeof(theirs), "%" PRId64, now[i]);
             rc = refuse(f, errstr, errsz,
-                        "partition %" PRId32 " has owner epoch %" PRId64
-                        " in Redis, ours is %" PRId64,
-                        h[i].partition, now[i], h[i].epoch);
+                        "partition %" PRId32 " has owner epoch %s in Redis, ours is %" PRId64,
+                        h[i].partition, theirs, h[i].epoch);
             free(now);
             goto out;
         }

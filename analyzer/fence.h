@@ -67,7 +67,8 @@ void st_fence_release(struct st_fence *f, int32_t partition);
  * (errstr set; nothing written, run it again); ST_FENCE_LOST another
  * analyzer owns a partition we hold (or none is held: a checkpoint with
  * no partition has no owner), or the fence was lost before: nothing
- * written, errstr set and logged once as an error; the caller stops. A
+ * written, errstr set and logged once as an error; the caller stops. An
+ * empty checkpoint is not sent (0, no round trip). A
  * MULTI/EXEC pair inside c (runwin.c's layout switch) is left out: the
  * whole checkpoint is one transaction already. */
 int st_fence_exec(struct st_fence *f, struct st_rpipe *p, const struct st_checkpoint *c,
