@@ -1058,6 +1058,11 @@ static void on_assign(const int32_t *parts, int n, void *arg)
     int64_t backoff = 100;
     if (!a->fence)
         return; /* analyzer.role=store: no state */
+    /* stopping (a lost assignment, a refused checkpoint, a signal): it will
+     * write nothing of them, and an INCR would refuse the checkpoints of
+     * the analyzer that holds them after us */
+    if (a->gave_up || stop || st_fence_lost(a->fence))
+        return;
     while (st_fence_claim(a->fence, a->redis, parts, n, errstr, sizeof(errstr))) {
         st_metric_add(a->m_redis_err, 1);
         if (retry_wait(a, &backoff,
