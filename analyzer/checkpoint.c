@@ -142,15 +142,33 @@ size_t st_checkpoint_len(const struct st_checkpoint *c)
     return c->n;
 }
 
-int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *errstr,
-                       size_t errsz)
+/* A command's bytes as st_rpipe_format writes them. */
+#define RESP_MULTI "*1\r\n$5\r\nMULTI\r\n"
+#define RESP_EXEC "*1\r\n$4\r\nEXEC\r\n"
+
+static int is_cmd(const char *cmd, size_t len, const char *resp, size_t rlen)
+{
+    return len == rlen && memcmp(cmd, resp, len) == 0;
+}
+
+void st_checkpoint_queue(const struct st_checkpoint *c, struct st_rpipe *p, int unwrap)
 {
     size_t s = 0;
     for (size_t i = 0; i < c->n; i++) {
         while (s + 1 < c->nsegs && c->segs[s + 1].first <= i)
             s++;
-        st_rpipe_formatted(p, c->segs[s].bytes.data + c->offs[i], c->lens[i]);
+        const char *cmd = c->segs[s].bytes.data + c->offs[i];
+        if (unwrap && (is_cmd(cmd, c->lens[i], RESP_MULTI, sizeof(RESP_MULTI) - 1) ||
+                       is_cmd(cmd, c->lens[i], RESP_EXEC, sizeof(RESP_EXEC) - 1)))
+            continue;
+        st_rpipe_formatted(p, cmd, c->lens[i]);
     }
+}
+
+int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *errstr,
+                       size_t errsz)
+{
+    st_checkpoint_queue(c, p, 0);
     return st_rpipe_exec(p, errstr, errsz);
 }
 

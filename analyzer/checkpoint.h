@@ -56,10 +56,19 @@ size_t st_checkpoint_len(const struct st_checkpoint *c);
 /* Drops every command (the object is reused for the next batch). */
 void st_checkpoint_clear(struct st_checkpoint *c);
 
-/* Sends every command in one pipelined round trip on p. The checkpoint is
- * kept: on failure (-1, errstr set) it is simply run again later. */
+/* Sends every command in one pipelined round trip on p, unfenced (the
+ * analyzer runs its checkpoints fenced, st_fence_exec; tests run this).
+ * The checkpoint is kept: on failure (-1, errstr set) it is simply run
+ * again later. */
 int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *errstr,
                        size_t errsz);
+
+/* Queues every command on p (not sent; borrowed: c must not change until
+ * the next st_rpipe_exec or st_rpipe_discard of p). unwrap: leaves out the
+ * MULTI and EXEC commands c holds (runwin.c's layout switch), for a caller
+ * that runs the whole checkpoint in one MULTI (fence.h: Redis refuses a
+ * MULTI inside a MULTI). */
+void st_checkpoint_queue(const struct st_checkpoint *c, struct st_rpipe *p, int unwrap);
 
 /* A checkpoint with no batch behind it (main.c's detectors_flush, between
  * batches): the steps are the caller's, the order is this. */

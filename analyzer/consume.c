@@ -30,6 +30,8 @@ struct st_consumer {
     void *revoke_arg;
     st_consumer_assign_cb assign_cb;
     void *assign_arg;
+    st_consumer_resume_cb resume_cb;
+    void *resume_arg;
     struct part_state parts[MAX_PARTS];
     int nparts;
     int32_t topic_partitions; /* the topic's count at the last assignment; -1 */
@@ -140,7 +142,7 @@ static int clock_parse(const void *md, size_t len, int64_t *clock)
 static void tell_committed(struct st_consumer *c, rd_kafka_t *rk,
                            const rd_kafka_topic_partition_list_t *parts)
 {
-    if (!c->assign_cb || parts->cnt == 0)
+    if (!c->resume_cb || parts->cnt == 0)
         return;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_copy(parts);
     rd_kafka_resp_err_t e = rd_kafka_committed(rk, l, COMMITTED_TIMEOUT_MS);
@@ -155,7 +157,7 @@ static void tell_committed(struct st_consumer *c, rd_kafka_t *rk,
             if (tp->err || tp->offset < 0 ||
                 clock_parse(tp->metadata, tp->metadata_size, &clock))
                 continue;
-            c->assign_cb(tp->partition, tp->offset, clock, c->assign_arg);
+            c->resume_cb(tp->partition, tp->offset, clock, c->resume_arg);
         }
     }
     rd_kafka_topic_partition_list_destroy(l);
@@ -171,6 +173,13 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         st_info("assigned %d partition(s)", parts->cnt);
         parts_add(c, parts);
         refresh_topic_partitions(c, rk, parts);
+        if (c->assign_cb && parts->cnt > 0) {
+            int32_t *ps = st_calloc((size_t)parts->cnt, sizeof(*ps));
+            for (int i = 0; i < parts->cnt; i++)
+                ps[i] = parts->elems[i].partition;
+            c->assign_cb(ps, parts->cnt, c->assign_arg);
+            free(ps);
+        }
         tell_committed(c, rk, parts);
         if (cooperative)
             rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
@@ -289,6 +298,12 @@ void st_consumer_destroy(struct st_consumer *c)
 int st_consumer_assignment_lost(struct st_consumer *c)
 {
     return atomic_load(&c->lost) || rd_kafka_assignment_lost(c->rk);
+}
+
+void st_consumer_on_resume(struct st_consumer *c, st_consumer_resume_cb cb, void *arg)
+{
+    c->resume_cb = cb;
+    c->resume_arg = arg;
 }
 
 void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg)

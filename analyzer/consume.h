@@ -42,14 +42,14 @@ int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
                        const int64_t *offsets, const int64_t *clocks, int n);
 
 /* Called, inside st_consumer_poll_batch and before any message of it, for
- * each partition assigned whose committed offset carries a clock (the
+ * each partition assigned (after st_consumer_assign_cb) whose committed offset carries a clock (the
  * metadata st_consumer_commit wrote): the offset the partition starts at
  * unless it is out of range, and the clock. A partition with no committed
  * offset, or one committed without a clock (by a release before clocks, or
  * reset by kafka-consumer-groups.sh), is not reported. */
-typedef void (*st_consumer_assign_cb)(int32_t partition, int64_t offset, int64_t clock,
+typedef void (*st_consumer_resume_cb)(int32_t partition, int64_t offset, int64_t clock,
                                       void *arg);
-void st_consumer_on_assign(struct st_consumer *c, st_consumer_assign_cb cb, void *arg);
+void st_consumer_on_resume(struct st_consumer *c, st_consumer_resume_cb cb, void *arg);
 
 /* Called, inside st_consumer_poll_batch, for each partition taken away;
  * that batch then holds none of its messages. lost: the assignment was
@@ -58,6 +58,12 @@ void st_consumer_on_assign(struct st_consumer *c, st_consumer_assign_cb cb, void
  * already, so nothing of it may be written or committed any more. */
 typedef void (*st_consumer_revoke_cb)(int32_t partition, int lost, void *arg);
 void st_consumer_on_revoke(struct st_consumer *c, st_consumer_revoke_cb cb, void *arg);
+
+/* Called, inside st_consumer_poll_batch, with the n partitions newly
+ * assigned, before any message of them is fetched (the analyzer claims
+ * their owner epochs: fence.h). */
+typedef void (*st_consumer_assign_cb)(const int32_t *parts, int n, void *arg);
+void st_consumer_on_assign(struct st_consumer *c, st_consumer_assign_cb cb, void *arg);
 
 /* 1 once librdkafka considers the assignment lost (see
  * st_consumer_revoke_cb), and from the revoke that reported a loss on, for

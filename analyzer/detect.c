@@ -117,6 +117,15 @@ char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition
     return key;
 }
 
+char *st_detect_epoch_key(const struct st_analyzer_conf *conf, int32_t partition)
+{
+    size_t n = strlen(conf->redis_prefix) + strlen(conf->topic_events) + 32;
+    char *key = st_malloc(n);
+    snprintf(key, n, "%sepoch:%s:%" PRId32, conf->redis_prefix, conf->topic_events,
+             partition);
+    return key;
+}
+
 char *st_detect_marker_key(const struct st_analyzer_conf *conf)
 {
     size_t lp = strlen(conf->redis_prefix);

@@ -76,7 +76,12 @@
  *                                   with the index, the upgrade's time on
  *                                   one holding older state; the index is
  *                                   trusted state.ttl_s after it (runidx.h;
- *                                   st_detect_marker_key) */
+ *                                   st_detect_marker_key)
+ *   <prefix>epoch:<topic>:<partition>  string, the partition's owner
+ *                                   epoch: incremented by each analyzer
+ *                                   assigned the partition, watched by
+ *                                   every checkpoint (fence.h;
+ *                                   st_detect_epoch_key). No TTL */
 #ifndef ST_DETECT_H
 #define ST_DETECT_H
 
@@ -228,6 +233,11 @@ char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition
 /* The run index's completeness marker: conf->redis_prefix
  * "runs:complete_since". Returns a new string. */
 char *st_detect_marker_key(const struct st_analyzer_conf *conf);
+
+/* The owner epoch of a partition of the events topic: conf->redis_prefix
+ * "epoch:" kafka.topic.events ":" partition (fence.h). Returns a new
+ * string. */
+char *st_detect_epoch_key(const struct st_analyzer_conf *conf, int32_t partition);
 
 /* Whether key (len bytes, from Redis) is a run's state key: conf's prefix,
  * a name without ':', then ":s:", ":w:", ":eps:" or ":b:" and the run part

@@ -49,6 +49,7 @@
 #include "consume.h"
 #include "deadletter.h"
 #include "detect.h"
+#include "fence.h"
 #include "log.h"
 #include "metrics.h"
 #include "pg.h"
@@ -238,6 +239,10 @@ static const struct st_conf_prop analyzer_props[] = {
      "tests only: the first this many PostgreSQL transactions fail, after the "
      "batch's detection and before its Redis checkpoint, as an unavailable "
      "database would (0 = never)"},
+    {"fault.stall_checkpoint_ms", NULL, ST_CONF_INT, A(stall_checkpoint_ms), 0, 600000,
+     "0",
+     "tests only: every detectors' checkpoint waits this long between its owner-epoch "
+     "read (WATCH) and its EXEC, as a stalled process would (0 = never)"},
     {NULL},
 };
 
@@ -357,6 +362,9 @@ struct analyzer {
     struct st_consumer *consumer;
     struct st_rpipe *redis;        /* global detectors' prefetch, idle trims */
     struct st_rpipe *store_redis;  /* checkpoints (the store thread only) */
+    /* the owner epochs of the partitions held, around every checkpoint
+     * (fence.h); NULL in analyzer.role=store, which writes no Redis */
+    struct st_fence *fence;
     struct st_registry *registry;  /* cross-run detector state */
     struct st_workers *workers;    /* every detector instance (workers.h) */
     struct st_detect_stats stats;  /* the workers' sum, read between batches */
@@ -679,7 +687,10 @@ static struct slot *slot_of(struct analyzer *a, const struct st_store_batch *b)
  * connection. Idempotent (absolute values), so the store
  * runs it again after a failure; the offsets wait for it. Redis thus never
  * holds state PostgreSQL has not committed, and the offsets never pass
- * state Redis lacks. @locality the store thread */
+ * state Redis lacks. Fenced by the partitions' owner epochs (fence.h): a
+ * checkpoint refused because another analyzer took a partition over is
+ * fatal (logged; the store gives up, the analyzer exits 1 as after a lost
+ * assignment). @locality the store thread */
 static int store_checkpoint(void *arg, const struct st_store_batch *b, char *errstr,
                             size_t errsz)
 {
@@ -694,8 +705,12 @@ static int store_checkpoint(void *arg, const struct st_store_batch *b, char *err
         return -1;
     }
     int64_t t0 = st_time_mono_us();
-    int rc = st_checkpoint_exec(sl->ckpt, a->store_redis, errstr, errsz);
+    int rc = st_fence_exec(a->fence, a->store_redis, sl->ckpt, errstr, errsz);
     st_metric_observe(a->m_ckpt_s, (double)(st_time_mono_us() - t0) / 1e6);
+    if (rc == ST_FENCE_LOST) {
+        stop = 1; /* as a lost assignment: the store gives up, run() fails */
+        return -1;
+    }
     if (rc)
         st_metric_add(a->m_redis_err, 1);
     return rc;
@@ -727,7 +742,13 @@ static int flush_exec(void *arg, const struct st_checkpoint *c, int retry)
     struct analyzer *a = arg;
     char errstr[512];
     int64_t backoff = 100;
-    while (st_checkpoint_exec(c, a->redis, errstr, sizeof(errstr))) {
+    int rc;
+    while ((rc = st_fence_exec(a->fence, a->redis, c, errstr, sizeof(errstr))) != 0) {
+        if (rc == ST_FENCE_LOST) { /* logged; nothing more is written */
+            a->gave_up = 1; /* run() ends with status 1 */
+            stop = 1;
+            return -1;
+        }
         st_metric_add(a->m_redis_err, 1);
         if (!retry) {
             st_warn("detector state not trimmed in Redis: %s", errstr);
@@ -1007,9 +1028,12 @@ static int batch_done(struct analyzer *a)
  * with our older one. So nothing is written: no flush, and the checkpoints
  * of batches in flight refuse too (store_checkpoint); the analyzer stops
  * with status 1 as after a crash, and the owner redoes what we did not
- * commit. (A checkpoint the committer was already sending when the loss
- * happened still lands: Redis knows no owner to refuse it; the window is
- * the one batch in flight when the process was stopped.) */
+ * commit. A checkpoint the committer was already sending when the process
+ * was stopped is refused by Redis itself: every checkpoint is fenced by
+ * the partitions' owner epochs, which the new owner incremented
+ * (fence.h). A revoke's own flush is fenced too (and succeeds: nobody was
+ * assigned the partition yet); the partition's epoch is released after
+ * it. */
 static void on_revoke(int32_t partition, int lost, void *arg)
 {
     struct analyzer *a = arg;
@@ -1024,6 +1048,8 @@ static void on_revoke(int32_t partition, int lost, void *arg)
             a->gave_up = 1; /* run() ends with status 1 */
     if (!a->gave_up && detectors_flush(a, 1))
         a->gave_up = 1;
+    if (a->fence)
+        st_fence_release(a->fence, partition);
     st_reorder_drop(a->reorder, partition);
     detectors_forget(a);
 }
@@ -1032,10 +1058,41 @@ static void on_revoke(int32_t partition, int lost, void *arg)
  * (inside st_consumer_poll_batch, before any of its messages): the reorder
  * buffer starts it with that clock if it starts at that offset, so events
  * are late as they were for the process that committed it. */
-static void on_assign(int32_t partition, int64_t offset, int64_t clock, void *arg)
+static void on_resume(int32_t partition, int64_t offset, int64_t clock, void *arg)
 {
     struct analyzer *a = arg;
     st_reorder_resume(a->reorder, partition, offset, clock);
+}
+
+/* Partitions assigned (inside st_consumer_poll_batch, before any of their
+ * messages is fetched, so before any of their state is read): their owner
+ * epochs are incremented and ours kept (fence.h), which refuses from now on
+ * every checkpoint of an analyzer that held them before. Retried with
+ * backoff while Redis is unavailable; asked to stop meanwhile, the
+ * analyzer ends with status 1 without having read or written anything of
+ * them. */
+static void on_assign(const int32_t *parts, int n, void *arg)
+{
+    struct analyzer *a = arg;
+    char errstr[512];
+    int64_t backoff = 100;
+    if (!a->fence)
+        return; /* analyzer.role=store: no state */
+    /* stopping (a lost assignment, a refused checkpoint, a signal): it will
+     * write nothing of them, and an INCR would refuse the checkpoints of
+     * the analyzer that holds them after us */
+    if (a->gave_up || stop || st_fence_lost(a->fence))
+        return;
+    while (st_fence_claim(a->fence, a->redis, parts, n, errstr, sizeof(errstr))) {
+        st_metric_add(a->m_redis_err, 1);
+        if (retry_wait(a, &backoff,
+                       "the partitions' owner epochs cannot be written to Redis: retrying",
+                       "claiming the partitions' owner epochs",
+                       "owner epochs not written", errstr)) {
+            a->gave_up = 1;
+            return;
+        }
+    }
 }
 
 static int run(struct analyzer *a, int drain)
@@ -1048,6 +1105,7 @@ static int run(struct analyzer *a, int drain)
 
     st_consumer_on_revoke(a->consumer, on_revoke, a);
     st_consumer_on_assign(a->consumer, on_assign, a);
+    st_consumer_on_resume(a->consumer, on_resume, a);
     a->last_ckpt_ms = st_time_mono_ms(); /* the first checkpoint one interval in */
     while (!stop) {
         if (hup)
@@ -1305,6 +1363,7 @@ int main(int argc, char **argv)
     a.flush_ckpt = st_checkpoint_new();
     a.reorder = st_reorder_new(a.conf.lateness_s * 1000000);
     if (st_role_detects(a.conf.role)) {
+        a.fence = st_fence_new(&a.conf, a.conf.stall_checkpoint_ms);
         a.registry = st_registry_new(&a.conf);
         struct st_workers_conf wc = {
             .conf = &a.conf,
@@ -1344,6 +1403,7 @@ int main(int argc, char **argv)
 out:
     free(a.parsed);
     st_consumer_destroy(a.consumer);
+    st_fence_destroy(a.fence); /* after the consumer: its close may flush */
     st_store_destroy(a.store);
     for (int i = 0; i < NSLOTS; i++) {
         st_store_batch_destroy(a.slots[i].b);

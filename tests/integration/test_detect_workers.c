@@ -259,13 +259,15 @@ static void produce(const struct world *w, const char *stream, int counts[PARTS]
 
 /* Every key under the world's prefix, the prefix cut, with its type and
  * contents (hash fields sorted; strings quoted, escaped: a run's state is
- * binary); no TTLs, and no scores of the run index
- * (runs:<partition>, its members sorted), which follow the wall clock. */
+ * binary); no TTLs, no scores of the run index (runs:<partition>, its
+ * members sorted), which follow the wall clock, and no owner epochs
+ * (epoch:<topic>:<partition>, fence.h), which count assignments. */
 static char *redis_state(const struct world *w)
 {
     return world_shf(
         "u=\"$SANDTRAIL_REDIS_URL\"; "
-        "redis-cli -u \"$u\" --scan --pattern '%s:*' | sort | while read -r k; do "
+        "redis-cli -u \"$u\" --scan --pattern '%s:*' | grep -v '^%s:epoch:' | sort |"
+        " while read -r k; do "
         "t=$(redis-cli -u \"$u\" type \"$k\"); echo \"== ${k#%s:} $t\"; "
         "case ${k#%s:}:$t in "
         "runs:*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 | sort;; "
@@ -273,7 +275,7 @@ static char *redis_state(const struct world *w)
         "*:hash) redis-cli -u \"$u\" hgetall \"$k\" | paste - - | sort;; "
         "*:string) redis-cli --no-raw -u \"$u\" get \"$k\";; "
         "esac; done",
-        w->name, w->name, w->name);
+        w->name, w->name, w->name, w->name);
 }
 
 static void redis_drop(const struct world *w)

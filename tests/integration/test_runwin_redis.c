@@ -30,6 +30,7 @@
 #include "analyzer.h"
 #include "checkpoint.h"
 #include "detect.h"
+#include "fence.h"
 #include "log.h"
 #include "buf.h"
 #include "rpipe.h"
@@ -1173,6 +1174,99 @@ START_TEST(runwin_both_layouts_load_as_their_union)
 }
 END_TEST
 
+/* GET key on p is want ("" when absent). */
+static void assert_get(struct st_rpipe *p, const char *key, const char *want)
+{
+    char err[256];
+    const char *get[] = {"GET", key};
+    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(str_nil ? "" : str_reply.data, want);
+}
+
+/* A checkpoint of two SETs, the first inside a MULTI of its own (as a
+ * run's layout switch is: fence.h leaves it out of its one transaction). */
+static struct st_checkpoint *two_sets(const char *k, const char *k2, const char *v)
+{
+    struct st_checkpoint *ck = st_checkpoint_new();
+    const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"}, *set[] = {"SET", k, v},
+               *set2[] = {"SET", k2, v};
+    st_checkpoint_cmd(ck, 1, multi);
+    st_checkpoint_cmd(ck, 3, set);
+    st_checkpoint_cmd(ck, 1, exec);
+    st_checkpoint_cmd(ck, 3, set2);
+    return ck;
+}
+
+/* The owner epochs (fence.h): analyzer A holds partitions 0 and 3 and
+ * writes; B is assigned 3 (its INCR); A's next checkpoint must write
+ * nothing, and every one after (sticky), while B's lands. A fence holding
+ * no partition writes nothing either. */
+START_TEST(fence_refuses_a_checkpoint_after_another_claim)
+{
+    char err[512], prefix[96], k[128], k2[128];
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_ptr_nonnull(url);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_fence:", (int)getpid());
+    snprintf(k, sizeof(k), "%sk", prefix);
+    snprintf(k2, sizeof(k2), "%sk2", prefix);
+    struct st_analyzer_conf c = {0};
+    c.redis_prefix = prefix;
+    c.topic_events = "events";
+    struct st_rpipe *pa = st_rpipe_new(url, NULL, err, sizeof(err)),
+                    *pb = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(pa && pb, "%s", err);
+    struct st_fence *fa = st_fence_new(&c, 0), *fb = st_fence_new(&c, 0),
+                    *none = st_fence_new(&c, 0);
+    const int32_t both[] = {0, 3}, three[] = {3};
+
+    ck_assert_msg(st_fence_claim(fa, pa, both, 2, err, sizeof(err)) == 0, "%s", err);
+    struct st_checkpoint *a1 = two_sets(k, k2, "a1"), *a2 = two_sets(k, k2, "a2"),
+                         *b1 = two_sets(k, k2, "b1");
+    ck_assert_msg(st_fence_exec(fa, pa, a1, err, sizeof(err)) == 0, "%s", err);
+    assert_get(pa, k, "a1");
+    assert_get(pa, k2, "a1");
+
+    ck_assert_msg(st_fence_claim(fb, pb, three, 1, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(st_fence_exec(fa, pa, a2, err, sizeof(err)), ST_FENCE_LOST);
+    ck_assert_msg(strstr(err, "partition 3 has owner epoch 2 in Redis, ours is 1"), "%s",
+                  err);
+    ck_assert_int_eq(st_fence_lost(fa), 1);
+    assert_get(pa, k, "a1");
+    ck_assert_msg(st_fence_exec(fb, pb, b1, err, sizeof(err)) == 0, "%s", err);
+    assert_get(pa, k, "b1");
+    ck_assert_int_eq(st_fence_exec(fa, pa, a2, err, sizeof(err)), ST_FENCE_LOST);
+    assert_get(pa, k2, "b1");
+    /* the connection is usable after a refusal (no WATCH left behind) */
+    const char *set[] = {"SET", k2, "plain"};
+    st_rpipe_cmd(pa, NULL, NULL, 3, set);
+    ck_assert_msg(st_rpipe_exec(pa, err, sizeof(err)) == 0, "%s", err);
+    assert_get(pa, k2, "plain");
+
+    ck_assert_int_eq(st_fence_exec(none, pb, a2, err, sizeof(err)), ST_FENCE_LOST);
+    assert_get(pb, k, "b1");
+    /* released after a revoke's flush: a later claim by the same fence
+     * holds again */
+    st_fence_release(fb, 3);
+    ck_assert_int_eq(st_fence_exec(fb, pb, b1, err, sizeof(err)), ST_FENCE_LOST);
+
+    char *e0 = st_detect_epoch_key(&c, 0), *e3 = st_detect_epoch_key(&c, 3);
+    const char *del[] = {"DEL", k, k2, e0, e3};
+    st_rpipe_cmd(pa, NULL, NULL, 5, del);
+    ck_assert_msg(st_rpipe_exec(pa, err, sizeof(err)) == 0, "%s", err);
+    free(e0);
+    free(e3);
+    st_checkpoint_destroy(a1);
+    st_checkpoint_destroy(a2);
+    st_checkpoint_destroy(b1);
+    st_fence_destroy(fa);
+    st_fence_destroy(fb);
+    st_fence_destroy(none);
+    st_rpipe_destroy(pa);
+    st_rpipe_destroy(pb);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runwin_redis");
@@ -1192,6 +1286,7 @@ int main(void)
     tcase_add_test(tc, rpipe_refusal_inside_exec_fails_the_exec);
     tcase_add_test(tc, runwin_layout_switch_is_all_or_nothing);
     tcase_add_test(tc, runwin_both_layouts_load_as_their_union);
+    tcase_add_test(tc, fence_refuses_a_checkpoint_after_another_claim);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -544,12 +544,20 @@ START_TEST(state_redis_restart_reads_runs_its_index_lost)
 }
 END_TEST
 
-/* Waits until the world's events table holds n rows. */
+/* Waits until the world's events table holds n rows (an analyzer started
+ * in the background may not have made the table yet: a loaded machine saw
+ * the count asked first). */
 static void wait_events(const struct world *w, int n)
 {
     char want[24], *out = NULL;
     snprintf(want, sizeof(want), "%d\n", n);
     for (int i = 0; i < 600; i++) {
+        free(out);
+        out = rows(w->dsn, "SELECT to_regclass('events') IS NOT NULL");
+        if (strcmp(out, "t\n")) {
+            usleep(100000);
+            continue;
+        }
         free(out);
         out = rows(w->dsn, "SELECT count(*) FROM events");
         if (!strcmp(out, want))
@@ -853,6 +861,93 @@ START_TEST(state_lost_assignment_writes_nothing)
 END_TEST
 
 
+/* Waits (up to 60 s) until log holds what. */
+static void wait_logged(const char *log, const char *what)
+{
+    char *text = NULL;
+    for (int i = 0; i < 600; i++) {
+        free(text);
+        text = world_slurp(log);
+        if (strstr(text, what))
+            break;
+        usleep(100000);
+    }
+    ck_assert_msg(strstr(text, what), "\"%s\" not in %s", what, text);
+    free(text);
+}
+
+/* The race a lost-assignment flag cannot close: analyzer A's committer
+ * has read the owner epochs and is about to send its checkpoint
+ * (fault.stall_checkpoint_ms holds it there) when A is stopped past its
+ * session timeout; B takes the partition (its INCR moves the epoch),
+ * redoes the events with two more per run and writes the runs' state.
+ * When A resumes, its committer sends MULTI, the checkpoint, EXEC at once:
+ * Redis must not run it (a watched epoch changed), A must exit 1, and
+ * Redis keep B's state. Without the fence the checkpoint lands (each small
+ * run's string replaced by A's four-member one). */
+START_TEST(state_fenced_checkpoint_in_flight_does_not_land)
+{
+    struct world w;
+    char log[128], log2[160], cmd[1024];
+    world_init(&w, "fenced");
+    snprintf(log, sizeof(log), "/tmp/%s.log", w.name);
+    snprintf(log2, sizeof(log2), "/tmp/%s.2.log", w.name);
+    int64_t t = st_time_now_us() / 1000 - 3600000;
+    const char *opts = "-X detect.lateness_s=0 -X state.checkpoint_ms=0"
+                       " -X kafka.session.timeout.ms=6000";
+
+    produce_runs(&w, "fence", 20, 0, 4, t);
+    run(&w, w.name, w.name,
+        "(timeout 300 " ANALYZER " %s -X fault.stall_checkpoint_ms=15000 2>%s;"
+        " echo \\$? > %s.rc) & sleep 0.2;"
+        " pgrep -n -f 'sandtrail-analyzer %s' > %s.pid",
+        opts, log, log, opts, log);
+    wait_events(&w, 80);
+    /* the committer has read the epochs and waits before its EXEC */
+    wait_logged(log, "fault.stall_checkpoint_ms");
+    snprintf(cmd, sizeof(cmd), "kill -STOP $(cat %s.pid)", log);
+    ck_assert_int_eq(system(cmd), 0);
+    sleep(10); /* past kafka.session.timeout.ms: the broker drops A */
+    produce_runs(&w, "fence", 20, 4, 2, t);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         "SANDTRAIL_GROUP_INSTANCE_ID=%s-2 timeout 120 " ANALYZER
+                         " --drain %s 2>%s",
+                         w.name, opts, log2),
+                     0);
+    ck_assert_int_eq(logged(log2, "events"), 120); /* A committed nothing */
+    char *b_state = state_digest(&w);
+    /* A resumes with its stall over: the EXEC goes at once */
+    snprintf(cmd, sizeof(cmd),
+             "kill -CONT $(cat %s.pid); for i in $(seq 1 600); do"
+             " [ -s %s.rc ] && exit 0; sleep 0.1; done; kill $(cat %s.pid); exit 1",
+             log, log, log);
+    int exited = system(cmd) == 0;
+    char *after = state_digest(&w);
+    char *text = world_slurp(log);
+    /* B's state, not A's (the unfenced send fails here) */
+    ck_assert_msg(!strcmp(after, b_state), "A's checkpoint landed: %s", text);
+    free(after);
+    free(b_state);
+    ck_assert_msg(exited, "A went on after losing its partition: %s", text);
+    /* refused by Redis: the epoch moved after A's read (which came before
+     * the stall, so before the stop) */
+    ck_assert_msg(strstr(text, "the assignment is lost (an owner epoch changed between "
+                               "the fence's read and its EXEC)"),
+                  "%s", text);
+    free(text);
+    snprintf(cmd, sizeof(cmd), "%s.rc", log);
+    char *rc = world_slurp(cmd);
+    ck_assert_str_eq(rc, "1\n");
+    free(rc);
+    unlink(cmd);
+    snprintf(cmd, sizeof(cmd), "%s.pid", log);
+    unlink(cmd);
+    unlink(log2);
+    unlink(log);
+    world_drop(&w);
+}
+END_TEST
+
 /* The detectors' state a world's Redis holds, but the run index (whose
  * scores are wall times): each key without the prefix, its type and value,
  * sorted. */
@@ -860,14 +955,15 @@ static char *redis_state(const struct world *w)
 {
     return world_shf(
         "u=\"$SANDTRAIL_REDIS_URL\"; "
-        "redis-cli -u \"$u\" --scan --pattern '%s:*' | grep -v '^%s:runs:' | sort | "
+        "redis-cli -u \"$u\" --scan --pattern '%s:*' | grep -v '^%s:runs:' |"
+        " grep -v '^%s:epoch:' | sort | "
         "while read -r k; do t=$(redis-cli -u \"$u\" type \"$k\"); "
         "echo \"${k#%s:} $t\"; case $t in "
         "string) redis-cli -u \"$u\" --no-raw get \"$k\";; "
         "hash) redis-cli -u \"$u\" --no-raw hgetall \"$k\" | paste - - | sort;; "
         "zset) redis-cli -u \"$u\" --no-raw zrange \"$k\" 0 -1 withscores;; "
         "esac; done",
-        w->name, w->name, w->name);
+        w->name, w->name, w->name, w->name);
 }
 
 /* The rolling write-back: each batch's checkpoint writes the changes made
@@ -1035,6 +1131,7 @@ int main(void)
     tcase_add_test(tc, state_crash_before_the_interval_checkpoint_redoes_its_batches);
     tcase_add_test(tc, state_eviction_waits_for_the_interval_checkpoint);
     tcase_add_test(tc, state_lost_assignment_writes_nothing);
+    tcase_add_test(tc, state_fenced_checkpoint_in_flight_does_not_land);
     tcase_add_loop_test(tc, state_rolling_crash_after_any_batch_redoes_from_the_cut, 0, 6);
     suite_add_tcase(s, tc);
     /* a case of its own: CK_RUN_CASE=late runs these alone */
