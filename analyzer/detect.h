@@ -23,7 +23,9 @@
  * by one thread at a time; every call other than begin_batch, prefetch,
  * feed and end_batch of a batch is made by the main thread. Two instances
  * never write the same Redis key (keys name their detector and run), but
- * for the run index, which only ever gains members (runidx.h). end_batch()
+ * for the run index, which only ever gains members (runidx.h), and a run's
+ * hash of small states, where each writes and deletes only its own field
+ * (runhash.h; the parts' checkpoints run in one pipeline). end_batch()
  * appends to ctx->ckpt the commands that copy to Redis what changed before
  * batch ctx->pending_from and no checkpoint carried yet (checkpoint.h; a
  * per-run detector's changes wait one interval, state.checkpoint_ms, the
