@@ -38,6 +38,7 @@ static struct st_runhash *rh;
 static char prefix[64];
 static unsigned long last_sent;
 static size_t last_n[NDET];
+static struct st_detect_stats stats;
 
 static int count_window(void *arg, const struct st_runwin_view *v)
 {
@@ -108,7 +109,7 @@ static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
     ev.run_id = "run";
     struct st_checkpoint *ck = st_checkpoint_new();
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .ckpt = ck, .seq = seq,
-                                .runhash = rh};
+                                .runhash = rh, .stats = &stats};
     for (int d = 0; d < NDET; d++) {
         st_runwin_begin(wins[d], 1);
         if (mask & (1 << d))
@@ -383,6 +384,22 @@ START_TEST(runhash_old_strings_load_and_go)
     ck_assert_uint_eq(last_n[0], 3); /* o0, e1, e2: not "stale" */
     ck_assert_int_eq(old_exists(0), 0);
     ck_assert_int_eq(field_members(0), 3);
+    /* a field not in our format: ignored and counted (its detector's run
+     * starts without it, the old string beside it shadowed all the same),
+     * replaced by the next write; the other fields load */
+    char err[256];
+    const char *bad[] = {"HSET", hash_key(), names[0], "\x02junk"};
+    st_rpipe_cmd(p, NULL, NULL, 4, bad);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    write_old(0, "stale", T - 1000000);
+    restart();
+    memset(&stats, 0, sizeof(stats));
+    batch(3, 3, "e3", T + 3000000);
+    ck_assert_int_eq(stats.malformed, 1);
+    ck_assert_uint_eq(last_n[0], 1); /* e3 alone */
+    ck_assert_uint_eq(last_n[1], 3); /* o1, e1, e3 */
+    ck_assert_int_eq(field_members(0), 1);
+    ck_assert_int_eq(old_exists(0), 0);
     close_all();
 }
 END_TEST
