@@ -700,9 +700,14 @@ START_TEST(state_checkpoint_interval_coalesces_writes)
      * (with a run's state as one string a write is one command: the fixed
      * costs -- the index's check, the registry's reads -- no longer leave
      * the total of the per-batch checkpoints at twice the interval's, as
-     * the sorted sets' four to six per write did) */
-    ck_assert_msg(cmds[0] - cmds[1] >= batches[0] - 4, "%ld vs %ld in %ld batches", cmds[0],
-                  cmds[1], batches[0]);
+     * the sorted sets' four to six per write did). Less the index's
+     * check, as above: on a shared Redis holding many keys its SCAN for
+     * older state (runidx.h) took 200 commands a drain and differed by
+     * 16 between two drains */
+    long slack0 = 10 * (1 + (long)(secs[0] + secs[1]) / 10);
+    ck_assert_msg(cmds[0] - cmds[1] >= batches[0] - 4 - slack0,
+                  "%ld vs %ld in %ld batches (%ld s, %ld s)", cmds[0], cmds[1], batches[0],
+                  (long)secs[0], (long)secs[1]);
     assert_rows(w[1].dsn, BURSTS, "4\n");
     assert_same_findings(&w[0], &w[1]);
     assert_same_findings(&w[2], &w[1]);
