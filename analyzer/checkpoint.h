@@ -7,7 +7,8 @@
  * batch detected state.checkpoint_ms ago; the batch itself with 0: the
  * rolling write-back, detect.h) and no checkpoint carried yet, each run
  * once however many batches changed it: absolute values only
- * (a small run's whole state as one string: SET; or ZADD of members, HSET
+ * (a small run's whole state as one string, its field of the run's hash:
+ * HSET, one per run for all its detectors, runhash.h; or ZADD of members, HSET
  * of totals, EXPIRE, and the deletions of the trims since; HSETNX where
  * the first value wins), so that running a checkpoint twice changes
  * nothing. (An older one run again after a newer would put older strings

@@ -65,6 +65,12 @@ const char *st_detect_key_buf(struct st_buf *b, const struct st_analyzer_conf *c
     return b->data;
 }
 
+const char *st_detect_run_hash_key_buf(struct st_buf *b, const struct st_analyzer_conf *conf,
+                                       const char *task_id, const char *run_id)
+{
+    return st_detect_key_buf(b, conf, ST_DETECT_RUN_HASH, "h", task_id, run_id);
+}
+
 char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
                     const char *kind, const char *task_id, const char *run_id)
 {
@@ -145,9 +151,9 @@ int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key,
     if (!colon || colon == p)
         return 0;
     p = colon + 1;
-    static const char *const kinds[] = {"w:", "eps:", "b:", "s:"};
+    static const char *const kinds[] = {"w:", "eps:", "b:", "s:", "h:"};
     int kind = -1;
-    for (int i = 0; i < 4 && kind < 0; i++) {
+    for (int i = 0; i < 5 && kind < 0; i++) {
         size_t lk = strlen(kinds[i]);
         if ((size_t)(end - p) > lk && !memcmp(p, kinds[i], lk)) {
             kind = i;

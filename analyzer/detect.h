@@ -23,7 +23,9 @@
  * by one thread at a time; every call other than begin_batch, prefetch,
  * feed and end_batch of a batch is made by the main thread. Two instances
  * never write the same Redis key (keys name their detector and run), but
- * for the run index, which only ever gains members (runidx.h). end_batch()
+ * for the run index, which only ever gains members (runidx.h), and a run's
+ * hash of small states, where each writes and deletes only its own field
+ * (runhash.h; the parts' checkpoints run in one pipeline). end_batch()
  * appends to ctx->ckpt the commands that copy to Redis what changed before
  * batch ctx->pending_from and no checkpoint carried yet (checkpoint.h; a
  * per-run detector's changes wait one interval, state.checkpoint_ms, the
@@ -53,11 +55,19 @@
  * re-evaluates what a late event changes and marks it late in the evidence.
  *
  * Redis keys (all built by st_detect_key; <run> is task and run id):
- *   <prefix><detector>:s:<run>      string, a small run's whole state
- *                                   (members, episodes, buckets; runblob.h),
- *                                   instead of the three keys below, which
- *                                   a large one uses (runwin.c: never both
- *                                   at once, the switch is a MULTI)
+ *   <prefix>run:h:<run>             hash, field <detector>: that detector's
+ *                                   small state of the run, whole (members,
+ *                                   episodes, buckets; runblob.h), instead
+ *                                   of the three keys below, which a large
+ *                                   one uses (runwin.c: never both at once,
+ *                                   the switch is a MULTI); one key for all
+ *                                   the run's detectors, written with one
+ *                                   HSET per checkpoint (runhash.h;
+ *                                   st_detect_run_hash_key_buf)
+ *   <prefix><detector>:s:<run>      string, the same state as written
+ *                                   before the hash (up to session 6): read
+ *                                   when the hash lacks the field, deleted
+ *                                   by the run's next write (runwin.c)
  *   <prefix><detector>:w:<run>      sorted set, a run's window (runwin.c;
  *                                   volume_anomaly's request set)
  *   <prefix><detector>:eps:<run>    hash, a run's episodes (runwin.c)
@@ -94,6 +104,7 @@
 #include "rpipe.h"
 
 struct st_registry;
+struct st_runhash;
 struct st_runidx;
 
 /* Counters the analyzer publishes as metrics. */
@@ -108,6 +119,10 @@ struct st_detect_stats {
 struct st_detect_ctx {
     struct st_rpipe *redis;       /* prefetch: loads queued here */
     struct st_checkpoint *ckpt;   /* end_batch: write-back appended here */
+    /* end_batch: the small run states' writes, grouped by run and
+     * appended to ckpt after every detector's end_batch (runhash.h); NULL:
+     * a detector appends its own at the end of its end_batch */
+    struct st_runhash *runhash;
     struct st_findings *findings;
     const struct st_analyzer_conf *conf;
     struct st_registry *registry; /* cross-run state (registry.h) */
@@ -226,6 +241,14 @@ void st_detect_dest_format(int deny, const char *platform, const char *source,
  * run index (runidx.h). Returns a new string. */
 char *st_detect_run_member(const char *task_id, const char *run_id);
 
+/* The "detector" part of the run hash's key: no detector may take it */
+#define ST_DETECT_RUN_HASH "run"
+
+/* A run's hash (<prefix>run:h:<run>: every detector's small state of the
+ * run, runhash.h) written into b like st_detect_key_buf. */
+const char *st_detect_run_hash_key_buf(struct st_buf *b, const struct st_analyzer_conf *conf,
+                                       const char *task_id, const char *run_id);
+
 /* The run index of a partition: conf->redis_prefix "runs:" partition.
  * Returns a new string. */
 char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition);
@@ -240,7 +263,7 @@ char *st_detect_marker_key(const struct st_analyzer_conf *conf);
 char *st_detect_epoch_key(const struct st_analyzer_conf *conf, int32_t partition);
 
 /* Whether key (len bytes, from Redis) is a run's state key: conf's prefix,
- * a name without ':', then ":s:", ":w:", ":eps:" or ":b:" and the run part
+ * a name without ':', then ":s:", ":w:", ":eps:", ":b:" or ":h:" and the run part
  * "<len>:<task>:<len>:<run>", lengths exact (the shape st_detect_key
  * gives those kinds). Registry and index keys are not. */
 int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key, size_t len);

@@ -2,23 +2,30 @@
  * checkpoint (see runwin.h; key layout in detect.h).
  *
  * Keys, per run (st_detect_key), in one of two layouts:
- *   <prefix><name>:s:<run>    string: the whole state (runblob.h), while
- *                             it is small (BLOB_MAX); or
+ *   <prefix>run:h:<run>       hash, field <name>: the whole state
+ *                             (runblob.h), while it is small (BLOB_MAX),
+ *                             beside the run's other detectors' (runhash.h);
+ *                             or
  *   <prefix><name>:w:<run>    sorted set: score event time, member
  *                             "source\x1fevent_id\x1fpayload"
  *   <prefix><name>:eps:<run>  hash: episode id -> "first last" (event time,
  *                             µs) of every episode not yet trimmed
  *   <prefix><name>:b:<run>    hash: bucket -> sum (volume_anomaly's bytes)
- * A small state is rewritten whole at each checkpoint that changes it, in
- * one command (SET, with EX when its EXPIRE is due, KEEPTTL otherwise; DEL
- * once empty); a large one is written incrementally (ZADD of the new
+ * A small state is rewritten whole at each checkpoint that changes it, as
+ * its field of the run's hash: one HSET per run for all its detectors, with
+ * an EXPIRE when one's is due, HDEL of the field once empty (runhash.h); a
+ * large one is written incrementally (ZADD of the new
  * members, HSET of the changed episodes and buckets, the trims' deletions,
  * EXPIRE). A run changes layout in a MULTI: the full write of the new one
- * and the DEL of the old keys, so Redis never holds both, nor neither of
- * a state. A load reads both (GET, then ZRANGE and HGETALLs) in its one
- * round trip and takes what exists: state written before the string
- * layout (the three keys only) loads as before, and is rewritten as a
- * string by the run's next write when small.
+ * and the deletion of the old keys (or field), so Redis never holds both,
+ * nor neither of a state. A load reads both (HGET of the field, GET of
+ * the string the versions before the hash wrote, <prefix><name>:s:<run>,
+ * then ZRANGE and HGETALLs) in its one round trip and takes what exists:
+ * state written before the string layout (the three keys only) loads as
+ * before, and is rewritten as a field by the run's next write when small;
+ * the old string is read only when the hash lacks the field (a field is
+ * always newer: the write that makes it deletes the string, after it) and
+ * is deleted by the run's next write, whatever the layout.
  *
  * What a redo of a batch computes again is what memory keeps between
  * attempts: members keyed by event (adding one twice changes nothing), and
@@ -43,6 +50,7 @@
 #include "checkpoint.h"
 #include "log.h"
 #include "runblob.h"
+#include "runhash.h"
 #include "runidx.h"
 #include "runwin.h"
 #include "window.h"
@@ -65,7 +73,10 @@ enum { RUN_LOADING, RUN_READY };
 /* Which of the layouts Redis holds a run's state in, as far as this
  * process knows (bits: a load may find both, written by hand or by two
  * versions at once; the next write then leaves one) */
-enum { LAYOUT_NONE = 0, LAYOUT_BLOB = 1, LAYOUT_SETS = 2 };
+enum { LAYOUT_NONE = 0, LAYOUT_BLOB = 1, LAYOUT_SETS = 2, LAYOUT_OLD = 4 };
+/* LAYOUT_BLOB: the run's field of its hash (runhash.h); LAYOUT_OLD: the
+ * string <prefix><name>:s:<run> of the versions before it (read, then
+ * deleted by the run's next write) */
 
 /* A state whose estimated string (state_bytes) is at most BLOB_MAX bytes is
  * written whole as one string; above, as the sorted set and hashes,
@@ -171,7 +182,10 @@ struct st_runwin {
     } *memo;
     size_t nmemo, capmemo, next_memo;
     struct st_buf member;
-    struct st_buf wkey, ekey, bkey, skey; /* the keys of the run being checkpointed */
+    struct st_buf wkey, ekey, bkey, skey, hkey; /* the keys of the run being checkpointed */
+    /* the small states' writes when end_batch's ctx->runhash is NULL:
+     * flushed at the end of end_batch (created at the first) */
+    struct st_runhash *own;
     struct st_buf blob;       /* the string of the run being checkpointed */
     struct st_detect_stats *stats; /* the last prefetch's (a load's replies count) */
     struct cmd {
@@ -204,6 +218,7 @@ struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char 
     st_buf_init(&w->ekey);
     st_buf_init(&w->bkey);
     st_buf_init(&w->skey);
+    st_buf_init(&w->hkey);
     st_buf_init(&w->blob);
     return w;
 }
@@ -285,7 +300,9 @@ void st_runwin_destroy(struct st_runwin *w)
     st_buf_fini(&w->ekey);
     st_buf_fini(&w->bkey);
     st_buf_fini(&w->skey);
+    st_buf_fini(&w->hkey);
     st_buf_fini(&w->blob);
+    st_runhash_destroy(w->own);
     free(w->cmd.argv);
     free(w->cmd.num);
     free(w->name);
@@ -513,7 +530,7 @@ static int on_episodes(const redisReply *rep, void *arg)
         if (strlen(k) != 32 || sscanf(v, "%lld %lld", &first, &last) != 2)
             continue; /* not ours: ignored, like a missing episode */
         struct episode *e = NULL;
-        for (size_t j = 0; (r->layout & LAYOUT_BLOB) && j < r->neps && !e; j++)
+        for (size_t j = 0; (r->layout & (LAYOUT_BLOB | LAYOUT_OLD)) && j < r->neps && !e; j++)
             if (!strcmp(r->eps[j].id, k))
                 e = &r->eps[j]; /* both layouts held it: the union */
         if (!e) {
@@ -597,7 +614,9 @@ bad:
     return -1;
 }
 
-/* A load's first reply: the string layout's key. A string that is not
+/* A load's first two replies: the run's field of its hash, then the
+ * string of the versions before it (read only when the field is absent:
+ * the field is newer). A string that is not
  * ours (another version, cut short, written by hand) is a data error of
  * this one state, handled as a member or an episode that is not ours:
  * ignored, the run going on with what else Redis holds of it (the other
@@ -606,16 +625,16 @@ bad:
  * reading it again gives the same bytes, and a batch retried on it would
  * stop every partition for good; not fatal for the same reason. Its next
  * write replaces it. A reply of another type is -1, as on_members's. */
-static int on_blob(const redisReply *rep, void *arg)
+static int on_blob(const redisReply *rep, struct run *r, int layout)
 {
-    struct run *r = arg;
     struct st_runwin *w = r->owner;
     if (rep->type == REDIS_REPLY_NIL)
         return load_done(r);
     if (rep->type != REDIS_REPLY_STRING)
         return -1;
-    r->layout |= LAYOUT_BLOB;
-    if (blob_decode(w, r, rep->str, rep->len)) {
+    int shadowed = r->layout & LAYOUT_BLOB; /* the old string, beside a field */
+    r->layout |= layout;
+    if (!shadowed && blob_decode(w, r, rep->str, rep->len)) {
         st_warn("%s: the state of run \"%s\" in Redis (%zu bytes) is not in a format "
                 "this analyzer reads: ignored, the run starts without it",
                 w->name, r->run_id, rep->len);
@@ -623,6 +642,16 @@ static int on_blob(const redisReply *rep, void *arg)
             w->stats->malformed++;
     }
     return load_done(r);
+}
+
+static int on_field(const redisReply *rep, void *arg)
+{
+    return on_blob(rep, arg, LAYOUT_BLOB);
+}
+
+static int on_old_blob(const redisReply *rep, void *arg)
+{
+    return on_blob(rep, arg, LAYOUT_OLD);
 }
 
 static void memo_add(struct st_runwin *w, const struct st_event *ev, struct run *r)
@@ -680,11 +709,15 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
     r->owner = w;
     r->layout = LAYOUT_NONE;
     w->stats = ctx->stats;
-    /* both layouts, the string first (it is read into an empty run) */
-    r->pending = 2;
+    /* both layouts, the strings first (read into an empty run): the field,
+     * then the old string */
+    r->pending = 3;
+    const char *hkey = st_detect_run_hash_key_buf(&w->hkey, w->conf, ev->task_id, ev->run_id);
+    const char *hget[] = {"HGET", hkey, w->name};
+    st_rpipe_cmd(ctx->redis, on_field, r, 3, hget);
     char *key = st_detect_key(w->conf, w->name, "s", ev->task_id, ev->run_id);
     const char *get[] = {"GET", key};
-    st_rpipe_cmd(ctx->redis, on_blob, r, 2, get);
+    st_rpipe_cmd(ctx->redis, on_old_blob, r, 2, get);
     free(key);
     key = st_detect_key(w->conf, w->name, "w", ev->task_id, ev->run_id);
     const char *zr[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
@@ -1118,12 +1151,12 @@ static void drop_trims(struct run *r)
     r->ndel_m = r->ndel_eps = r->ndel_b = 0;
 }
 
-/* The DEL of the keys of the run's layouts in `layout`; returns 1 when it
- * named one. */
+/* The DEL of the keys of the run's layouts in `layout` but its field of
+ * the hash (LAYOUT_BLOB: cmd_hdel_field); returns 1 when it named one. */
 static int cmd_del_layout(struct st_runwin *w, struct run *r, struct cmd *c, int layout)
 {
     cmd_arg(c, "DEL");
-    if (layout & LAYOUT_BLOB)
+    if (layout & LAYOUT_OLD)
         cmd_arg(c, run_key(w, r, &w->skey, "s"));
     if (layout & LAYOUT_SETS) {
         cmd_arg(c, run_key(w, r, &w->wkey, "w"));
@@ -1135,17 +1168,37 @@ static int cmd_del_layout(struct st_runwin *w, struct run *r, struct cmd *c, int
     return c->argc > 1;
 }
 
-/* A small run's checkpoint: its whole state as one string, rewritten when
- * anything changed (members, episodes, buckets, trims), or when fed with
- * the key's EXPIRE due (as the window key's EXPIRE today). One command:
- * SET ... EX ttl when the EXPIRE is due (st_detect_expire_due: the first
- * write of the key by this process, then once per tenth of the TTL),
- * SET ... KEEPTTL otherwise (the key then exists with a TTL: written with
- * EX by this process less than a tenth of the TTL ago), DEL once empty.
- * From the other layout (its keys in Redis): a MULTI of the SET and the
- * DEL of those keys. The string is memory's state, trims applied, so the
- * trims need no command; held trims (hold) only make a run whose one
- * change they are wait, as they do in the other layout. */
+/* The HDEL of the run's field of its hash, alone (in a layout switch) */
+static void cmd_hdel_field(struct st_runwin *w, struct run *r, struct st_checkpoint *ck)
+{
+    const char *key = st_detect_run_hash_key_buf(&w->hkey, w->conf, r->task_id, r->run_id);
+    const char *hdel[] = {"HDEL", key, w->name};
+    st_checkpoint_cmd(ck, 3, hdel);
+}
+
+static struct st_runhash *runhash_of(struct st_runwin *w, struct st_detect_ctx *ctx)
+{
+    if (ctx->runhash)
+        return ctx->runhash;
+    if (!w->own)
+        w->own = st_runhash_new(w->conf);
+    return w->own;
+}
+
+/* A small run's checkpoint: its whole state as one string, its field of
+ * the run's hash, rewritten when anything changed (members, episodes,
+ * buckets, trims), or when fed with the key's EXPIRE due (as the window
+ * key's EXPIRE today). Queued on the checkpoint's runhash (runhash.h),
+ * which sends one HSET per run for all its detectors, with an EXPIRE when
+ * one's is due (st_detect_expire_due, per detector: the first write of
+ * the field by this process or since it was deleted, then once per tenth
+ * of the TTL), and an HDEL of the field once empty. From the other layout
+ * (its keys in Redis) or with the string of the versions before the hash
+ * (LAYOUT_OLD), on its own, not queued: a MULTI of the HSET, the EXPIRE
+ * and the DEL of those keys, the string deleted after the field is
+ * written. The string is memory's state, trims applied, so the trims need
+ * no command; held trims (hold) only make a run whose one change they are
+ * wait, as they do in the other layout. */
 static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
                                 struct cmd *c, const char *ttl, int hold)
 {
@@ -1154,12 +1207,16 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     int due = st_detect_expire_due(&exp, w->conf);
     if (!content && !(has_trims(r) && !hold) && !(r->fed && due))
         goto out;
-    int other = r->layout & LAYOUT_SETS; /* keys of the other layout to delete */
+    /* keys of the other layout, or the old string, to delete */
+    int other = r->layout & (LAYOUT_SETS | LAYOUT_OLD);
     if (!r->n && !r->neps && !r->nb) {
         /* emptied by its trims: nothing left to write */
         if (cmd_del_layout(w, r, c, r->layout))
             cmd_flush(c, ctx->ckpt, 1);
         c->argc = 0;
+        if (r->layout & LAYOUT_BLOB)
+            st_runhash_put(runhash_of(w, ctx), r->hash, r->task_id, r->run_id, w->name, NULL,
+                           0, 0);
         drop_trims(r);
         r->layout = LAYOUT_NONE;
         r->s_exp_s = r->w_exp_s = r->e_exp_s = r->b_exp_s = 0;
@@ -1178,29 +1235,30 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     for (size_t i = 0; i < r->nb; i++)
         st_runblob_bucket(b, r->b[i].key, r->b[i].sum);
     if (other) {
-        const char *multi[] = {"MULTI"};
+        if (!(r->layout & LAYOUT_BLOB)) {
+            due = 1; /* a new field: the key may be new */
+            exp = (int64_t)time(NULL);
+        }
+        const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
         st_checkpoint_cmd(ctx->ckpt, 1, multi);
-        due = 1; /* a new key */
-        exp = (int64_t)time(NULL);
-    }
-    const char *skey = run_key(w, r, &w->skey, "s");
-    const char *set[] = {"SET", skey, b->data, "EX", ttl};
-    size_t lens[] = {3, strlen(skey), b->len, 2, strlen(ttl)};
-    if (due) {
-        st_checkpoint_cmd_lens(ctx->ckpt, 5, set, lens);
-        r->s_exp_s = exp;
-    } else {
-        set[3] = "KEEPTTL";
-        lens[3] = 7;
-        st_checkpoint_cmd_lens(ctx->ckpt, 4, set, lens);
-    }
-    if (other) {
-        cmd_del_layout(w, r, c, LAYOUT_SETS);
+        const char *hkey = st_detect_run_hash_key_buf(&w->hkey, w->conf, r->task_id, r->run_id);
+        const char *hset[] = {"HSET", hkey, w->name, b->data};
+        size_t lens[] = {4, w->hkey.len, strlen(w->name), b->len};
+        st_checkpoint_cmd_lens(ctx->ckpt, 4, hset, lens);
+        if (due) {
+            const char *expire[] = {"EXPIRE", hkey, ttl};
+            st_checkpoint_cmd(ctx->ckpt, 3, expire);
+        }
+        cmd_del_layout(w, r, c, other);
         cmd_flush(c, ctx->ckpt, 1);
-        const char *exec[] = {"EXEC"};
         st_checkpoint_cmd(ctx->ckpt, 1, exec);
         r->w_exp_s = r->e_exp_s = r->b_exp_s = 0;
+    } else {
+        st_runhash_put(runhash_of(w, ctx), r->hash, r->task_id, r->run_id, w->name, b->data,
+                       b->len, due);
     }
+    if (due)
+        r->s_exp_s = exp;
     r->layout = LAYOUT_BLOB;
     mark_all_saved(r);
     drop_trims(r);
@@ -1212,17 +1270,21 @@ out:
     r->fed = 0;
 }
 
-/* A run grown past BLOB_MAX whose state Redis holds as a string: in a
- * MULTI, the DEL of the string (and of any key of the other layout a load
- * found beside it), then the whole state as the sorted set and hashes,
- * each with its EXPIRE. Trims and held trims are in it (memory's state). */
+/* A run grown past BLOB_MAX whose state Redis holds as a string (its
+ * field, or the old string): in a MULTI, the deletion of the string (and
+ * of any key of the other layout a load found beside it), then the whole
+ * state as the sorted set and hashes, each with its EXPIRE. Trims and held
+ * trims are in it (memory's state). */
 static void run_checkpoint_to_sets(struct st_runwin *w, struct run *r,
                                    struct st_detect_ctx *ctx, struct cmd *c, const char *ttl)
 {
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
     st_checkpoint_cmd(ctx->ckpt, 1, multi);
-    cmd_del_layout(w, r, c, r->layout);
-    cmd_flush(c, ctx->ckpt, 1);
+    if (r->layout & LAYOUT_BLOB)
+        cmd_hdel_field(w, r, ctx->ckpt);
+    if (cmd_del_layout(w, r, c, r->layout))
+        cmd_flush(c, ctx->ckpt, 1);
+    c->argc = 0;
     r->w_exp_s = r->e_exp_s = r->b_exp_s = r->s_exp_s = 0;
     for (size_t i = 0; i < r->n; i++)
         r->m[i].saved = 0;
@@ -1246,7 +1308,7 @@ static void run_write(struct st_runwin *w, struct run *r, struct st_detect_ctx *
     int blob = r->layout == LAYOUT_SETS ? bytes < BLOB_MIN : bytes <= BLOB_MAX;
     if (blob) {
         run_checkpoint_blob(w, r, ctx, c, ttl, hold);
-    } else if (r->layout & LAYOUT_BLOB) {
+    } else if (r->layout & (LAYOUT_BLOB | LAYOUT_OLD)) {
         run_checkpoint_to_sets(w, r, ctx, c, ttl);
     } else {
         run_checkpoint(w, r, ctx, c, ttl, hold); /* incremental, as before */
@@ -1324,6 +1386,9 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
         dirty_append(w, held[j], ctx->seq);
     }
     free(held);
+    /* no runhash shared by the caller: this detector's writes alone */
+    if (!ctx->runhash && w->own)
+        st_runhash_flush(w->own, ctx->ckpt);
 }
 
 static void run_trim(struct st_runwin *w, struct run *r)

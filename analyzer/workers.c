@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "registry.h"
+#include "runhash.h"
 #include "runidx.h"
 #include "timeutil.h"
 #include "workers.h"
@@ -29,6 +30,10 @@ struct part {
     struct st_checkpoint *ckpt; /* this batch's write-back, joined after */
     struct st_checkpoint *state; /* the detectors' part of it, while built */
     struct st_runidx *runidx;   /* the run index of the partitions it sees */
+    /* its detectors' small run states of a checkpoint, grouped by run: a
+     * run's events, so all its per-run detectors, are in one worker
+     * (runhash.h) */
+    struct st_runhash *runhash;
     struct st_findings findings;
     struct st_detect_stats stats;
     int64_t events;             /* events fed, every batch */
@@ -89,6 +94,7 @@ static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
         .registry = p->global ? p->w->wc.registry : NULL,
         .stats = &p->stats,
         .runidx = p->runidx,
+        .runhash = p->runhash,
         /* trims held while they are few (runwin.c); with a checkpoint
          * after every batch, every trim goes with the next, as before */
         .hold_trims = p->w->wc.conf->checkpoint_ms > 0 && p->w->wc.conf->hold_trims,
@@ -186,6 +192,7 @@ static void part_end_batch(struct part *p, struct st_detect_ctx *ctx,
     for (int d = 0; st_detectors[d]; d++)
         if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
             st_detectors[d]->end_batch(p->det[d], ctx);
+    st_runhash_flush(p->runhash, p->state); /* one HSET per run */
     if (p->global)
         st_registry_end_batch(p->w->wc.registry, ctx);
     st_runidx_flush(p->runidx, out, ctx->now_s ? ctx->now_s : (int64_t)time(NULL));
@@ -342,6 +349,7 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
         p->global = i == w->k;
         p->ckpt = st_checkpoint_new();
         p->state = st_checkpoint_new();
+        p->runhash = st_runhash_new(conf);
         p->runidx = st_runidx_new(conf);
         st_runidx_set_since(p->runidx, since);
         st_findings_init(&p->findings);
@@ -405,6 +413,7 @@ void st_workers_destroy(struct st_workers *w)
             st_rpipe_destroy(p->redis);
         st_checkpoint_destroy(p->ckpt);
         st_checkpoint_destroy(p->state);
+        st_runhash_destroy(p->runhash);
         st_runidx_destroy(p->runidx);
         st_findings_fini(&p->findings);
     }

@@ -272,6 +272,8 @@ static char *redis_state(const struct world *w)
         "case ${k#%s:}:$t in "
         "runs:*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 | sort;; "
         "*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 withscores;; "
+        "run:h:*:hash) redis-cli --no-raw -u \"$u\" hgetall \"$k\" | "
+        "sed 's/^ *[0-9]*) //' | paste - - | sort;; "
         "*:hash) redis-cli -u \"$u\" hgetall \"$k\" | paste - - | sort;; "
         "*:string) redis-cli --no-raw -u \"$u\" get \"$k\";; "
         "esac; done",
@@ -404,8 +406,9 @@ START_TEST(detect_workers_give_the_findings_and_state_of_one)
     free(fb);
     fa = redis_state(&one);
     fb = redis_state(&three);
-    /* a run's window: one string while small, a sorted set when large */
-    ck_assert_msg(strstr(fa, "== denial_burst:s:") || strstr(fa, "== denial_burst:w:"),
+    /* a run's window: a field of the run's hash while small, a sorted
+     * set when large */
+    ck_assert_msg(strstr(fa, "== run:h:") || strstr(fa, "== denial_burst:w:"),
                   "no denial_burst window in Redis");
     ck_assert_ptr_nonnull(strstr(fa, "== scope_drift:cred:"));
     ck_assert_ptr_nonnull(strstr(fa, "== credfp:"));

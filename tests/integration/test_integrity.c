@@ -434,11 +434,11 @@ START_TEST(integrity_volume_state_is_trimmed)
                                                               ':') + 1));
     ck_assert_msg(rc && !rc->err, "redis");
     /* window 600 s, lateness 30 s: requests up to 1230 s behind the newest;
-     * the run's state is one string while small (runwin.c), a sorted set
+     * the run's state is its field of the run's hash while small (runwin.c), a sorted set
      * and a hash of buckets when large: either layout, counted alike */
     long members = -1, buckets = -1;
-    snprintf(key, sizeof(key), "%s:volume_anomaly:s:3:T-I:5:run-v", w.name);
-    redisReply *r = redisCommand(rc, "GET %s", key);
+    snprintf(key, sizeof(key), "%s:run:h:3:T-I:5:run-v", w.name);
+    redisReply *r = redisCommand(rc, "HGET %s volume_anomaly", key);
     ck_assert_ptr_nonnull(r);
     if (r->type == REDIS_REPLY_STRING) {
         struct st_runblob_reader rd;

@@ -132,6 +132,17 @@ static void batch(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
     st_checkpoint_destroy(ck);
 }
 
+/* The hash of run "task"/run (a new string) */
+static char *hkey_of(const char *run)
+{
+    struct st_buf b;
+    st_buf_init(&b);
+    st_detect_run_hash_key_buf(&b, &conf, "task", run);
+    char *k = st_strdup(b.data);
+    st_buf_fini(&b);
+    return k;
+}
+
 /* TTL of key (-2: no key) */
 static long long key_ttl(struct st_rpipe *p, const char *key)
 {
@@ -164,7 +175,7 @@ START_TEST(runwin_emptied_key_keeps_its_ttl)
     batch(p, &ctx, 3, "e3", T + 590000000LL, 1, 1);     /* late: HDEL E1 (the hash emptied), HSET E2 */
     char *ekey = st_detect_key(&conf, "rv", "eps", "task", "run");
     char *wkey = st_detect_key(&conf, "rv", "w", "task", "run");
-    char *skey = st_detect_key(&conf, "rv", "s", "task", "run");
+    char *skey = hkey_of("run");
     long long eps_ttl = key_ttl(p, ekey), w_ttl = key_ttl(p, wkey), s_ttl = key_ttl(p, skey);
     fprintf(stderr, "TTL %s = %lld, TTL %s = %lld, TTL %s = %lld\n", ekey, eps_ttl, wkey,
             w_ttl, skey, s_ttl);
@@ -212,8 +223,10 @@ static void late_close(struct st_rpipe *p, const char *name)
     char err[256];
     char *wkey = st_detect_key(&conf, name, "w", "task", "run");
     char *skey = st_detect_key(&conf, name, "s", "task", "run");
-    const char *d[] = {"DEL", wkey, skey};
-    st_rpipe_cmd(p, NULL, NULL, 3, d);
+    char *hkey = hkey_of("run");
+    const char *d[] = {"DEL", wkey, skey, hkey};
+    st_rpipe_cmd(p, NULL, NULL, 4, d);
+    free(hkey);
     st_rpipe_exec(p, err, sizeof(err));
     free(wkey);
     free(skey);
@@ -499,15 +512,15 @@ static long long redis_int(struct st_rpipe *p, int argc, const char **argv)
     return int_reply;
 }
 
-/* Whether Redis holds each key of run "task"/"run" of detector name:
- * "s w eps" as 0/1 */
+/* Whether Redis holds each part of run "task"/"run" of detector name:
+ * "s w eps" as 0/1, s its field of the run's hash */
 static void layout_of(struct st_rpipe *p, const char *name, char out[8])
 {
     const char *kinds[] = {"s", "w", "eps"};
     for (int i = 0; i < 3; i++) {
-        char *k = st_detect_key(&conf, name, kinds[i], "task", "run");
-        const char *ex[] = {"EXISTS", k};
-        out[2 * i] = (char)('0' + redis_int(p, 2, ex));
+        char *k = i ? st_detect_key(&conf, name, kinds[i], "task", "run") : hkey_of("run");
+        const char *ex[] = {"EXISTS", k}, *hex[] = {"HEXISTS", k, name};
+        out[2 * i] = (char)('0' + (i ? redis_int(p, 2, ex) : redis_int(p, 3, hex)));
         out[2 * i + 1] = i < 2 ? ' ' : '\0';
         free(k);
     }
@@ -517,9 +530,9 @@ static void layout_of(struct st_rpipe *p, const char *name, char out[8])
 static long blob_members(struct st_rpipe *p, const char *name)
 {
     char err[256];
-    char *k = st_detect_key(&conf, name, "s", "task", "run");
-    const char *get[] = {"GET", k};
-    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    char *k = hkey_of("run");
+    const char *get[] = {"HGET", k, name};
+    st_rpipe_cmd(p, on_str, NULL, 3, get);
     ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
     free(k);
     if (str_nil)
@@ -541,6 +554,10 @@ static void drop_run(struct st_rpipe *p, const char *name)
         st_rpipe_cmd(p, NULL, NULL, 2, d);
         free(k);
     }
+    char *h = hkey_of("run");
+    const char *d[] = {"DEL", h};
+    st_rpipe_cmd(p, NULL, NULL, 2, d);
+    free(h);
     st_rpipe_exec(p, err, sizeof(err));
 }
 
@@ -559,17 +576,17 @@ START_TEST(runwin_small_run_is_one_string)
     int64_t win = 60000000, T = 1700000000000000LL;
     w = st_runwin_new(&conf, "ro", win, 2 * win + 30000000, ST_RUNWIN_EPISODES, 0);
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
-    char *skey = st_detect_key(&conf, "ro", "s", "task", "run");
+    char *skey = hkey_of("run");
     char lay[8];
     const char *type[] = {"TYPE", skey};
     batch(p, &ctx, 1, "e1", T, 0, 1); /* a member, an episode opened */
-    ck_assert_uint_eq(last_sent, 1);
+    ck_assert_uint_eq(last_sent, 2); /* HSET, and the new key's EXPIRE */
     layout_of(p, "ro", lay);
     ck_assert_str_eq(lay, "1 0 0");
     st_rpipe_cmd(p, on_str, NULL, 2, type);
     char err[256];
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    ck_assert_str_eq(str_reply.data, "string");
+    ck_assert_str_eq(str_reply.data, "hash");
     long long ttl1 = key_ttl(p, skey);
     ck_assert_msg(ttl1 > 86000 && ttl1 <= 86400, "TTL %lld", ttl1);
     batch(p, &ctx, 2, "e2", T + 1000000, 0, 1); /* a member, the episode extended */
@@ -581,7 +598,7 @@ START_TEST(runwin_small_run_is_one_string)
     layout_of(p, "ro", lay);
     ck_assert_str_eq(lay, "1 0 0");
     long long ttl = key_ttl(p, skey);
-    ck_assert_msg(ttl > 86000 && ttl <= 86400, "TTL %lld after KEEPTTL writes", ttl);
+    ck_assert_msg(ttl > 86000 && ttl <= 86400, "TTL %lld after HSETs alone", ttl);
     ck_assert_int_eq(blob_members(p, "ro"), 2); /* e3, e4: the trims are in it */
     drop_run(p, "ro");
     free(skey);
@@ -593,9 +610,9 @@ END_TEST
 static long run_members(struct st_rpipe *p, const char *name, const char *run)
 {
     char err[256];
-    char *k = st_detect_key(&conf, name, "s", "task", run);
-    const char *get[] = {"GET", k};
-    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    char *k = hkey_of(run);
+    const char *get[] = {"HGET", k, name};
+    st_rpipe_cmd(p, on_str, NULL, 3, get);
     ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
     long n = -1;
     if (!str_nil) {
@@ -668,12 +685,12 @@ START_TEST(runwin_rolling_writes_each_change_one_interval_later)
     ck_assert_uint_eq(batch_rolling(p, &ctx, 2, 1, "B", "e2", T + s), 0);
     /* batch 3: A changed again (dirty since 1 still); cut 1: A written
      * once with both changes, B (since 2) waits */
-    ck_assert_uint_eq(batch_rolling(p, &ctx, 3, 2, "A", "e3", T + 2 * s), 1);
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 3, 2, "A", "e3", T + 2 * s), 2); /* HSET, EXPIRE */
     ck_assert_int_eq(run_members(p, "rr", "A"), 2);
     ck_assert_int_eq(run_members(p, "rr", "B"), -1);
     /* batch 4: A changed after its write: dirty since 4, at the back;
      * cut 2: B only */
-    ck_assert_uint_eq(batch_rolling(p, &ctx, 4, 3, "A", "e4", T + 3 * s), 1);
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 4, 3, "A", "e4", T + 3 * s), 2);
     ck_assert_int_eq(run_members(p, "rr", "B"), 1);
     ck_assert_int_eq(run_members(p, "rr", "A"), 2);
     /* batch 5: C; cut 3: A (since 4) still waits */
@@ -691,14 +708,14 @@ START_TEST(runwin_rolling_writes_each_change_one_interval_later)
     ctx.seq = 7;
     ctx.pending_from = 0;
     st_runwin_end_batch(w, &ctx);
-    ck_assert_uint_eq(st_checkpoint_len(ck), 2);
+    ck_assert_uint_eq(st_checkpoint_len(ck), 3); /* C's EXPIRE (new), not B's */
     ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
     st_checkpoint_destroy(ck);
     ck_assert_int_eq(run_members(p, "rr", "C"), 1);
     ck_assert_int_eq(run_members(p, "rr", "B"), 2);
     const char *runs[] = {"A", "B", "C"};
     for (int i = 0; i < 3; i++) {
-        char *k = st_detect_key(&conf, "rr", "s", "task", runs[i]);
+        char *k = hkey_of(runs[i]);
         const char *d[] = {"DEL", k};
         st_rpipe_cmd(p, NULL, NULL, 2, d);
         free(k);
@@ -734,7 +751,7 @@ START_TEST(runwin_rolling_revisits_a_run_with_held_trims)
     st_runwin_after_commit(w, &ctx);
     /* batch 3, cut 3: A visited, its one trim held (A not idle): nothing
      * written for it; B written */
-    ck_assert_uint_eq(batch_rolling(p, &ctx, 3, 4, "B", "e3", T + 600000000LL), 1);
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 3, 4, "B", "e3", T + 600000000LL), 2);
     ck_assert_int_eq(run_members(p, "rh", "A"), 2);
     /* batch 4, cut 3 again: A (dirty since 3, visited in 3: now since 4)
      * and C (since 4) wait */
@@ -742,13 +759,13 @@ START_TEST(runwin_rolling_revisits_a_run_with_held_trims)
     /* a quarter hour later, batch 5, cut 4: C written; A visited again,
      * idle now: its trim goes */
     ctx.now_s = 1000 + 900;
-    ck_assert_uint_eq(batch_rolling(p, &ctx, 5, 5, "D", "e5", T + 600000000LL), 2);
+    ck_assert_uint_eq(batch_rolling(p, &ctx, 5, 5, "D", "e5", T + 600000000LL), 3);
     ck_assert_int_eq(run_members(p, "rh", "A"), 1);
     ck_assert_int_eq(run_members(p, "rh", "C"), 1);
     char err[256];
     const char *runs[] = {"A", "B", "C", "D"};
     for (int i = 0; i < 4; i++) {
-        char *k = st_detect_key(&conf, "rh", "s", "task", runs[i]);
+        char *k = hkey_of(runs[i]);
         const char *d[] = {"DEL", k};
         st_rpipe_cmd(p, NULL, NULL, 2, d);
         free(k);
@@ -1038,7 +1055,7 @@ START_TEST(runwin_layout_switch_is_all_or_nothing)
     int64_t win = 60000000, keep = 2 * win + 30000000, T = 1700000000000000LL;
     w = st_runwin_new(&conf, "rs", win, keep, ST_RUNWIN_EPISODES, 0);
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
-    char *skey = st_detect_key(&conf, "rs", "s", "task", "run");
+    char *skey = hkey_of("run");
     char *wkey = st_detect_key(&conf, "rs", "w", "task", "run");
     const char *zcard[] = {"ZCARD", wkey};
     const char *ids[] = {"e1", "e2", "e3", "e4"};
@@ -1081,9 +1098,9 @@ static void blob_episodes(struct st_rpipe *p, const char *name, uint64_t *n, int
                           int64_t *last)
 {
     char err[256];
-    char *k = st_detect_key(&conf, name, "s", "task", "run");
-    const char *get[] = {"GET", k};
-    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    char *k = hkey_of("run");
+    const char *get[] = {"HGET", k, name};
+    st_rpipe_cmd(p, on_str, NULL, 3, get);
     ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
     free(k);
     ck_assert(!str_nil);
@@ -1133,13 +1150,13 @@ START_TEST(runwin_both_layouts_load_as_their_union)
     st_runblob_count(&b, 1);
     st_runblob_episode(&b, id, T, T);
     st_runblob_count(&b, 0);
-    char *skey = st_detect_key(&conf, "ru", "s", "task", "run");
+    char *skey = hkey_of("run");
     char *wkey = st_detect_key(&conf, "ru", "w", "task", "run");
     char *ekey = st_detect_key(&conf, "ru", "eps", "task", "run");
-    const char *set[] = {"SET", skey, b.data};
-    size_t lens[] = {3, strlen(skey), b.len};
+    const char *set[] = {"HSET", skey, "ru", b.data};
+    size_t lens[] = {4, strlen(skey), 2, b.len};
     struct st_checkpoint *ck = st_checkpoint_new();
-    st_checkpoint_cmd_lens(ck, 3, set, lens);
+    st_checkpoint_cmd_lens(ck, 4, set, lens);
     char t0[32], t1[32], ep[64];
     snprintf(t0, sizeof(t0), "%lld", (long long)T);
     snprintf(t1, sizeof(t1), "%lld", (long long)(T + 1000000));

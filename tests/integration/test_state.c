@@ -323,8 +323,8 @@ START_TEST(state_new_runs_cost_no_load)
     /* every run whose state Redis holds is in the index of partition 0 */
     char *missing = world_shf(
         "u=\"$SANDTRAIL_REDIS_URL\"; "
-        "redis-cli -u \"$u\" --scan --pattern '%s:*:[sw]:*' | while read -r k; do "
-        "m=$(echo \"$k\" | sed 's/^[^:]*:[^:]*:[sw]://'); "
+        "redis-cli -u \"$u\" --scan --pattern '%s:*:[swh]:*' | while read -r k; do "
+        "m=$(echo \"$k\" | sed 's/^[^:]*:[^:]*:[swh]://'); "
         "s=$(redis-cli -u \"$u\" zscore '%s:runs:0' \"$m\"); "
         "[ -n \"$s\" ] || echo \"$k\"; done; "
         "redis-cli -u \"$u\" zcard '%s:runs:0'",
@@ -390,7 +390,7 @@ START_TEST(state_upgrade_reads_state_written_before_the_index)
                           "while read -r k; do "
                           "redis-cli -u \"$u\" del \"$k\" >/dev/null; done; "
                           "redis-cli -u \"$u\" --scan --pattern '%s:runs:*' | wc -l; "
-                          "redis-cli -u \"$u\" --scan --pattern '%s:denial_burst:[sw]:*' | wc -l",
+                          "redis-cli -u \"$u\" --scan --pattern '%s:run:h:*' | wc -l",
                           w.name, w.name, w.name);
     ck_assert_str_eq(out, "0\n20\n"); /* no index, no marker; the state stays */
     free(out);
@@ -513,7 +513,7 @@ START_TEST(state_redis_restart_reads_runs_its_index_lost)
                           START_REDIS,
                           port, w.name, port, dir, port, dir, dir, dir, port);
     free(out);
-    out = world_shf("redis-cli -p %d --scan --pattern '%s:denial_burst:[sw]:*' | wc -l; "
+    out = world_shf("redis-cli -p %d --scan --pattern '%s:run:h:*' | wc -l; "
                     "redis-cli -p %d exists '%s:runs:0'",
                     port, w.name, port, w.name);
     ck_assert_str_eq(out, "20\n0\n"); /* the state stays, its index is gone */
@@ -602,7 +602,7 @@ START_TEST(state_redis_restart_midstream_rewrites_the_index)
     for (int i = 0; i < 300; i++) {
         free(out);
         out = world_shf("redis-cli -p %d zcard '%s:runs:0'; "
-                        "redis-cli -p %d --scan --pattern '%s:denial_burst:[sw]:*' | wc -l",
+                        "redis-cli -p %d --scan --pattern '%s:run:h:*' | wc -l",
                         port, w.name, port, w.name);
         if (!strcmp(out, "20\n20\n"))
             break;
@@ -702,13 +702,20 @@ START_TEST(state_checkpoint_interval_coalesces_writes)
     long slack = 10 * (1 + (long)(secs[1] + secs[2]) / 10);
     ck_assert_msg(labs(cmds[1] - cmds[2]) <= slack, "%ld vs %ld (%ld s, %ld s)", cmds[1],
                   cmds[2], (long)secs[1], (long)secs[2]);
-    /* and a checkpoint per batch at least one more per batch: each
-     * batch's runs written again (with a run's state as one string a write
-     * is one command: the fixed costs -- the index's check, the registry's
-     * reads -- no longer leave the total of the per-batch checkpoints at
-     * twice the interval's, as the sorted sets' four to six per write did) */
-    ck_assert_msg(cmds[0] - cmds[1] >= batches[0], "%ld vs %ld in %ld batches", cmds[0],
-                  cmds[1], batches[0]);
+    /* and a checkpoint per batch at least one more per batch but four:
+     * each batch's run written again, one HSET for its detectors (the
+     * run's hash), where one interval writes each of the four runs once
+     * (with a run's state as one string a write is one command: the fixed
+     * costs -- the index's check, the registry's reads -- no longer leave
+     * the total of the per-batch checkpoints at twice the interval's, as
+     * the sorted sets' four to six per write did). Less the index's
+     * check, as above: on a shared Redis holding many keys its SCAN for
+     * older state (runidx.h) took 200 commands a drain and differed by
+     * 16 between two drains */
+    long slack0 = 10 * (1 + (long)(secs[0] + secs[1]) / 10);
+    ck_assert_msg(cmds[0] - cmds[1] >= batches[0] - 4 - slack0,
+                  "%ld vs %ld in %ld batches (%ld s, %ld s)", cmds[0], cmds[1], batches[0],
+                  (long)secs[0], (long)secs[1]);
     assert_rows(w[1].dsn, BURSTS, "4\n");
     assert_same_findings(&w[0], &w[1]);
     assert_same_findings(&w[2], &w[1]);
@@ -788,12 +795,14 @@ END_TEST
  * each key and its value, in either layout. */
 static char *state_digest(const struct world *w)
 {
-    return world_shf("u=\"$SANDTRAIL_REDIS_URL\"; for k in $(redis-cli -u \"$u\" --scan "
-                     "--pattern '%s:denial_burst:[sw]:*' | sort); do echo \"$k\"; "
-                     "redis-cli -u \"$u\" --no-raw get \"$k\" 2>/dev/null | grep -v WRONGTYPE; "
+    return world_shf("u=\"$SANDTRAIL_REDIS_URL\"; for k in $({ redis-cli -u \"$u\" --scan "
+                     "--pattern '%s:denial_burst:w:*'; redis-cli -u \"$u\" --scan "
+                     "--pattern '%s:run:h:*'; } | sort); do echo \"$k\"; "
+                     "redis-cli -u \"$u\" --no-raw hget \"$k\" denial_burst 2>/dev/null | "
+                     "grep -v WRONGTYPE; "
                      "redis-cli -u \"$u\" --no-raw zrange \"$k\" 0 -1 2>/dev/null | "
                      "grep -v WRONGTYPE; done | md5sum",
-                     w->name);
+                     w->name, w->name);
 }
 
 /* A lost assignment writes nothing. Analyzer A holds twenty runs' changes

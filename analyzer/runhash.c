@@ -1,0 +1,175 @@
+/* runhash.c: a checkpoint's small run states, grouped by run (see
+ * runhash.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "detect.h"
+#include "log.h"
+#include "runhash.h"
+
+struct entry {
+    const char *field;
+    size_t off, len; /* the value in h->vals */
+    int del, expire;
+    size_t next;     /* the run's next entry; 0: none (entries start at 1) */
+};
+
+struct group {
+    uint64_t hash;
+    const char *task, *run;
+    size_t first, last; /* entries */
+};
+
+struct st_runhash {
+    const struct st_analyzer_conf *conf;
+    struct entry *e; /* [0] unused */
+    size_t ne, cape;
+    struct group *g; /* runs, in the order first put */
+    size_t ng, capg;
+    size_t *slot;    /* open addressing: group index + 1; 0 empty */
+    size_t nslot;    /* a power of two, at least 2 x ng */
+    struct st_buf vals, key;
+    const char **argv;
+    size_t *argvlen;
+    size_t capargv;
+    char ttl[ST_I64_LEN];
+};
+
+struct st_runhash *st_runhash_new(const struct st_analyzer_conf *conf)
+{
+    struct st_runhash *h = st_calloc(1, sizeof(*h));
+    h->conf = conf;
+    h->ne = 1;
+    st_buf_init(&h->vals);
+    st_buf_init(&h->key);
+    st_fmt_i64(h->ttl, conf->state_ttl_s);
+    return h;
+}
+
+void st_runhash_destroy(struct st_runhash *h)
+{
+    if (!h)
+        return;
+    free(h->e);
+    free(h->g);
+    free(h->slot);
+    free(h->argv);
+    free(h->argvlen);
+    st_buf_fini(&h->vals);
+    st_buf_fini(&h->key);
+    free(h);
+}
+
+size_t st_runhash_pending(const struct st_runhash *h)
+{
+    return h->ng;
+}
+
+static void rehash(struct st_runhash *h)
+{
+    size_t n = h->nslot ? 2 * h->nslot : 1024;
+    free(h->slot);
+    h->slot = st_calloc(n, sizeof(*h->slot));
+    h->nslot = n;
+    for (size_t i = 0; i < h->ng; i++) {
+        size_t s = h->g[i].hash & (n - 1);
+        while (h->slot[s])
+            s = (s + 1) & (n - 1);
+        h->slot[s] = i + 1;
+    }
+}
+
+static struct group *group_of(struct st_runhash *h, uint64_t hash, const char *task,
+                              const char *run)
+{
+    if (2 * (h->ng + 1) > h->nslot)
+        rehash(h);
+    size_t s = hash & (h->nslot - 1);
+    for (; h->slot[s]; s = (s + 1) & (h->nslot - 1)) {
+        struct group *g = &h->g[h->slot[s] - 1];
+        if (g->hash == hash && !strcmp(g->run, run) && !strcmp(g->task, task))
+            return g;
+    }
+    if (h->ng == h->capg) {
+        h->capg = h->capg ? 2 * h->capg : 256;
+        h->g = st_realloc(h->g, h->capg * sizeof(*h->g));
+    }
+    h->slot[s] = h->ng + 1;
+    struct group *g = &h->g[h->ng++];
+    *g = (struct group){hash, task, run, 0, 0};
+    return g;
+}
+
+void st_runhash_put(struct st_runhash *h, uint64_t hash, const char *task, const char *run,
+                    const char *field, const char *data, size_t len, int expire)
+{
+    struct group *g = group_of(h, hash, task, run);
+    if (h->ne >= h->cape) {
+        h->cape = h->cape ? 2 * h->cape : 256;
+        h->e = st_realloc(h->e, h->cape * sizeof(*h->e));
+    }
+    size_t i = h->ne++;
+    h->e[i] = (struct entry){field, h->vals.len, data ? len : 0, data == NULL, expire, 0};
+    if (data)
+        st_buf_add(&h->vals, data, len);
+    if (g->last)
+        h->e[g->last].next = i;
+    else
+        g->first = i;
+    g->last = i;
+}
+
+static void arg(struct st_runhash *h, int *argc, const char *s, size_t len)
+{
+    if ((size_t)*argc == h->capargv) {
+        h->capargv = h->capargv ? 2 * h->capargv : 16;
+        h->argv = st_realloc(h->argv, h->capargv * sizeof(*h->argv));
+        h->argvlen = st_realloc(h->argvlen, h->capargv * sizeof(*h->argvlen));
+    }
+    h->argv[*argc] = s;
+    h->argvlen[(*argc)++] = len;
+}
+
+void st_runhash_flush(struct st_runhash *h, struct st_checkpoint *ck)
+{
+    for (size_t gi = 0; gi < h->ng; gi++) {
+        struct group *g = &h->g[gi];
+        const char *key = st_detect_run_hash_key_buf(&h->key, h->conf, g->task, g->run);
+        size_t klen = h->key.len;
+        int argc = 0, expire = 0;
+        /* the fields set, then the ones emptied, then the TTL: a key the
+         * HSET creates gets it in the same checkpoint */
+        arg(h, &argc, "HSET", 4);
+        arg(h, &argc, key, klen);
+        for (size_t i = g->first; i; i = h->e[i].next) {
+            if (h->e[i].del)
+                continue;
+            arg(h, &argc, h->e[i].field, strlen(h->e[i].field));
+            arg(h, &argc, h->vals.data + h->e[i].off, h->e[i].len);
+            expire |= h->e[i].expire;
+        }
+        if (argc > 2)
+            st_checkpoint_cmd_lens(ck, argc, h->argv, h->argvlen);
+        else
+            expire = 0; /* deletions only: the fields left keep the key's TTL */
+        argc = 0;
+        arg(h, &argc, "HDEL", 4);
+        arg(h, &argc, key, klen);
+        for (size_t i = g->first; i; i = h->e[i].next)
+            if (h->e[i].del)
+                arg(h, &argc, h->e[i].field, strlen(h->e[i].field));
+        if (argc > 2)
+            st_checkpoint_cmd_lens(ck, argc, h->argv, h->argvlen);
+        if (expire) {
+            const char *ex[] = {"EXPIRE", key, h->ttl};
+            size_t exl[] = {6, klen, strlen(h->ttl)};
+            st_checkpoint_cmd_lens(ck, 3, ex, exl);
+        }
+    }
+    h->ng = 0;
+    h->ne = 1;
+    st_buf_reset(&h->vals);
+    if (h->nslot)
+        memset(h->slot, 0, h->nslot * sizeof(*h->slot));
+}

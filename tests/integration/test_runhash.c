@@ -1,0 +1,423 @@
+/* test_runhash.c: a run's small states of every detector in one Redis
+ * hash (runhash.h), against the real Redis:
+ *   - three detectors fed the same run in one batch: one key holding
+ *     three fields, written with one HSET (and the new key's EXPIRE), then
+ *     one HSET alone per checkpoint;
+ *   - a field is deleted (HDEL, no EXPIRE) when its detector's state
+ *     empties, the key keeping its TTL; the key goes when every
+ *     detector's has, and a write after that gets its EXPIRE again; runs
+ *     of equal hash values stay apart, one HSET each;
+ *   - upgrade: state written by the versions before the hash, one string
+ *     <prefix><detector>:s:<run> per detector, loads; the next write makes
+ *     the field and deletes the string after it; a string beside a field
+ *     (a crash between the two) is shadowed: the field loads, the string
+ *     is deleted by the next write.
+ * Each check fails with the change it tests taken out. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analyzer.h"
+#include "buf.h"
+#include "checkpoint.h"
+#include "detect.h"
+#include "log.h"
+#include "rpipe.h"
+#include "runblob.h"
+#include "runhash.h"
+#include "runwin.h"
+
+#define NDET 3
+static const char *const names[NDET] = {"da", "db", "dc"};
+static struct st_analyzer_conf conf;
+static struct st_runwin *wins[NDET];
+static struct st_rpipe *p;
+static struct st_runhash *rh;
+static char prefix[64];
+static unsigned long last_sent;
+static size_t last_n[NDET];
+static struct st_detect_stats stats;
+
+static int count_window(void *arg, const struct st_runwin_view *v)
+{
+    *(size_t *)arg = v->n;
+    return 0;
+}
+
+static void open_all(const char *tag)
+{
+    char err[256];
+    snprintf(prefix, sizeof(prefix), "st_runhash_%d_%s:", (int)getpid(), tag);
+    memset(&conf, 0, sizeof(conf));
+    conf.redis_prefix = prefix;
+    conf.state_ttl_s = 86400;
+    conf.state_evict_s = 600;
+    const char *url = getenv("SANDTRAIL_REDIS_URL");
+    ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
+    p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    int64_t win = 60000000;
+    for (int d = 0; d < NDET; d++)
+        wins[d] = st_runwin_new(&conf, names[d], win, 2 * win + 30000000, 0, 0);
+    rh = st_runhash_new(&conf);
+}
+
+/* drops every detector's memory (a restart) */
+static void restart(void)
+{
+    int64_t win = 60000000;
+    for (int d = 0; d < NDET; d++) {
+        st_runwin_destroy(wins[d]);
+        wins[d] = st_runwin_new(&conf, names[d], win, 2 * win + 30000000, 0, 0);
+    }
+}
+
+static void close_all(void)
+{
+    char err[256];
+    struct st_buf b;
+    st_buf_init(&b);
+    const char *h = st_detect_run_hash_key_buf(&b, &conf, "task", "run");
+    const char *d0[] = {"DEL", h};
+    st_rpipe_cmd(p, NULL, NULL, 2, d0);
+    for (int d = 0; d < NDET; d++) {
+        char *k = st_detect_key(&conf, names[d], "s", "task", "run");
+        const char *del[] = {"DEL", k};
+        st_rpipe_cmd(p, NULL, NULL, 2, del);
+        free(k);
+        st_runwin_destroy(wins[d]);
+    }
+    st_rpipe_exec(p, err, sizeof(err));
+    st_buf_fini(&b);
+    st_runhash_destroy(rh);
+    st_rpipe_destroy(p);
+}
+
+/* One batch: event id of run "task"/"run" at ts fed to the detectors in
+ * mask, each detector's end_batch into the shared runhash (workers.c's
+ * part_end_batch), its flush, the checkpoint run, then the commit. */
+static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
+{
+    char err[256];
+    struct st_event ev = {0};
+    ev.event_id = id;
+    ev.ts_us = ts;
+    ev.source_name = "s";
+    ev.task_id = "task";
+    ev.run_id = "run";
+    struct st_checkpoint *ck = st_checkpoint_new();
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .ckpt = ck, .seq = seq,
+                                .runhash = rh, .stats = &stats};
+    for (int d = 0; d < NDET; d++) {
+        st_runwin_begin(wins[d], 1);
+        if (mask & (1 << d))
+            st_runwin_prefetch(wins[d], &ctx, &ev);
+    }
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    for (int d = 0; d < NDET; d++)
+        if (mask & (1 << d))
+            st_runwin_feed(wins[d], &ctx, &ev, "{}", 0, count_window, &last_n[d]);
+    for (int d = 0; d < NDET; d++)
+        st_runwin_end_batch(wins[d], &ctx);
+    st_runhash_flush(rh, ck);
+    unsigned long before = st_rpipe_sent(p);
+    ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
+    last_sent = st_rpipe_sent(p) - before;
+    for (int d = 0; d < NDET; d++)
+        st_runwin_after_commit(wins[d], &ctx);
+    st_checkpoint_destroy(ck);
+}
+
+/* the checkpoint of the trims the last batch allowed (no event) */
+static void trims_only(uint64_t seq)
+{
+    char err[256];
+    struct st_checkpoint *ck = st_checkpoint_new();
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .ckpt = ck, .seq = seq,
+                                .runhash = rh};
+    for (int d = 0; d < NDET; d++)
+        st_runwin_end_batch(wins[d], &ctx);
+    st_runhash_flush(rh, ck);
+    unsigned long before = st_rpipe_sent(p);
+    ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
+    last_sent = st_rpipe_sent(p) - before;
+    st_checkpoint_destroy(ck);
+}
+
+static long long int_reply;
+static struct st_buf str_reply;
+static int str_nil;
+
+static int on_int(const redisReply *r, void *arg)
+{
+    (void)arg;
+    int_reply = r->integer;
+    return 0;
+}
+
+static int on_str(const redisReply *r, void *arg)
+{
+    (void)arg;
+    str_nil = r->type == REDIS_REPLY_NIL;
+    st_buf_reset(&str_reply);
+    if (!str_nil)
+        st_buf_add(&str_reply, r->str, r->len);
+    st_buf_addc(&str_reply, '\0');
+    str_reply.len--;
+    return 0;
+}
+
+static long long redis_int(int argc, const char **argv)
+{
+    char err[256];
+    st_rpipe_cmd(p, on_int, NULL, argc, argv);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    return int_reply;
+}
+
+static char hkey[256];
+
+static const char *hash_key(void)
+{
+    struct st_buf b;
+    st_buf_init(&b);
+    snprintf(hkey, sizeof(hkey), "%s", st_detect_run_hash_key_buf(&b, &conf, "task", "run"));
+    st_buf_fini(&b);
+    return hkey;
+}
+
+static long long hlen(void)
+{
+    const char *c[] = {"HLEN", hash_key()};
+    return redis_int(2, c);
+}
+
+static long long ttl(void)
+{
+    const char *c[] = {"TTL", hash_key()};
+    return redis_int(2, c);
+}
+
+/* members of detector d's field (-1: none) */
+static long field_members(int d)
+{
+    char err[256];
+    const char *c[] = {"HGET", hash_key(), names[d]};
+    st_rpipe_cmd(p, on_str, NULL, 3, c);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    if (str_nil)
+        return -1;
+    struct st_runblob_reader rd;
+    uint64_t n;
+    ck_assert_int_eq(st_runblob_open(&rd, str_reply.data, str_reply.len), 0);
+    ck_assert_int_eq(st_runblob_get_count(&rd, &n), 0);
+    return (long)n;
+}
+
+static long long old_exists(int d)
+{
+    char *k = st_detect_key(&conf, names[d], "s", "task", "run");
+    const char *c[] = {"EXISTS", k};
+    long long n = redis_int(2, c);
+    free(k);
+    return n;
+}
+
+/* the previous version's string of detector d: one member, event id */
+static void write_old(int d, const char *id, int64_t ts)
+{
+    char err[256];
+    struct st_buf b;
+    st_buf_init(&b);
+    int64_t prev;
+    st_runblob_start(&b, &prev);
+    st_runblob_count(&b, 1);
+    char member[64];
+    int ml = snprintf(member, sizeof(member), "s\x1f%s\x1f{}", id);
+    st_runblob_member(&b, &prev, ts, member, (size_t)ml);
+    st_runblob_count(&b, 0);
+    st_runblob_count(&b, 0);
+    char *k = st_detect_key(&conf, names[d], "s", "task", "run");
+    const char *set[] = {"SET", k, b.data, "EX", "86400"};
+    size_t lens[] = {3, strlen(k), b.len, 2, 5};
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_checkpoint_cmd_lens(ck, 5, set, lens);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    free(k);
+    st_buf_fini(&b);
+}
+
+static const int64_t T = 1700000000000000LL, MIN10 = 600000000LL;
+
+START_TEST(runhash_one_key_one_command_per_run)
+{
+    open_all("one");
+    batch(1, 7, "e1", T);
+    ck_assert_uint_eq(last_sent, 2); /* HSET of three fields, the new key's EXPIRE */
+    ck_assert_int_eq(hlen(), 3);
+    for (int d = 0; d < NDET; d++) {
+        ck_assert_int_eq(field_members(d), 1);
+        ck_assert_int_eq(old_exists(d), 0);
+    }
+    long long t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    batch(2, 7, "e2", T + 1000000);
+    ck_assert_uint_eq(last_sent, 1); /* one HSET: no EXPIRE due */
+    for (int d = 0; d < NDET; d++)
+        ck_assert_int_eq(field_members(d), 2);
+    batch(3, 2, "e3", T + 2000000); /* one detector: its field alone */
+    ck_assert_uint_eq(last_sent, 1);
+    ck_assert_int_eq(field_members(0), 2);
+    ck_assert_int_eq(field_members(1), 3);
+    t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    /* ten minutes on: the older members trimmed once it commits, the
+     * three detectors' trims in the next checkpoint's one HSET */
+    batch(4, 7, "e4", T + MIN10);
+    ck_assert_uint_eq(last_sent, 1);
+    trims_only(5);
+    ck_assert_uint_eq(last_sent, 1);
+    for (int d = 0; d < NDET; d++)
+        ck_assert_int_eq(field_members(d), 1);
+    /* reloaded after a restart: each detector's window from its field */
+    restart();
+    batch(6, 7, "e5", T + MIN10 + 1000000);
+    for (int d = 0; d < NDET; d++)
+        ck_assert_uint_eq(last_n[d], 2);
+    ck_assert_uint_eq(last_sent, 2); /* a new process: its EXPIRE is due */
+    close_all();
+}
+END_TEST
+
+static unsigned long flush_run(void)
+{
+    char err[256];
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_runhash_flush(rh, ck);
+    unsigned long n = st_checkpoint_len(ck);
+    ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
+    st_checkpoint_destroy(ck);
+    ck_assert_uint_eq(st_runhash_pending(rh), 0);
+    return n;
+}
+
+/* runhash itself: fields of one run put by several detectors, among
+ * another run's (the same hash value: told apart by their ids), go in one
+ * HSET per run; an emptied state is an HDEL of its field, with no EXPIRE
+ * (the fields left keep the key's TTL); every field deleted, the key is
+ * gone, and a write after that with its EXPIRE due has its TTL again. */
+START_TEST(runhash_delete_when_every_state_is_empty)
+{
+    open_all("del");
+    const char *v = "\x01\x00\x00\x00";
+    /* run, then run2, then run again, then run2: two HSETs, one EXPIRE */
+    st_runhash_put(rh, 5, "task", "run", "da", v, 4, 1);
+    st_runhash_put(rh, 5, "task", "run2", "da", v, 4, 0);
+    st_runhash_put(rh, 5, "task", "run", "db", v, 4, 0);
+    st_runhash_put(rh, 5, "task", "run2", "db", v, 4, 0);
+    st_runhash_put(rh, 5, "task", "run", "dc", v, 4, 0);
+    ck_assert_uint_eq(st_runhash_pending(rh), 2);
+    ck_assert_uint_eq(flush_run(), 3);
+    ck_assert_int_eq(hlen(), 3);
+    long long t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    /* run2: no EXPIRE asked, none sent */
+    struct st_buf b;
+    st_buf_init(&b);
+    const char *k2 = st_detect_run_hash_key_buf(&b, &conf, "task", "run2");
+    const char *tc[] = {"TTL", k2}, *lc[] = {"HLEN", k2};
+    ck_assert_int_eq(redis_int(2, tc), -1);
+    ck_assert_int_eq(redis_int(2, lc), 2);
+    const char *dc[] = {"DEL", k2};
+    redis_int(2, dc);
+    st_buf_fini(&b);
+    /* one state emptied: its field goes, the key keeps its TTL */
+    st_runhash_put(rh, 5, "task", "run", "da", NULL, 0, 1);
+    ck_assert_uint_eq(flush_run(), 1); /* HDEL alone: no EXPIRE */
+    ck_assert_int_eq(hlen(), 2);
+    t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    /* a field written and one deleted in one checkpoint: HSET, HDEL */
+    st_runhash_put(rh, 5, "task", "run", "db", v, 4, 0);
+    st_runhash_put(rh, 5, "task", "run", "dc", NULL, 0, 0);
+    ck_assert_uint_eq(flush_run(), 2);
+    ck_assert_int_eq(hlen(), 1);
+    /* the last one: the key is gone */
+    st_runhash_put(rh, 5, "task", "run", "db", NULL, 0, 0);
+    ck_assert_uint_eq(flush_run(), 1);
+    ck_assert_int_eq(ttl(), -2);
+    /* written again, the EXPIRE due (a field new to its detector) */
+    st_runhash_put(rh, 5, "task", "run", "dc", v, 4, 1);
+    ck_assert_uint_eq(flush_run(), 2);
+    t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    close_all();
+}
+END_TEST
+
+/* Upgrade: the previous version's strings load; the next write makes the
+ * field and deletes the string; a string beside a field is shadowed. */
+START_TEST(runhash_old_strings_load_and_go)
+{
+    open_all("old");
+    write_old(0, "o0", T);
+    write_old(1, "o1", T);
+    batch(1, 7, "e1", T + 1000000);
+    ck_assert_uint_eq(last_n[0], 2); /* the old string's member and e1 */
+    ck_assert_uint_eq(last_n[1], 2);
+    ck_assert_uint_eq(last_n[2], 1);
+    for (int d = 0; d < NDET; d++)
+        ck_assert_int_eq(old_exists(d), 0);
+    ck_assert_int_eq(field_members(0), 2);
+    ck_assert_int_eq(field_members(1), 2);
+    ck_assert_int_eq(field_members(2), 1);
+    long long t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    /* a string beside a field (a crash between the field's HSET and the
+     * string's DEL, or an old process writing still): the field wins */
+    write_old(0, "stale", T - 1000000);
+    restart();
+    batch(2, 1, "e2", T + 2000000);
+    ck_assert_uint_eq(last_n[0], 3); /* o0, e1, e2: not "stale" */
+    ck_assert_int_eq(old_exists(0), 0);
+    ck_assert_int_eq(field_members(0), 3);
+    /* a field not in our format: ignored and counted (its detector's run
+     * starts without it, the old string beside it shadowed all the same),
+     * replaced by the next write; the other fields load */
+    char err[256];
+    const char *bad[] = {"HSET", hash_key(), names[0], "\x02junk"};
+    st_rpipe_cmd(p, NULL, NULL, 4, bad);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    write_old(0, "stale", T - 1000000);
+    restart();
+    memset(&stats, 0, sizeof(stats));
+    batch(3, 3, "e3", T + 3000000);
+    ck_assert_int_eq(stats.malformed, 1);
+    ck_assert_uint_eq(last_n[0], 1); /* e3 alone */
+    ck_assert_uint_eq(last_n[1], 3); /* o1, e1, e3 */
+    ck_assert_int_eq(field_members(0), 1);
+    ck_assert_int_eq(old_exists(0), 0);
+    close_all();
+}
+END_TEST
+
+int main(void)
+{
+    st_buf_init(&str_reply);
+    Suite *s = suite_create("runhash");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, runhash_one_key_one_command_per_run);
+    tcase_add_test(tc, runhash_delete_when_every_state_is_empty);
+    tcase_add_test(tc, runhash_old_strings_load_and_go);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    st_buf_fini(&str_reply);
+    return nf ? 1 : 0;
+}
