@@ -84,9 +84,13 @@ static void close_all(void)
     st_rpipe_cmd(p, NULL, NULL, 2, d0);
     for (int d = 0; d < NDET; d++) {
         char *k = st_detect_key(&conf, names[d], "s", "task", "run");
-        const char *del[] = {"DEL", k};
-        st_rpipe_cmd(p, NULL, NULL, 2, del);
+        char *kw = st_detect_key(&conf, names[d], "w", "task", "run");
+        char *ke = st_detect_key(&conf, names[d], "eps", "task", "run");
+        const char *del[] = {"DEL", k, kw, ke};
+        st_rpipe_cmd(p, NULL, NULL, 4, del);
         free(k);
+        free(kw);
+        free(ke);
         st_runwin_destroy(wins[d]);
     }
     st_rpipe_exec(p, err, sizeof(err));
@@ -98,6 +102,8 @@ static void close_all(void)
 /* One batch: event id of run "task"/"run" at ts fed to the detectors in
  * mask, each detector's end_batch into the shared runhash (workers.c's
  * part_end_batch), its flush, the checkpoint run, then the commit. */
+static const char *payload = "{}";
+
 static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
 {
     char err[256];
@@ -118,7 +124,7 @@ static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
     for (int d = 0; d < NDET; d++)
         if (mask & (1 << d))
-            st_runwin_feed(wins[d], &ctx, &ev, "{}", 0, count_window, &last_n[d]);
+            st_runwin_feed(wins[d], &ctx, &ev, payload, 0, count_window, &last_n[d]);
     for (int d = 0; d < NDET; d++)
         st_runwin_end_batch(wins[d], &ctx);
     st_runhash_flush(rh, ck);
@@ -404,6 +410,65 @@ START_TEST(runhash_old_strings_load_and_go)
 }
 END_TEST
 
+static long long zcard(int d)
+{
+    char *k = st_detect_key(&conf, names[d], "w", "task", "run");
+    const char *c[] = {"ZCARD", k};
+    long long n = redis_int(2, c);
+    free(k);
+    return n;
+}
+
+/* A run's state grown past the string's limit leaves the hash for the
+ * sorted sets (its field deleted in the switch's MULTI, the other
+ * detectors' fields and the key's TTL kept) and comes back to it once
+ * trimmed small (the sets deleted); a reload in each layout reads what
+ * the last write left, never a stale field beside the sets or the
+ * reverse. */
+START_TEST(runhash_switch_to_sets_and_back)
+{
+    open_all("sw");
+    batch(1, 7, "e1", T);
+    ck_assert_int_eq(hlen(), 3);
+    /* da alone fed a member of 5000 bytes: to the sorted sets */
+    char *big = malloc(5001);
+    memset(big, 'x', 5000);
+    big[5000] = '\0';
+    payload = big;
+    batch(2, 1, "big", T + 1000000);
+    payload = "{}";
+    ck_assert_int_eq(field_members(0), -1);
+    ck_assert_int_eq(zcard(0), 2);
+    ck_assert_int_eq(hlen(), 2);
+    long long t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    /* reloaded: da from its sets, the others from their fields */
+    restart();
+    batch(3, 7, "e2", T + 2000000);
+    ck_assert_uint_eq(last_n[0], 3);
+    ck_assert_uint_eq(last_n[1], 2);
+    ck_assert_uint_eq(last_n[2], 2);
+    ck_assert_int_eq(field_members(0), -1);
+    ck_assert_int_eq(zcard(0), 3);
+    /* ten minutes on, trimmed: da below the limit comes back to its field
+     * (the sets deleted), beside the others' */
+    batch(4, 7, "e3", T + MIN10);
+    trims_only(5);
+    ck_assert_int_eq(zcard(0), 0);
+    for (int d = 0; d < NDET; d++)
+        ck_assert_int_eq(field_members(d), 1);
+    ck_assert_int_eq(hlen(), 3);
+    t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    restart();
+    batch(6, 7, "e4", T + MIN10 + 1000000);
+    for (int d = 0; d < NDET; d++)
+        ck_assert_uint_eq(last_n[d], 2);
+    free(big);
+    close_all();
+}
+END_TEST
+
 int main(void)
 {
     st_buf_init(&str_reply);
@@ -412,6 +477,7 @@ int main(void)
     tcase_add_test(tc, runhash_one_key_one_command_per_run);
     tcase_add_test(tc, runhash_delete_when_every_state_is_empty);
     tcase_add_test(tc, runhash_old_strings_load_and_go);
+    tcase_add_test(tc, runhash_switch_to_sets_and_back);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
