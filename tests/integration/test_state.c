@@ -1136,7 +1136,6 @@ int main(void)
     tcase_add_test(tc, state_partitions_added_reads_runs_that_moved);
     tcase_add_test(tc, state_redis_restart_reads_runs_its_index_lost);
     tcase_add_test(tc, state_redis_restart_midstream_rewrites_the_index);
-    tcase_add_test(tc, state_checkpoint_interval_coalesces_writes);
     tcase_add_test(tc, state_crash_before_the_interval_checkpoint_redoes_its_batches);
     tcase_add_test(tc, state_eviction_waits_for_the_interval_checkpoint);
     tcase_add_test(tc, state_lost_assignment_writes_nothing);
@@ -1149,5 +1148,10 @@ int main(void)
     tcase_add_loop_test(late, state_crash_keeps_late_events_late, 0, 2);
     tcase_add_test(late, state_restart_after_a_whole_release_keeps_late_events_late);
     suite_add_tcase(s, late);
+    /* CK_RUN_CASE=interval runs this one alone */
+    TCase *interval = tcase_create("interval");
+    tcase_set_timeout(interval, 300);
+    tcase_add_test(interval, state_checkpoint_interval_coalesces_writes);
+    suite_add_tcase(s, interval);
     return world_run(s);
 }
