@@ -103,6 +103,7 @@ static void close_all(void)
  * mask, each detector's end_batch into the shared runhash (workers.c's
  * part_end_batch), its flush, the checkpoint run, then the commit. */
 static const char *payload = "{}";
+static int64_t now_s; /* the batches' wall clock (eviction); 0: time() */
 
 static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
 {
@@ -115,7 +116,7 @@ static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
     ev.run_id = "run";
     struct st_checkpoint *ck = st_checkpoint_new();
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .ckpt = ck, .seq = seq,
-                                .runhash = rh, .stats = &stats};
+                                .runhash = rh, .stats = &stats, .now_s = now_s};
     for (int d = 0; d < NDET; d++) {
         st_runwin_begin(wins[d], 1);
         if (mask & (1 << d))
@@ -469,6 +470,37 @@ START_TEST(runhash_switch_to_sets_and_back)
 }
 END_TEST
 
+/* A run evicted from memory and loaded again: its detectors' fields as
+ * they were, and the first write after the reload sends the key's EXPIRE
+ * (the detector no longer knows when it last did). */
+START_TEST(runhash_evicted_run_reloads_and_expires)
+{
+    open_all("ev");
+    now_s = 1000;
+    batch(1, 7, "e1", T);
+    batch(2, 7, "e2", T + 1000000);
+    ck_assert_uint_eq(last_sent, 1);
+    /* idle past state.evict_s: every detector's run evicted */
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .seq = 2, .runhash = rh,
+                                .stats = &stats, .now_s = now_s + conf.state_evict_s + 1};
+    memset(&stats, 0, sizeof(stats));
+    for (int d = 0; d < NDET; d++)
+        st_runwin_after_commit(wins[d], &ctx);
+    ck_assert_int_eq(stats.evictions, NDET);
+    now_s += conf.state_evict_s + 2;
+    batch(3, 7, "e3", T + 2000000);
+    for (int d = 0; d < NDET; d++) {
+        ck_assert_uint_eq(last_n[d], 3);
+        ck_assert_int_eq(field_members(d), 3);
+    }
+    ck_assert_uint_eq(last_sent, 2); /* HSET and EXPIRE */
+    long long t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    now_s = 0;
+    close_all();
+}
+END_TEST
+
 int main(void)
 {
     st_buf_init(&str_reply);
@@ -478,6 +510,7 @@ int main(void)
     tcase_add_test(tc, runhash_delete_when_every_state_is_empty);
     tcase_add_test(tc, runhash_old_strings_load_and_go);
     tcase_add_test(tc, runhash_switch_to_sets_and_back);
+    tcase_add_test(tc, runhash_evicted_run_reloads_and_expires);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
