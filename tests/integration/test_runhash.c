@@ -104,6 +104,7 @@ static void close_all(void)
  * part_end_batch), its flush, the checkpoint run, then the commit. */
 static const char *payload = "{}";
 static int64_t now_s; /* the batches' wall clock (eviction); 0: time() */
+static int twice;     /* run each batch's checkpoint a second time (a redo) */
 
 static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
 {
@@ -132,6 +133,8 @@ static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
     unsigned long before = st_rpipe_sent(p);
     ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
     last_sent = st_rpipe_sent(p) - before;
+    if (twice)
+        ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
     for (int d = 0; d < NDET; d++)
         st_runwin_after_commit(wins[d], &ctx);
     st_checkpoint_destroy(ck);
@@ -150,6 +153,8 @@ static void trims_only(uint64_t seq)
     unsigned long before = st_rpipe_sent(p);
     ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
     last_sent = st_rpipe_sent(p) - before;
+    if (twice)
+        ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
     st_checkpoint_destroy(ck);
 }
 
@@ -501,6 +506,43 @@ START_TEST(runhash_evicted_run_reloads_and_expires)
 }
 END_TEST
 
+/* Every checkpoint run twice (a redo of one whose reply was lost): the
+ * upgrade's MULTI (field set, old string deleted), the plain HSETs, the
+ * switch to the sorted sets and back leave what running each once does. */
+START_TEST(runhash_checkpoints_run_twice_change_nothing)
+{
+    open_all("tw");
+    twice = 1;
+    write_old(0, "o0", T);
+    batch(1, 7, "e1", T + 1000000);
+    batch(2, 7, "e2", T + 2000000);
+    char *big = malloc(5001);
+    memset(big, 'x', 5000);
+    big[5000] = '\0';
+    payload = big;
+    batch(3, 1, "big", T + 3000000);
+    payload = "{}";
+    ck_assert_int_eq(old_exists(0), 0);
+    ck_assert_int_eq(field_members(0), -1);
+    ck_assert_int_eq(zcard(0), 4);
+    ck_assert_int_eq(field_members(1), 2);
+    batch(4, 7, "e3", T + MIN10);
+    trims_only(5);
+    ck_assert_int_eq(zcard(0), 0);
+    for (int d = 0; d < NDET; d++)
+        ck_assert_int_eq(field_members(d), 1);
+    long long t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    twice = 0;
+    restart();
+    batch(6, 7, "e4", T + MIN10 + 1000000);
+    for (int d = 0; d < NDET; d++)
+        ck_assert_uint_eq(last_n[d], 2);
+    free(big);
+    close_all();
+}
+END_TEST
+
 int main(void)
 {
     st_buf_init(&str_reply);
@@ -511,6 +553,7 @@ int main(void)
     tcase_add_test(tc, runhash_old_strings_load_and_go);
     tcase_add_test(tc, runhash_switch_to_sets_and_back);
     tcase_add_test(tc, runhash_evicted_run_reloads_and_expires);
+    tcase_add_test(tc, runhash_checkpoints_run_twice_change_nothing);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
