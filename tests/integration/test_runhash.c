@@ -11,8 +11,14 @@
  *     <prefix><detector>:s:<run> per detector, loads; the next write makes
  *     the field and deletes the string after it; a string beside a field
  *     (a crash between the two) is shadowed: the field loads, the string
- *     is deleted by the next write.
- * Each check fails with the change it tests taken out. */
+ *     is deleted by the next write;
+ *   - a run switched to the sorted sets and back beside the other
+ *     detectors' fields; a run evicted and reloaded (its first write
+ *     sends the EXPIRE again); every checkpoint run twice.
+ * Each check fails with the change it tests taken out (the last three,
+ * added by a review, pass: the switch and the redo ones fail when the
+ * switch leaves the field, the eviction one when a reload keeps the time
+ * of the detector's last EXPIRE). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
