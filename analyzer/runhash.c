@@ -19,6 +19,7 @@ struct group {
     uint64_t hash;
     const char *task, *run;
     size_t first, last; /* entries */
+    size_t slot;        /* its place in h->slot */
 };
 
 struct st_runhash {
@@ -77,6 +78,7 @@ static void rehash(struct st_runhash *h)
         while (h->slot[s])
             s = (s + 1) & (n - 1);
         h->slot[s] = i + 1;
+        h->g[i].slot = s;
     }
 }
 
@@ -97,7 +99,7 @@ static struct group *group_of(struct st_runhash *h, uint64_t hash, const char *t
     }
     h->slot[s] = h->ng + 1;
     struct group *g = &h->g[h->ng++];
-    *g = (struct group){hash, task, run, 0, 0};
+    *g = (struct group){hash, task, run, 0, 0, s};
     return g;
 }
 
@@ -167,9 +169,12 @@ void st_runhash_flush(struct st_runhash *h, struct st_checkpoint *ck)
             st_checkpoint_cmd_lens(ck, 3, ex, exl);
         }
     }
+    /* only the slots used: after one large flush (a forced one, of every
+     * run) the table stays large, and clearing all of it per batch cost
+     * more than the batch's own runs */
+    for (size_t gi = 0; gi < h->ng; gi++)
+        h->slot[h->g[gi].slot] = 0;
     h->ng = 0;
     h->ne = 1;
     st_buf_reset(&h->vals);
-    if (h->nslot)
-        memset(h->slot, 0, h->nslot * sizeof(*h->slot));
 }
