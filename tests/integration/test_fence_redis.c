@@ -92,8 +92,8 @@ START_TEST(fence_checkpoint_longer_than_the_read_timeout_is_written)
     double per_us = (double)(st_time_mono_us() - t0) / 400;
     /* enough of them for 8 s in all */
     long n = (long)(8e6 / per_us);
-    if (n > 400000)
-        n = 400000;
+    if (n > 1000000)
+        n = 1000000;
     fprintf(stderr, "a command: %.1f us; a checkpoint of %ld (about %.1f s)\n", per_us, n,
             (double)n * per_us / 1e6);
     st_checkpoint_clear(c);
