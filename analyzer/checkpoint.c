@@ -151,18 +151,33 @@ static int is_cmd(const char *cmd, size_t len, const char *resp, size_t rlen)
     return len == rlen && memcmp(cmd, resp, len) == 0;
 }
 
-void st_checkpoint_queue(const struct st_checkpoint *c, struct st_rpipe *p, int unwrap)
+size_t st_checkpoint_queue_part(const struct st_checkpoint *c, struct st_rpipe *p,
+                                size_t from, size_t max, size_t max_bytes, int unwrap)
 {
-    size_t s = 0;
-    for (size_t i = 0; i < c->n; i++) {
+    size_t s = 0, i = from, bytes = 0;
+    int inside = 0; /* between a MULTI and its EXEC */
+    for (; i < c->n && ((i - from < max && bytes < max_bytes) || inside); i++) {
+        bytes += c->lens[i];
         while (s + 1 < c->nsegs && c->segs[s + 1].first <= i)
             s++;
         const char *cmd = c->segs[s].bytes.data + c->offs[i];
-        if (unwrap && (is_cmd(cmd, c->lens[i], RESP_MULTI, sizeof(RESP_MULTI) - 1) ||
-                       is_cmd(cmd, c->lens[i], RESP_EXEC, sizeof(RESP_EXEC) - 1)))
-            continue;
+        if (is_cmd(cmd, c->lens[i], RESP_MULTI, sizeof(RESP_MULTI) - 1)) {
+            inside = 1;
+            if (unwrap)
+                continue;
+        } else if (is_cmd(cmd, c->lens[i], RESP_EXEC, sizeof(RESP_EXEC) - 1)) {
+            inside = 0;
+            if (unwrap)
+                continue;
+        }
         st_rpipe_formatted(p, cmd, c->lens[i]);
     }
+    return i;
+}
+
+void st_checkpoint_queue(const struct st_checkpoint *c, struct st_rpipe *p, int unwrap)
+{
+    st_checkpoint_queue_part(c, p, 0, SIZE_MAX, SIZE_MAX, unwrap);
 }
 
 int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *errstr,

@@ -71,6 +71,15 @@ int st_checkpoint_exec(const struct st_checkpoint *c, struct st_rpipe *p, char *
  * MULTI inside a MULTI). */
 void st_checkpoint_queue(const struct st_checkpoint *c, struct st_rpipe *p, int unwrap);
 
+/* Queues, as st_checkpoint_queue, the commands from index from on: at most
+ * max of them and, once max_bytes are queued, no more; past those limits
+ * only to reach the EXEC of a MULTI begun among them (a transaction c
+ * holds is never split). At least one command when any is left. Returns
+ * the index of the first command not queued (st_checkpoint_len(c) when
+ * none is left). */
+size_t st_checkpoint_queue_part(const struct st_checkpoint *c, struct st_rpipe *p,
+                                size_t from, size_t max, size_t max_bytes, int unwrap);
+
 /* A checkpoint with no batch behind it (main.c's detectors_flush, between
  * batches): the steps are the caller's, the order is this. */
 struct st_checkpoint_flush_ops {

@@ -173,6 +173,83 @@ static int refuse(struct st_fence *f, char *errstr, size_t errsz, const char *fm
     return ST_FENCE_LOST;
 }
 
+/* A fenced transaction holds at most this many of a checkpoint's commands
+ * (and, past CHUNK_BYTES of them, no more; a MULTI/EXEC the checkpoint
+ * holds is never split): Redis answers a transaction only once it ran all
+ * of it, and one of a large checkpoint (an interval's changes at a high
+ * rate, a forced flush of every held trim) could take longer than the
+ * connection's read timeout (5 s, rpipe.c), then be retried whole for
+ * ever, each try blocking Redis as long. The transactions of one
+ * checkpoint land in order; one refused ends it, those before having
+ * landed before the new owner's INCR: as a crash in the middle of an
+ * unfenced checkpoint's pipeline, which the next owner's redo overwrites
+ * (docs/architecture.md, "Owner epochs"). */
+#define CHUNK_CMDS 16384
+#define CHUNK_BYTES (4u << 20)
+
+/* The commands of c from *at on, up to a transaction's worth, fenced by
+ * the n epochs h: 0 (*at moved past them), -1 or ST_FENCE_LOST as
+ * st_fence_exec. */
+static int fenced_chunk(struct st_fence *f, struct st_rpipe *p, const struct st_checkpoint *c,
+                        const struct held *h, int n, size_t *at, char *errstr, size_t errsz)
+{
+    /* one round trip: WATCH every epoch, and read them */
+    const char **argv = st_calloc((size_t)n + 1, sizeof(*argv));
+    int64_t *now = st_calloc((size_t)n, sizeof(*now));
+    struct epochs e = {now, n};
+    for (int i = 0; i < n; i++)
+        argv[i + 1] = h[i].key;
+    argv[0] = "WATCH";
+    st_rpipe_cmd(p, NULL, NULL, n + 1, argv);
+    argv[0] = "MGET";
+    st_rpipe_cmd(p, on_mget, &e, n + 1, argv);
+    free(argv);
+    if (st_rpipe_exec(p, errstr, errsz)) {
+        free(now);
+        return -1; /* the connection is dropped: nothing stays watched */
+    }
+    for (int i = 0; i < n; i++)
+        if (now[i] != h[i].epoch) {
+            const char *unwatch[] = {"UNWATCH"};
+            char ignored[128];
+            st_rpipe_cmd(p, NULL, NULL, 1, unwatch);
+            (void)st_rpipe_exec(p, ignored, sizeof(ignored));
+            char theirs[32];
+            if (now[i] < 0)
+                snprintf(theirs, sizeof(theirs), "none");
+            else
+                snprintf(theirs, sizeof(theirs), "%" PRId64, now[i]);
+            int rc = refuse(f, errstr, errsz,
+                            "partition %" PRId32 " has owner epoch %s in Redis, ours is %" PRId64,
+                            h[i].partition, theirs, h[i].epoch);
+            free(now);
+            return rc;
+        }
+    free(now);
+    if (f->stall_ms > 0) { /* fault.stall_checkpoint_ms: the race, widened */
+        st_warn("fault.stall_checkpoint_ms: the checkpoint waits %" PRId64
+                " ms between its fence read and its EXEC",
+                f->stall_ms);
+        int64_t until = st_time_mono_ms() + f->stall_ms;
+        for (int64_t left; (left = until - st_time_mono_ms()) > 0;)
+            usleep((useconds_t)(left > 100 ? 100 : left) * 1000);
+    }
+    /* the second: the commands in one transaction, which Redis does not
+     * run when an epoch moved since the WATCH */
+    int ran = 0;
+    const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
+    st_rpipe_cmd(p, NULL, NULL, 1, multi);
+    size_t next = st_checkpoint_queue_part(c, p, *at, CHUNK_CMDS, CHUNK_BYTES, 1);
+    st_rpipe_cmd(p, on_exec, &ran, 1, exec);
+    if (st_rpipe_exec(p, errstr, errsz))
+        return -1;
+    if (!ran)
+        return refuse(f, errstr, errsz,
+                      "an owner epoch changed between the fence's read and its EXEC");
+    *at = next;
+    return 0;
+}
+
 int st_fence_exec(struct st_fence *f, struct st_rpipe *p, const struct st_checkpoint *c,
                   char *errstr, size_t errsz)
 {
@@ -196,59 +273,14 @@ int st_fence_exec(struct st_fence *f, struct st_rpipe *p, const struct st_checkp
         rc = refuse(f, errstr, errsz, "no partition is held");
         goto out;
     }
-    /* one round trip: WATCH every epoch, and read them */
-    const char **argv = st_calloc((size_t)n + 1, sizeof(*argv));
-    int64_t *now = st_calloc((size_t)n, sizeof(*now));
-    struct epochs e = {now, n};
-    for (int i = 0; i < n; i++)
-        argv[i + 1] = h[i].key;
-    argv[0] = "WATCH";
-    st_rpipe_cmd(p, NULL, NULL, n + 1, argv);
-    argv[0] = "MGET";
-    st_rpipe_cmd(p, on_mget, &e, n + 1, argv);
-    free(argv);
-    if (st_rpipe_exec(p, errstr, errsz)) {
-        free(now);
-        goto out; /* the connection is dropped: nothing stays watched */
-    }
-    for (int i = 0; i < n; i++)
-        if (now[i] != h[i].epoch) {
-            const char *unwatch[] = {"UNWATCH"};
-            char ignored[128];
-            st_rpipe_cmd(p, NULL, NULL, 1, unwatch);
-            (void)st_rpipe_exec(p, ignored, sizeof(ignored));
-            char theirs[32];
-            if (now[i] < 0)
-                snprintf(theirs, sizeof(theirs), "none");
-            else
-                snprintf(theirs, sizeof(theirs), "%" PRId64, now[i]);
-            rc = refuse(f, errstr, errsz,
-                        "partition %" PRId32 " has owner epoch %s in Redis, ours is %" PRId64,
-                        h[i].partition, theirs, h[i].epoch);
-            free(now);
+    /* in transactions of at most CHUNK_CMDS commands (CHUNK_BYTES), each
+     * fenced on its own (see CHUNK_CMDS) */
+    for (size_t at = 0, total = st_checkpoint_len(c); at < total;) {
+        rc = fenced_chunk(f, p, c, h, n, &at, errstr, errsz);
+        if (rc)
             goto out;
-        }
-    free(now);
-    if (f->stall_ms > 0) { /* fault.stall_checkpoint_ms: the race, widened */
-        st_warn("fault.stall_checkpoint_ms: the checkpoint waits %" PRId64
-                " ms between its fence read and its EXEC",
-                f->stall_ms);
-        int64_t until = st_time_mono_ms() + f->stall_ms;
-        for (int64_t left; (left = until - st_time_mono_ms()) > 0;)
-            usleep((useconds_t)(left > 100 ? 100 : left) * 1000);
     }
-    /* the second: the whole checkpoint in one transaction, which Redis
-     * does not run when an epoch moved since the WATCH */
-    int ran = 0;
-    const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
-    st_rpipe_cmd(p, NULL, NULL, 1, multi);
-    st_checkpoint_queue(c, p, 1);
-    st_rpipe_cmd(p, on_exec, &ran, 1, exec);
-    if (st_rpipe_exec(p, errstr, errsz))
-        goto out;
-    rc = ran ? 0
-             : refuse(f, errstr, errsz,
-                      "an owner epoch changed between the fence's read and its EXEC");
+    rc = 0;
 out:
     for (int i = 0; i < n; i++)
         free(h[i].key);

@@ -5,13 +5,15 @@
  * (st_detect_epoch_key: <prefix>epoch:<topic>:<partition>, a counter that
  * only grows). An analyzer that is assigned a partition increments it
  * (INCR) before it reads any state of the partition, and remembers the
- * value it got. Every checkpoint then runs as one transaction fenced by
+ * value it got. Every checkpoint then runs as a transaction fenced by
  * those values (st_fence_exec): WATCH the epochs of every partition held
  * and read them (one round trip); if one differs from ours, another
  * analyzer was assigned the partition since, and the checkpoint is
  * refused; else MULTI, the checkpoint's commands, EXEC (a second round
  * trip), which Redis does not run (a nil reply) when an epoch was
- * incremented between the read and the EXEC. So a checkpoint of an
+ * incremented between the read and the EXEC. A large checkpoint is
+ * several such transactions in order, each fenced (fence.c, CHUNK_CMDS:
+ * Redis answers a transaction only once it ran all of it). So a checkpoint of an
  * analyzer whose assignment was lost never lands after the new owner's
  * INCR, hence never after any state the new owner wrote (it writes only
  * after its INCR); one that landed before that INCR is read by the new
@@ -64,13 +66,15 @@ void st_fence_release(struct st_fence *f, int32_t partition);
 #define ST_FENCE_LOST 1
 
 /* Runs checkpoint c fenced, on p (see above): 0 written; -1 Redis failed
- * (errstr set; nothing written, run it again); ST_FENCE_LOST another
- * analyzer owns a partition we hold (or none is held: a checkpoint with
- * no partition has no owner), or the fence was lost before: nothing
- * written, errstr set and logged once as an error; the caller stops. An
- * empty checkpoint is not sent (0, no round trip). A
- * MULTI/EXEC pair inside c (runwin.c's layout switch) is left out: the
- * whole checkpoint is one transaction already. */
+ * (errstr set; its first transactions may have landed, the rest not: run
+ * it again, it is idempotent); ST_FENCE_LOST another analyzer owns a
+ * partition we hold (or none is held: a checkpoint with no partition has
+ * no owner), or the fence was lost before: nothing more written (the
+ * transactions before the refusal landed before the new owner's INCR),
+ * errstr set and logged once as an error; the caller stops. An empty
+ * checkpoint is not sent (0, no round trip). A MULTI/EXEC pair inside c
+ * (runwin.c's layout switch) is left out, never split between two
+ * transactions: each transaction is one already. */
 int st_fence_exec(struct st_fence *f, struct st_rpipe *p, const struct st_checkpoint *c,
                   char *errstr, size_t errsz);
 
