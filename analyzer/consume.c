@@ -134,7 +134,7 @@ static int clock_parse(const void *md, size_t len, int64_t *clock)
     return 0;
 }
 
-/* Tells the assign callback each newly assigned partition's committed
+/* Tells the resume callback each newly assigned partition's committed
  * offset and the clock it carries, before any of its messages is polled.
  * One round trip to the group coordinator per assignment; if it fails,
  * the partitions start without a clock (logged: which events are late
