@@ -52,6 +52,14 @@ static int count_window(void *arg, const struct st_runwin_view *v)
     return 0;
 }
 
+/* every detector's windows, empty: one minute, kept 2 x window + 30 s */
+static void new_wins(void)
+{
+    int64_t win = 60000000;
+    for (int d = 0; d < NDET; d++)
+        wins[d] = st_runwin_new(&conf, names[d], win, 2 * win + 30000000, 0, 0);
+}
+
 static void open_all(const char *tag)
 {
     char err[256];
@@ -64,20 +72,16 @@ static void open_all(const char *tag)
     ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
     p = st_rpipe_new(url, NULL, err, sizeof(err));
     ck_assert_msg(p != NULL, "%s", err);
-    int64_t win = 60000000;
-    for (int d = 0; d < NDET; d++)
-        wins[d] = st_runwin_new(&conf, names[d], win, 2 * win + 30000000, 0, 0);
+    new_wins();
     rh = st_runhash_new(&conf);
 }
 
 /* drops every detector's memory (a restart) */
 static void restart(void)
 {
-    int64_t win = 60000000;
-    for (int d = 0; d < NDET; d++) {
+    for (int d = 0; d < NDET; d++)
         st_runwin_destroy(wins[d]);
-        wins[d] = st_runwin_new(&conf, names[d], win, 2 * win + 30000000, 0, 0);
-    }
+    new_wins();
 }
 
 static void close_all(void)
@@ -112,6 +116,21 @@ static const char *payload = "{}";
 static int64_t now_s; /* the batches' wall clock (eviction); 0: time() */
 static int twice;     /* run each batch's checkpoint a second time (a redo) */
 
+/* every detector's end_batch into the shared runhash, its flush, and the
+ * checkpoint run (twice with twice); last_sent its commands */
+static void end_batch(struct st_detect_ctx *ctx)
+{
+    char err[256];
+    for (int d = 0; d < NDET; d++)
+        st_runwin_end_batch(wins[d], ctx);
+    st_runhash_flush(rh, ctx->ckpt);
+    unsigned long before = st_rpipe_sent(p);
+    ck_assert_msg(st_checkpoint_exec(ctx->ckpt, p, err, sizeof(err)) == 0, "%s", err);
+    last_sent = st_rpipe_sent(p) - before;
+    if (twice)
+        ck_assert_msg(st_checkpoint_exec(ctx->ckpt, p, err, sizeof(err)) == 0, "%s", err);
+}
+
 static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
 {
     char err[256];
@@ -133,14 +152,7 @@ static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
     for (int d = 0; d < NDET; d++)
         if (mask & (1 << d))
             st_runwin_feed(wins[d], &ctx, &ev, payload, 0, count_window, &last_n[d]);
-    for (int d = 0; d < NDET; d++)
-        st_runwin_end_batch(wins[d], &ctx);
-    st_runhash_flush(rh, ck);
-    unsigned long before = st_rpipe_sent(p);
-    ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
-    last_sent = st_rpipe_sent(p) - before;
-    if (twice)
-        ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
+    end_batch(&ctx);
     for (int d = 0; d < NDET; d++)
         st_runwin_after_commit(wins[d], &ctx);
     st_checkpoint_destroy(ck);
@@ -149,18 +161,10 @@ static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
 /* the checkpoint of the trims the last batch allowed (no event) */
 static void trims_only(uint64_t seq)
 {
-    char err[256];
     struct st_checkpoint *ck = st_checkpoint_new();
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .ckpt = ck, .seq = seq,
                                 .runhash = rh};
-    for (int d = 0; d < NDET; d++)
-        st_runwin_end_batch(wins[d], &ctx);
-    st_runhash_flush(rh, ck);
-    unsigned long before = st_rpipe_sent(p);
-    ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
-    last_sent = st_rpipe_sent(p) - before;
-    if (twice)
-        ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
+    end_batch(&ctx);
     st_checkpoint_destroy(ck);
 }
 
