@@ -204,6 +204,12 @@ struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char 
                                 int64_t window_us, int64_t keep_us, int flags,
                                 int64_t bucket_us)
 {
+    /* the run's hash is named like a detector's keys (detect.h): a detector
+     * of that name would write its windows over it */
+    if (!strcmp(name, ST_DETECT_RUN_HASH)) {
+        st_error("a detector's state may not be named \"%s\" (the run's hash)", name);
+        abort();
+    }
     struct st_runwin *w = st_calloc(1, sizeof(*w));
     w->conf = conf;
     w->name = st_strdup(name);

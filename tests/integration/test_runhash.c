@@ -20,6 +20,7 @@
  * switch leaves the field, the eviction one when a reload keeps the time
  * of the detector's last EXPIRE). */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -553,6 +554,15 @@ START_TEST(runhash_checkpoints_run_twice_change_nothing)
 }
 END_TEST
 
+/* A detector's windows named like the run's hash would write over it:
+ * refused when made. */
+START_TEST(runhash_no_detector_state_named_like_the_hash)
+{
+    struct st_analyzer_conf c = {.redis_prefix = "st_runhash_never:"};
+    st_runwin_new(&c, ST_DETECT_RUN_HASH, 60000000, 150000000, 0, 0);
+}
+END_TEST
+
 int main(void)
 {
     st_buf_init(&str_reply);
@@ -569,6 +579,16 @@ int main(void)
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    /* the refusal aborts: in a child of its own */
+    Suite *sn = suite_create("runhash_names");
+    TCase *tn = tcase_create("names");
+    tcase_add_test_raise_signal(tn, runhash_no_detector_state_named_like_the_hash, SIGABRT);
+    suite_add_tcase(sn, tn);
+    sr = srunner_create(sn);
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    nf += srunner_ntests_failed(sr);
     srunner_free(sr);
     st_buf_fini(&str_reply);
     return nf ? 1 : 0;
