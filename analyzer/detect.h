@@ -241,7 +241,8 @@ void st_detect_dest_format(int deny, const char *platform, const char *source,
  * run index (runidx.h). Returns a new string. */
 char *st_detect_run_member(const char *task_id, const char *run_id);
 
-/* The "detector" part of the run hash's key: no detector may take it */
+/* The "detector" part of the run hash's key: no detector may take it
+ * (st_runwin_new refuses it) */
 #define ST_DETECT_RUN_HASH "run"
 
 /* A run's hash (<prefix>run:h:<run>: every detector's small state of the
