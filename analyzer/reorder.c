@@ -1,5 +1,7 @@
 /* reorder.c: the event-time reorder buffer (see reorder.h). One binary
- * min-heap per partition, ordered by (ts, offset). */
+ * min-heap per partition, ordered by (ts, offset), and beside it the
+ * buffered events in push order (offset order), so that the commit point
+ * is the first of those still buffered, without a walk of the heap. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +22,23 @@ struct part {
     size_t n, cap;
     struct st_reorder_item *ready; /* skewed: leave at the next release */
     size_t nready, capready;
+    /* every event pushed and not yet gone, in push order: a ring of
+     * fifo_cap (a power of 2) from fifo_head, the first with sequence
+     * number fifo_seq; an event's item holds its number (seq) */
+    struct pushed *fifo;
+    size_t fifo_head, fifo_n, fifo_cap;
+    uint64_t fifo_seq;
+    /* an offset was pushed below one before it (not seen: Kafka gives a
+     * partition's offsets in order and a seek back drops the buffer): the
+     * commit point then walks the buffer, as it always did */
+    int unordered;
+    int64_t last_pushed;
+};
+
+struct pushed {
+    int64_t offset;
+    int64_t clock;
+    int gone;
 };
 
 struct st_reorder {
@@ -49,6 +68,7 @@ static void part_clear(struct part *p)
         st_reorder_item_fini(&p->ready[i]);
     free(p->heap);
     free(p->ready);
+    free(p->fifo);
     memset(p, 0, sizeof(*p));
 }
 
@@ -104,6 +124,42 @@ static void part_first(struct part *p, int64_t offset)
     if (offset >= p->resume_at && p->resume_clock != ST_REORDER_NO_CLOCK) {
         p->max_ts = p->resume_clock;
         p->have_ts = 1;
+    }
+}
+
+/* Appends a pushed event to p's ring; returns its sequence number. */
+static uint64_t fifo_add(struct part *p, int64_t offset, int64_t clock)
+{
+    if (p->fifo_n && offset < p->last_pushed)
+        p->unordered = 1;
+    p->last_pushed = offset;
+    if (p->fifo_n == p->fifo_cap) {
+        size_t cap = p->fifo_cap ? 2 * p->fifo_cap : 256;
+        struct pushed *f = st_malloc(cap * sizeof(*f));
+        for (size_t i = 0; i < p->fifo_n; i++)
+            f[i] = p->fifo[(p->fifo_head + i) & (p->fifo_cap - 1)];
+        free(p->fifo);
+        p->fifo = f;
+        p->fifo_cap = cap;
+        p->fifo_head = 0;
+    }
+    p->fifo[(p->fifo_head + p->fifo_n) & (p->fifo_cap - 1)] =
+        (struct pushed){.offset = offset, .clock = clock, .gone = 0};
+    p->fifo_n++;
+    return p->fifo_seq + p->fifo_n - 1;
+}
+
+/* The event numbered seq left the buffer; the ring's head moves past every
+ * event gone. */
+static void fifo_gone(struct part *p, uint64_t seq)
+{
+    if (seq < p->fifo_seq || seq - p->fifo_seq >= p->fifo_n)
+        st_fatal("reorder: an event left the buffer twice");
+    p->fifo[(p->fifo_head + (seq - p->fifo_seq)) & (p->fifo_cap - 1)].gone = 1;
+    while (p->fifo_n && p->fifo[p->fifo_head].gone) {
+        p->fifo_head = (p->fifo_head + 1) & (p->fifo_cap - 1);
+        p->fifo_n--;
+        p->fifo_seq++;
     }
 }
 
@@ -173,6 +229,7 @@ void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
     it.late = 0;
     part_first(p, offset);
     it.clock = p->have_ts ? p->max_ts : ST_REORDER_NO_CLOCK;
+    it.seq = fifo_add(p, offset, it.clock);
     if (offset + 1 > p->next_offset)
         p->next_offset = offset + 1;
     p->last_push_ms = now_ms;
@@ -200,6 +257,7 @@ int st_reorder_forget(struct st_reorder *r, int32_t partition, int64_t offset)
         return 0;
     for (size_t i = 0; i < p->nready; i++) {
         if (p->ready[i].offset == offset) {
+            fifo_gone(p, p->ready[i].seq);
             st_reorder_item_fini(&p->ready[i]);
             p->ready[i] = p->ready[--p->nready];
             r->buffered--;
@@ -209,6 +267,7 @@ int st_reorder_forget(struct st_reorder *r, int32_t partition, int64_t offset)
     for (size_t i = 0; i < p->n; i++) {
         if (p->heap[i].offset != offset)
             continue;
+        fifo_gone(p, p->heap[i].seq);
         st_reorder_item_fini(&p->heap[i]);
         p->heap[i] = p->heap[--p->n];
         r->buffered--;
@@ -248,6 +307,7 @@ size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
                 *out = st_realloc(*out, *cap * sizeof(**out));
             }
             (*out)[n++] = p->ready[k];
+            fifo_gone(p, p->ready[k].seq);
             r->buffered--;
         }
         p->nready = 0;
@@ -260,6 +320,7 @@ size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
                 *out = st_realloc(*out, *cap * sizeof(**out));
             }
             (*out)[n++] = heap_pop(p);
+            fifo_gone(p, (*out)[n - 1].seq);
             r->buffered--;
         }
     }
@@ -276,6 +337,15 @@ int64_t st_reorder_commit_point(const struct st_reorder *r, int32_t partition,
     /* nothing buffered: every event pushed is before the offset */
     int64_t min = p->next_offset;
     *clock = p->have_ts ? p->max_ts : ST_REORDER_NO_CLOCK;
+    if (!p->unordered) {
+        /* the oldest pushed of those still buffered (fifo_gone keeps the
+         * ring's head on one) */
+        if (p->fifo_n) {
+            min = p->fifo[p->fifo_head].offset;
+            *clock = p->fifo[p->fifo_head].clock;
+        }
+        return min;
+    }
     for (size_t i = 0; i < p->n; i++)
         if (p->heap[i].offset < min) {
             min = p->heap[i].offset;

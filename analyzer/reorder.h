@@ -42,6 +42,7 @@ struct st_reorder_item {
     int64_t clock; /* the partition's clock before it was pushed */
     int late;
     int skewed; /* ev.ts_us is the receive time, not the event's own */
+    uint64_t seq; /* its number in its partition's push order (reorder.c's) */
 };
 
 /* 1 when an event time ts_us lies more than max_future_us after or more

@@ -261,6 +261,71 @@ START_TEST(reorder_resume_only_at_its_offset)
 }
 END_TEST
 
+/* The commit point against a model of the buffer (every offset pushed and
+ * not yet released or forgotten, with the clock it was pushed with), over
+ * random streams: gaps between offsets, skewed events, forgotten events,
+ * releases while some are held, several partitions, a ring that wraps and
+ * grows while it holds events. */
+START_TEST(reorder_commit_point_is_the_oldest_still_buffered)
+{
+    enum { PARTS = 3, N = 6000 };
+    static int64_t off_of[PARTS][N], clock_of[PARTS][N];
+    static int held[PARTS][N];
+    srand(7 + (unsigned)_i);
+    struct st_reorder *r = st_reorder_new(5 * S);
+    int64_t next[PARTS] = {0}, max_ts[PARTS], n[PARTS] = {0};
+    for (int p = 0; p < PARTS; p++)
+        max_ts[p] = ST_REORDER_NO_CLOCK;
+    for (int step = 0; step < N; step++) {
+        int p = rand() % PARTS;
+        int op = rand() % 10;
+        if (op < 7) {
+            int64_t off = next[p] + (rand() % 4 == 0 ? 1 + rand() % 3 : 0);
+            int64_t ts = (1000 + step / 4 + rand() % 20) * S;
+            int skewed = rand() % 25 == 0;
+            off_of[p][n[p]] = off;
+            clock_of[p][n[p]] = max_ts[p];
+            held[p][n[p]] = 1;
+            n[p]++;
+            next[p] = off + 1;
+            if (!skewed && (max_ts[p] == ST_REORDER_NO_CLOCK || ts > max_ts[p]))
+                max_ts[p] = ts;
+            push(r, p, off, ts, skewed);
+        } else if (op < 8 && n[p]) {
+            int64_t k = rand() % n[p];
+            ck_assert_int_eq(st_reorder_forget(r, p, off_of[p][k]), held[p][k]);
+            held[p][k] = 0;
+        } else {
+            struct st_reorder_item *out = NULL;
+            size_t cap = 0, got = st_reorder_release(r, rand() % 20 == 0, 0, 0, &out, &cap);
+            for (size_t i = 0; i < got; i++) {
+                int q = out[i].partition;
+                for (int64_t k = 0; k < n[q]; k++)
+                    if (off_of[q][k] == out[i].offset) {
+                        ck_assert(held[q][k]);
+                        held[q][k] = 0;
+                    }
+                st_reorder_item_fini(&out[i]);
+            }
+            free(out);
+        }
+        for (int q = 0; q < PARTS; q++) {
+            int64_t want = n[q] ? next[q] : -1, want_clock = max_ts[q], clock;
+            for (int64_t k = 0; k < n[q]; k++)
+                if (held[q][k]) {
+                    want = off_of[q][k];
+                    want_clock = clock_of[q][k];
+                    break;
+                }
+            ck_assert_int_eq(st_reorder_commit_point(r, q, &clock), want);
+            if (want >= 0)
+                ck_assert(clock == want_clock);
+        }
+    }
+    st_reorder_destroy(r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("reorder");
@@ -272,6 +337,7 @@ int main(void)
     tcase_add_test(tc, reorder_resumed_clock_makes_the_same_late_events);
     tcase_add_test(tc, reorder_commit_point_clock_is_before_the_oldest_buffered);
     tcase_add_test(tc, reorder_resume_only_at_its_offset);
+    tcase_add_loop_test(tc, reorder_commit_point_is_the_oldest_still_buffered, 0, 4);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
