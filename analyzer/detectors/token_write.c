@@ -17,6 +17,7 @@
 
 #include "buf.h"
 #include "detect.h"
+#include "json.h"
 #include "log.h"
 #include "redact.h"
 #include "registry.h"
@@ -121,7 +122,7 @@ static void scan_string(const char *s, const char *path, struct mark *marks, siz
  * marker's opening: most events hold none, and this walk builds no path. */
 static int has_marker(const cJSON *item)
 {
-    if (cJSON_IsString(item)) {
+    if (st_json_is(item, cJSON_String)) {
         /* the marker opens with '[': strchr (vectorized) rules most
          * strings out for less than strstr costs */
         const char *b = strchr(item->valuestring, ST_REDACT_MARKER_OPEN[0]);
@@ -136,13 +137,13 @@ static int has_marker(const cJSON *item)
 static void scan(const cJSON *item, struct st_buf *path, struct mark *marks, size_t *n)
 {
     size_t keep = path->len;
-    if (cJSON_IsString(item)) {
+    if (st_json_is(item, cJSON_String)) {
         scan_string(item->valuestring, path->data ? path->data : "", marks, n);
         return;
     }
     int idx = 0;
     for (const cJSON *c = item->child; c; c = c->next, idx++) {
-        if (cJSON_IsObject(item)) {
+        if (st_json_is(item, cJSON_Object)) {
             /* the collector's own record of what it redacted, and the
              * identity the broker vouched for, are not what was written */
             if (keep == 0 && (!strcmp(c->string, "redactions") ||
