@@ -11,21 +11,35 @@
 #include "sinks/refresh.h"
 #include "timeutil.h"
 
-/* Parameter arrays reused across findings; config_hash copied from the
+/* The batch's findings as parameter arrays (one element per finding, or
+ * per evidence row), reused across batches; config_hash copied from the
  * configuration. */
+enum { F_ID, F_DETECTOR, F_VERSION, F_SEVERITY, F_TASK, F_RUN, F_FIRST, F_LAST, F_SUMMARY,
+       F_N };
+enum { E_FINDING, E_SOURCE, E_EVENT, E_LATE, E_N };
 struct findings_part {
     char *config_hash;
     /* analyzer.role=detect: the events are stored by another analyzer,
      * whose refresh this one's must not miss (sinks/refresh.h) */
     int lock;
-    struct st_buf a1, a2, a3;
+    struct st_buf f[F_N], e[E_N], ids;
 };
 
+/* Every finding of the batch in one statement: a statement per finding
+ * (parsed and planned each time) was most of PostgreSQL's time on a
+ * stream with many findings (docs/architecture.md, "Findings per batch,
+ * not per finding"). The ids of one batch are distinct (findings.h), as
+ * ON CONFLICT DO UPDATE needs; ordered, so rows are locked in id order. */
 static const char *sql_finding =
     "INSERT INTO findings (finding_id, detector, detector_version, config_hash,"
     " severity, task_id, run_id, first_seen, last_seen, event_count, evidence,"
     " summary)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, '{}', $10)"
+    " SELECT u.id, u.detector, u.version, $10, u.severity::severity, u.task, u.run,"
+    "  u.first, u.last, 0, '{}', u.summary"
+    " FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[],"
+    "  $7::timestamptz[], $8::timestamptz[], $9::text[])"
+    "  AS u(id, detector, version, severity, task, run, first, last, summary)"
+    " ORDER BY u.id"
     " ON CONFLICT (finding_id) DO UPDATE SET"
     " severity = GREATEST(findings.severity, EXCLUDED.severity),"
     " first_seen = LEAST(findings.first_seen, EXCLUDED.first_seen),"
@@ -35,10 +49,13 @@ static const char *sql_finding =
     " summary = EXCLUDED.summary,"
     " updated_at = now()";
 
+/* Every evidence row of the batch's findings in one statement; an event
+ * seen twice for one finding is one row, late if either was. */
 static const char *sql_finding_events =
     "INSERT INTO finding_events (finding_id, source_name, event_id, late)"
-    " SELECT $1, s, e, bool_or(l) FROM unnest($2::text[], $3::text[], $4::boolean[])"
-    "  AS u(s, e, l) GROUP BY s, e"
+    " SELECT f, s, e, bool_or(l)"
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[]) AS u(f, s, e, l)"
+    " GROUP BY f, s, e ORDER BY f, s, e"
     " ON CONFLICT (finding_id, source_name, event_id)"
     " DO UPDATE SET late = finding_events.late OR EXCLUDED.late";
 
@@ -68,60 +85,72 @@ static void findings_destroy(void *state)
     if (!p)
         return;
     free(p->config_hash);
-    st_buf_fini(&p->a1);
-    st_buf_fini(&p->a2);
-    st_buf_fini(&p->a3);
+    for (int i = 0; i < F_N; i++)
+        st_buf_fini(&p->f[i]);
+    for (int i = 0; i < E_N; i++)
+        st_buf_fini(&p->e[i]);
+    st_buf_fini(&p->ids);
     free(p);
 }
 
-/* Queues the two statements of one finding (upsert, its evidence rows) on
- * the pipeline. libpq copies the parameters as it queues, so the arrays
- * are reused for the next finding. Returns 0, or -1 when the connection
- * refused to queue. */
-static int queue_finding(struct findings_part *s, PGconn *pg, const struct st_finding *f)
+/* Queues the batch's three statements on the pipeline: the findings'
+ * upsert, their evidence rows, and the refresh of what follows from those
+ * rows (count, window, evidence; a finding's refresh reads only its own).
+ * libpq copies the parameters as it queues. Returns 0, or -1 when the
+ * connection refused to queue. */
+static int queue_findings(struct findings_part *s, PGconn *pg, const struct st_findings *fs)
 {
-    char version[16], first[40], last[40];
-    snprintf(version, sizeof(version), "%d", f->detector_version);
-    st_time_format(f->first_us, first, sizeof(first));
-    st_time_format(f->last_us, last, sizeof(last));
-    const char *p[10] = {f->id,     f->detector, version,    s->config_hash,
-                         st_severity_name(f->severity), f->task_id, f->run_id,
-                         first,     last,        f->summary};
-    if (!PQsendQueryParams(pg, sql_finding, 10, NULL, p, NULL, NULL, 0))
-        return -1;
-
-    st_buf_reset(&s->a1);
-    st_buf_reset(&s->a2);
-    st_buf_reset(&s->a3);
-    for (size_t i = 0; i < f->nevents; i++) {
-        st_pg_array_add(&s->a1, f->events[i].source_name);
-        st_pg_array_add(&s->a2, f->events[i].event_id);
-        st_pg_array_add(&s->a3, f->events[i].late ? "t" : "f");
+    for (int i = 0; i < F_N; i++)
+        st_buf_reset(&s->f[i]);
+    for (int i = 0; i < E_N; i++)
+        st_buf_reset(&s->e[i]);
+    st_buf_reset(&s->ids);
+    for (size_t k = 0; k < fs->n; k++) {
+        const struct st_finding *f = &fs->items[k];
+        char version[16], first[40], last[40];
+        snprintf(version, sizeof(version), "%d", f->detector_version);
+        st_time_format(f->first_us, first, sizeof(first));
+        st_time_format(f->last_us, last, sizeof(last));
+        st_pg_array_add(&s->f[F_ID], f->id);
+        st_pg_array_add(&s->f[F_DETECTOR], f->detector);
+        st_pg_array_add(&s->f[F_VERSION], version);
+        st_pg_array_add(&s->f[F_SEVERITY], st_severity_name(f->severity));
+        st_pg_array_add(&s->f[F_TASK], f->task_id);
+        st_pg_array_add(&s->f[F_RUN], f->run_id);
+        st_pg_array_add(&s->f[F_FIRST], first);
+        st_pg_array_add(&s->f[F_LAST], last);
+        st_pg_array_add(&s->f[F_SUMMARY], f->summary ? f->summary : "");
+        for (size_t i = 0; i < f->nevents; i++) {
+            st_pg_array_add(&s->e[E_FINDING], f->id);
+            st_pg_array_add(&s->e[E_SOURCE], f->events[i].source_name);
+            st_pg_array_add(&s->e[E_EVENT], f->events[i].event_id);
+            st_pg_array_add(&s->e[E_LATE], f->events[i].late ? "t" : "f");
+        }
+        st_pg_array_add(&s->ids, f->id);
     }
-    st_pg_array_end(&s->a1);
-    st_pg_array_end(&s->a2);
-    st_pg_array_end(&s->a3);
-    const char *pe[4] = {f->id, s->a1.data, s->a2.data, s->a3.data};
-    return PQsendQueryParams(pg, sql_finding_events, 4, NULL, pe, NULL, NULL, 0) ? 0 : -1;
-}
-
-/* Queues the refresh of what follows from the evidence rows (count,
- * window, evidence) of every finding of the batch: one statement, after
- * all their rows (a finding's refresh reads only its own). */
-static int queue_refresh(struct findings_part *s, PGconn *pg,
-                         const struct st_findings *fs)
-{
-    st_buf_reset(&s->a1);
-    for (size_t i = 0; i < fs->n; i++)
-        st_pg_array_add(&s->a1, fs->items[i].id);
-    st_pg_array_end(&s->a1);
-    const char *pr[1] = {s->a1.data};
-    return PQsendQueryParams(pg, sql_finding_refresh, 1, NULL, pr, NULL, NULL, 0) ? 0 : -1;
+    for (int i = 0; i < F_N; i++)
+        st_pg_array_end(&s->f[i]);
+    for (int i = 0; i < E_N; i++)
+        st_pg_array_end(&s->e[i]);
+    st_pg_array_end(&s->ids);
+    const char *pf[10];
+    for (int i = 0; i < F_N; i++)
+        pf[i] = s->f[i].data;
+    pf[F_N] = s->config_hash;
+    const char *pe[E_N];
+    for (int i = 0; i < E_N; i++)
+        pe[i] = s->e[i].data;
+    const char *pr[1] = {s->ids.data};
+    return PQsendQueryParams(pg, sql_finding, 10, NULL, pf, NULL, NULL, 0) &&
+                   PQsendQueryParams(pg, sql_finding_events, E_N, NULL, pe, NULL, NULL, 0) &&
+                   PQsendQueryParams(pg, sql_finding_refresh, 1, NULL, pr, NULL, NULL, 0)
+               ? 0
+               : -1;
 }
 
 /* Every finding of the batch in one round trip (libpq's pipeline mode,
- * inside the batch's transaction): two statements per finding and one
- * refresh of them all, run by the server in order. The first error is
+ * inside the batch's transaction): three statements, run by the server in
+ * order. The first error is
  * the part's, with its class; the statements after it are aborted by the
  * server and the transaction is rolled back by the sink. */
 static int findings_write(void *state, void *batch, PGconn *pg, struct st_sink_txn *tx,
@@ -141,10 +170,7 @@ static int findings_write(void *state, void *batch, PGconn *pg, struct st_sink_t
         snprintf(errstr, errsz, "could not upsert findings: %s", PQerrorMessage(pg));
         return ST_SINK_RETRY;
     }
-    for (size_t i = 0; i < fs->n && rc == ST_SINK_OK; i++)
-        if (queue_finding(state, pg, &fs->items[i]))
-            rc = ST_SINK_RETRY;
-    if (rc == ST_SINK_OK && queue_refresh(state, pg, fs))
+    if (queue_findings(p, pg, fs))
         rc = ST_SINK_RETRY;
     if (rc || !PQpipelineSync(pg)) {
         snprintf(errstr, errsz, "could not upsert findings: %s", PQerrorMessage(pg));

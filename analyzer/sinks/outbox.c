@@ -18,17 +18,25 @@ struct outbox_part {
     struct st_buf ids;
 };
 
+/* Per finding, what its notifications already say comes from one index
+ * probe (notifications' key starts with finding_id): a LATERAL aggregate
+ * is run per finding, where the EXISTS / NOT EXISTS form before it was
+ * planned, with the table's statistics behind during a drain, as a sort
+ * of every notification per batch (docs/architecture.md, "Findings per
+ * batch, not per finding"). kind: 'severity_raised' when the finding was
+ * announced before, else 'created'; written only when its severity is
+ * above every one announced. */
 static const char *sql_outbox =
     "INSERT INTO notifications (delivery_id, finding_id, kind, severity, task_id)"
     " SELECT f.finding_id || '.' || k.kind || '.' || f.severity, f.finding_id,"
     "  k.kind, f.severity, f.task_id"
     " FROM findings f"
-    " CROSS JOIN LATERAL (SELECT CASE WHEN EXISTS (SELECT 1 FROM notifications n"
-    "   WHERE n.finding_id = f.finding_id AND n.kind = 'created')"
-    "   THEN 'severity_raised' ELSE 'created' END AS kind) k"
+    " CROSS JOIN LATERAL (SELECT CASE WHEN bool_or(n.kind = 'created')"
+    "   THEN 'severity_raised' ELSE 'created' END AS kind, max(n.severity) AS top"
+    "  FROM notifications n"
+    "  WHERE n.finding_id = f.finding_id AND n.kind IN ('created', 'severity_raised')) k"
     " WHERE f.finding_id = ANY ($1::text[]) AND f.status <> 'false_positive'"
-    "  AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.finding_id = f.finding_id"
-    "   AND n.kind IN ('created', 'severity_raised') AND n.severity >= f.severity)"
+    "  AND (k.top IS NULL OR k.top < f.severity)"
     " ORDER BY f.finding_id"
     " ON CONFLICT DO NOTHING";
 
