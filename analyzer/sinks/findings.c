@@ -50,14 +50,17 @@ static const char *sql_finding =
     " updated_at = now()";
 
 /* Every evidence row of the batch's findings in one statement; an event
- * seen twice for one finding is one row, late if either was. */
+ * seen twice for one finding is one row, late if either was. A finding
+ * updated again sends its whole window again: a row already there is
+ * rewritten only when it becomes late (an UPDATE that changes nothing
+ * still writes a new row version, its index entries and WAL). */
 static const char *sql_finding_events =
     "INSERT INTO finding_events (finding_id, source_name, event_id, late)"
     " SELECT f, s, e, bool_or(l)"
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[]) AS u(f, s, e, l)"
     " GROUP BY f, s, e ORDER BY f, s, e"
     " ON CONFLICT (finding_id, source_name, event_id)"
-    " DO UPDATE SET late = finding_events.late OR EXCLUDED.late";
+    " DO UPDATE SET late = true WHERE EXCLUDED.late AND NOT finding_events.late";
 
 /* count, window and evidence follow from finding_events, so they come out
  * the same however often and in whatever batches the events were seen
