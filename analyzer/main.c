@@ -919,7 +919,8 @@ static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store
             ev.ts_us = recv_us;
         }
         if (st_role_detects(a->conf.role))
-            st_reorder_push(a->reorder, m->partition, m->offset, &ev, now, skewed);
+            st_reorder_push(a->reorder, m->partition, m->offset, &ev, m->payload, m->len,
+                            now, skewed);
         else { /* nothing to detect: its offset is done once stored */
             st_reorder_note(a->reorder, m->partition, m->offset);
             st_event_fini(&ev);
@@ -1127,6 +1128,10 @@ static int run(struct analyzer *a, int drain)
         ingest(a, b, now);
         int flush = drain && st_consumer_drained(a->consumer);
         sl->nrel = st_reorder_release(a->reorder, flush, now, idle_ms, &sl->rel, &sl->relcap);
+        /* what waits for a later batch keeps its text, not its parsed
+         * document (4 KB an event): copied now, while b holds the
+         * messages */
+        st_reorder_park(a->reorder);
         /* caught up: the evidence part signs what is pending (all of it at
          * the end of --drain, what is old enough otherwise) */
         if (flush || (!drain && st_consumer_drained(a->consumer)))
