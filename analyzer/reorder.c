@@ -438,11 +438,13 @@ static struct st_reorder_item *out_slot(struct st_reorder_item **out, size_t *ca
 }
 
 size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
-                          int64_t idle_ms, struct st_reorder_item **out,
+                          int64_t idle_ms, size_t max, struct st_reorder_item **out,
                           size_t *cap)
 {
     size_t n = 0;
-    for (size_t i = 0; i < r->nparts; i++) {
+    if (max == 0)
+        max = SIZE_MAX;
+    for (size_t i = 0; i < r->nparts && n < max; i++) {
         struct part *p = &r->parts[i];
         if (!p->used)
             continue;
@@ -455,7 +457,7 @@ size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
         int all = flush || (idle_ms > 0 && now_ms - p->last_push_ms >= idle_ms);
         int64_t wm = watermark(r, p);
         /* a late event sorts before the watermark: it leaves with the rest */
-        while (p->n > 0) {
+        while (p->n > 0 && n < max) {
             struct pushed *e = entry(p, p->heap[0].seq);
             if (e && !(all || p->heap[0].ts_us <= wm || e->late))
                 break;

@@ -94,13 +94,18 @@ void st_reorder_note(struct st_reorder *r, int32_t partition, int64_t offset);
  * st_reorder_item_fini and the array with free) every event that may leave:
  * late ones, those the watermark passed, and, for a partition that received
  * nothing for idle_ms, all of its events (0 disables). flush releases
- * everything. Items come out per partition in (ts, offset) order. A parked
+ * everything. Items come out per partition in (ts, offset) order. At most
+ * max leave (0: no bound; a partition's skewed events leave together, even
+ * past it): the rest stay buffered, in order, for the next call (which
+ * gives what one call would have given after them), so that a flush
+ * or an idle partition does not parse every parked event at once (the end
+ * of --drain at the default lateness held 900,000 events parsed). A parked
  * event is parsed again here; one whose text no longer parses (it did
  * when pushed: not seen) is a per-message error: logged, counted
  * (st_reorder_unparsed), left out of out (not detected). Returns the
  * count. */
 size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
-                          int64_t idle_ms, struct st_reorder_item **out,
+                          int64_t idle_ms, size_t max, struct st_reorder_item **out,
                           size_t *cap);
 
 void st_reorder_item_fini(struct st_reorder_item *it);

@@ -62,7 +62,7 @@ static void push(struct st_reorder *r, int32_t part, int64_t off, int64_t ts_us,
 static size_t release(struct st_reorder *r, int flush, int *late)
 {
     struct st_reorder_item *out = NULL;
-    size_t cap = 0, n = st_reorder_release(r, flush, 0, 0, &out, &cap);
+    size_t cap = 0, n = st_reorder_release(r, flush, 0, 0, 0, &out, &cap);
     *late = 0;
     for (size_t i = 0; i < n; i++) {
         *late += out[i].late;
@@ -145,7 +145,7 @@ END_TEST
 static void release_into(struct st_reorder *r, int flush, int *late_of)
 {
     struct st_reorder_item *out = NULL;
-    size_t cap = 0, n = st_reorder_release(r, flush, 0, 0, &out, &cap);
+    size_t cap = 0, n = st_reorder_release(r, flush, 0, 0, 0, &out, &cap);
     for (size_t i = 0; i < n; i++) {
         late_of[out[i].offset] = out[i].late;
         st_reorder_item_fini(&out[i]);
@@ -332,7 +332,9 @@ START_TEST(reorder_commit_point_is_the_oldest_still_buffered)
             st_reorder_park(r); /* events parked and not, forgotten, released */
         } else {
             struct st_reorder_item *out = NULL;
-            size_t cap = 0, got = st_reorder_release(r, rand() % 20 == 0, 0, 0, &out, &cap);
+            int flush = rand() % 20 == 0;
+            size_t max = rand() % 3 ? 0 : (size_t)(1 + rand() % 8); /* bounded */
+            size_t cap = 0, got = st_reorder_release(r, flush, 0, 0, max, &out, &cap);
             for (size_t i = 0; i < got; i++) {
                 int q = out[i].partition;
                 char id[32];
@@ -429,7 +431,7 @@ START_TEST(reorder_parked_event_comes_back_identical)
     /* skewed ones too: nothing was released before */
     ck_assert_uint_eq(st_reorder_parked(c.r), (size_t)c.n);
     struct st_reorder_item *out = NULL;
-    size_t cap = 0, got = st_reorder_release(c.r, 1, 0, 0, &out, &cap);
+    size_t cap = 0, got = st_reorder_release(c.r, 1, 0, 0, 0, &out, &cap);
     ck_assert_uint_eq(got, (size_t)c.n);
     ck_assert_uint_eq(st_reorder_buffered(c.r), 0);
     ck_assert_uint_eq(st_reorder_parked(c.r), 0);
@@ -517,6 +519,56 @@ START_TEST(reorder_parked_event_is_small)
 }
 END_TEST
 
+/* A release bounded to max events gives, call after call, what one
+ * unbounded release gives, in the same order (a flush of parked events
+ * in slices). */
+START_TEST(reorder_bounded_release_is_the_same_in_slices)
+{
+    struct st_reorder *one = st_reorder_new(30 * S), *sliced = st_reorder_new(30 * S);
+    for (int i = 0; i < 600; i++) {
+        int64_t ts = (1000 + (i * 7919) % 100) * S;
+        push(one, i % 3, i, ts, i % 50 == 7);
+        push(sliced, i % 3, i, ts, i % 50 == 7);
+        if (i % 100 == 99) {
+            st_reorder_park(one);
+            st_reorder_park(sliced);
+        }
+    }
+    struct st_reorder_item *a = NULL, *b = NULL;
+    size_t capa = 0, capb = 0, na = st_reorder_release(one, 1, 0, 0, 0, &a, &capa), nb = 0;
+    ck_assert_uint_eq(na, 600);
+    int calls = 0;
+    while (st_reorder_buffered(sliced)) {
+        struct st_reorder_item *out = NULL;
+        size_t cap = 0, got = st_reorder_release(sliced, 1, 0, 0, 7, &out, &cap);
+        ck_assert_uint_le(got, 7 + 12); /* the skewed ones, all at once */
+        for (size_t i = 0; i < got; i++) {
+            if (nb == capb) {
+                capb = capb ? 2 * capb : 64;
+                b = realloc(b, capb * sizeof(*b));
+            }
+            b[nb++] = out[i];
+        }
+        free(out);
+        calls++;
+    }
+    ck_assert_int_gt(calls, 80);
+    ck_assert_uint_eq(nb, na);
+    for (size_t i = 0; i < na; i++) {
+        ck_assert_int_eq(a[i].partition, b[i].partition);
+        ck_assert_int_eq(a[i].offset, b[i].offset);
+        ck_assert_str_eq(a[i].ev.event_id, b[i].ev.event_id);
+        st_reorder_item_fini(&a[i]);
+        st_reorder_item_fini(&b[i]);
+    }
+    free(a);
+    free(b);
+    st_reorder_destroy(one);
+    st_reorder_destroy(sliced);
+    texts_free();
+}
+END_TEST
+
 /* A parked event whose text no longer parses (it did: here the text given
  * is not the one parsed) is left out of the release, counted, and moves
  * the commit point like one released; forgetting a parked event, and
@@ -565,6 +617,7 @@ int main(void)
     tcase_add_test(tc, reorder_parked_event_comes_back_identical);
     tcase_add_test(tc, reorder_parked_event_is_small);
     tcase_add_test(tc, reorder_parked_event_that_does_not_parse_is_skipped);
+    tcase_add_test(tc, reorder_bounded_release_is_the_same_in_slices);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
