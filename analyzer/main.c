@@ -399,6 +399,8 @@ struct analyzer {
     struct st_metrics *metrics;
     struct st_sources *sources; /* per-source metrics */
     struct st_metric *m_events, *m_invalid, *m_late, *m_skewed, *m_batches, *m_buffered;
+    struct st_metric *m_buffered_bytes, *m_unparsed;
+    size_t unparsed_seen;
     struct st_metric *m_redis_s, *m_redis_err;
     struct st_metric *m_runs, *m_entries, *m_loads, *m_evictions, *m_malformed, *m_ckpt_s;
 };
@@ -422,6 +424,13 @@ static void metrics_init(struct analyzer *a)
                                  "batches written to PostgreSQL", "");
     a->m_buffered = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_reorder_buffered",
                                   "events waiting for their watermark", "");
+    a->m_buffered_bytes = st_metric_get(
+        m, ST_METRIC_GAUGE, "sandtrail_analyzer_reorder_buffered_bytes",
+        "bytes the events waiting for their watermark hold (most parked: their text)", "");
+    a->m_unparsed = st_metric_get(m, ST_METRIC_COUNTER,
+                                  "sandtrail_analyzer_events_unparsed_total",
+                                  "parked events that did not parse again when released "
+                                  "(stored, not detected; logged)", "");
     a->m_redis_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_redis_seconds",
                                  "time of one batch's prefetch round trip (state not in memory)", "");
     a->m_redis_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_redis_errors_total",
@@ -946,6 +955,11 @@ static void batch_offsets(struct analyzer *a, struct st_store_batch *b)
     b->nparts = n;
     metrics_lag(a, b->parts, b->offsets, n);
     st_metric_set(a->m_buffered, (int64_t)st_reorder_buffered(a->reorder));
+    /* (after the batch's park: a walk of the partitions only) */
+    st_metric_set(a->m_buffered_bytes, (int64_t)st_reorder_bytes(a->reorder));
+    size_t unparsed = st_reorder_unparsed(a->reorder);
+    st_metric_add(a->m_unparsed, (int64_t)(unparsed - a->unparsed_seen));
+    a->unparsed_seen = unparsed;
 }
 
 /* 1 when every partition the slot's released events came from is still
