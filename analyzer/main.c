@@ -248,6 +248,16 @@ static const struct st_conf_prop analyzer_props[] = {
 
 static volatile sig_atomic_t stop;
 
+/* The most events one batch releases from the reorder buffer (at least
+ * twice a full batch): a flush (the end of --drain) or a partition idle
+ * for detect.lateness_s releases what it holds over the next batches,
+ * each parsed again (4 KB an event: 64 MB a batch), instead of all at once
+ * (900,000 events, 3.6 GB, at the default lateness on a 30k/s stream).
+ * Not smaller: every batch costs a transaction and a checkpoint (2,000 a
+ * batch made the end of a drain of those 900,000 events 12 to 40 s
+ * longer). */
+#define ST_RELEASE_MAX 16384
+
 /* The most events of a batch polled while behind (batch.behind_events, 0
  * resolved by role), never below batch.max_events. The configuration keeps
  * the 0 (a reload compares it as given). */
@@ -1116,7 +1126,7 @@ static int run(struct analyzer *a, int drain)
     int behind = batch_most(&a->conf);
     int64_t start = st_time_mono_ms();
     int64_t idle_ms = drain ? 0 : a->conf.lateness_s * 1000;
-    size_t rel_max = 2 * (size_t)behind;
+    size_t rel_max = 2 * (size_t)behind > ST_RELEASE_MAX ? 2 * (size_t)behind : ST_RELEASE_MAX;
     int rc = 0, failed = 0, more = 0;
 
     st_consumer_on_revoke(a->consumer, on_revoke, a);
@@ -1143,10 +1153,8 @@ static int run(struct analyzer *a, int drain)
         int64_t now = st_time_mono_ms();
         ingest(a, b, now);
         int flush = drain && st_consumer_drained(a->consumer);
-        /* at most twice a full batch: a flush (the end of --drain) or an
-         * idle partition releases what it holds over the next batches
-         * instead of all at once, parsed (4 KB an event: 900,000 events
-         * at the default lateness on a 30k/s stream) */
+        /* bounded: a flush (the end of --drain) or an idle partition
+         * releases what it holds over the next batches (ST_RELEASE_MAX) */
         sl->nrel = st_reorder_release(a->reorder, flush, now, idle_ms, rel_max, &sl->rel,
                                       &sl->relcap);
         more = sl->nrel >= rel_max;
