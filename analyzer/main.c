@@ -248,6 +248,16 @@ static const struct st_conf_prop analyzer_props[] = {
 
 static volatile sig_atomic_t stop;
 
+/* The most events one batch releases from the reorder buffer (at least
+ * twice a full batch): a flush (the end of --drain) or a partition idle
+ * for detect.lateness_s releases what it holds over the next batches,
+ * each parsed again (4 KB an event: 64 MB a batch), instead of all at once
+ * (900,000 events, 3.6 GB, at the default lateness on a 30k/s stream).
+ * Not smaller: every batch costs a transaction and a checkpoint (2,000 a
+ * batch ended a drain holding those 900,000 events with 450 more
+ * batches; this, 55). */
+#define ST_RELEASE_MAX 16384
+
 /* The most events of a batch polled while behind (batch.behind_events, 0
  * resolved by role), never below batch.max_events. The configuration keeps
  * the 0 (a reload compares it as given). */
@@ -399,6 +409,8 @@ struct analyzer {
     struct st_metrics *metrics;
     struct st_sources *sources; /* per-source metrics */
     struct st_metric *m_events, *m_invalid, *m_late, *m_skewed, *m_batches, *m_buffered;
+    struct st_metric *m_buffered_bytes, *m_unparsed;
+    size_t unparsed_seen;
     struct st_metric *m_redis_s, *m_redis_err;
     struct st_metric *m_runs, *m_entries, *m_loads, *m_evictions, *m_malformed, *m_ckpt_s;
 };
@@ -422,6 +434,13 @@ static void metrics_init(struct analyzer *a)
                                  "batches written to PostgreSQL", "");
     a->m_buffered = st_metric_get(m, ST_METRIC_GAUGE, "sandtrail_analyzer_reorder_buffered",
                                   "events waiting for their watermark", "");
+    a->m_buffered_bytes = st_metric_get(
+        m, ST_METRIC_GAUGE, "sandtrail_analyzer_reorder_buffered_bytes",
+        "bytes the events waiting for their watermark hold (most parked: their text)", "");
+    a->m_unparsed = st_metric_get(m, ST_METRIC_COUNTER,
+                                  "sandtrail_analyzer_events_unparsed_total",
+                                  "parked events that did not parse again when released "
+                                  "(stored, not detected; logged)", "");
     a->m_redis_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_redis_seconds",
                                  "time of one batch's prefetch round trip (state not in memory)", "");
     a->m_redis_err = st_metric_get(m, ST_METRIC_COUNTER, "sandtrail_analyzer_redis_errors_total",
@@ -919,7 +938,8 @@ static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store
             ev.ts_us = recv_us;
         }
         if (st_role_detects(a->conf.role))
-            st_reorder_push(a->reorder, m->partition, m->offset, &ev, now, skewed);
+            st_reorder_push(a->reorder, m->partition, m->offset, &ev, m->payload, m->len,
+                            now, skewed);
         else { /* nothing to detect: its offset is done once stored */
             st_reorder_note(a->reorder, m->partition, m->offset);
             st_event_fini(&ev);
@@ -945,6 +965,11 @@ static void batch_offsets(struct analyzer *a, struct st_store_batch *b)
     b->nparts = n;
     metrics_lag(a, b->parts, b->offsets, n);
     st_metric_set(a->m_buffered, (int64_t)st_reorder_buffered(a->reorder));
+    /* (after the batch's park: a walk of the partitions only) */
+    st_metric_set(a->m_buffered_bytes, (int64_t)st_reorder_bytes(a->reorder));
+    size_t unparsed = st_reorder_unparsed(a->reorder);
+    st_metric_add(a->m_unparsed, (int64_t)(unparsed - a->unparsed_seen));
+    a->unparsed_seen = unparsed;
 }
 
 /* 1 when every partition the slot's released events came from is still
@@ -1101,7 +1126,8 @@ static int run(struct analyzer *a, int drain)
     int behind = batch_most(&a->conf);
     int64_t start = st_time_mono_ms();
     int64_t idle_ms = drain ? 0 : a->conf.lateness_s * 1000;
-    int rc = 0, failed = 0;
+    size_t rel_max = 2 * (size_t)behind > ST_RELEASE_MAX ? 2 * (size_t)behind : ST_RELEASE_MAX;
+    int rc = 0, failed = 0, more = 0;
 
     st_consumer_on_revoke(a->consumer, on_revoke, a);
     st_consumer_on_assign(a->consumer, on_assign, a);
@@ -1112,8 +1138,9 @@ static int run(struct analyzer *a, int drain)
             reload(&a->conf);
         struct slot *sl = &a->slots[a->fill];
         struct st_store_batch *b = sl->b;
+        /* events left to release (a bounded release, below): no wait */
         int n = st_consumer_poll_batch(a->consumer, b->msgs, max, behind,
-                                      (int)a->conf.batch_max_ms);
+                                      more ? 0 : (int)a->conf.batch_max_ms);
         if (n < 0) {
             rc = -1;
             break;
@@ -1126,7 +1153,14 @@ static int run(struct analyzer *a, int drain)
         int64_t now = st_time_mono_ms();
         ingest(a, b, now);
         int flush = drain && st_consumer_drained(a->consumer);
-        sl->nrel = st_reorder_release(a->reorder, flush, now, idle_ms, &sl->rel, &sl->relcap);
+        /* bounded: a flush (the end of --drain) or an idle partition
+         * releases what it holds over the next batches (ST_RELEASE_MAX) */
+        sl->nrel = st_reorder_release(a->reorder, flush, now, idle_ms, rel_max, &sl->rel,
+                                      &sl->relcap);
+        more = sl->nrel >= rel_max;
+        /* what waits for a later batch keeps its text, not its parsed
+         * document: copied now, while b holds the messages */
+        st_reorder_park(a->reorder);
         /* caught up: the evidence part signs what is pending (all of it at
          * the end of --drain, what is old enough otherwise) */
         if (flush || (!drain && st_consumer_drained(a->consumer)))

@@ -1,12 +1,52 @@
-/* reorder.c: the event-time reorder buffer (see reorder.h). One binary
- * min-heap per partition, ordered by (ts, offset), and beside it the
- * buffered events in push order (offset order), so that the commit point
- * is the first of those still buffered, without a walk of the heap. */
+/* reorder.c: the event-time reorder buffer (see reorder.h).
+ *
+ * Per partition, the buffered events are held in push order (offset
+ * order), in a ring numbered by sequence (struct pushed: what the buffer
+ * orders and commits by, and a parked event's text), so that the commit
+ * point is the first of those still buffered without a walk, and the
+ * events pushed in the last batch are the ring's tail (those st_reorder_park
+ * parks). A binary min-heap of keys, ordered by (ts, offset), says which
+ * leaves next. The parsed events not parked yet are in `fresh`, by
+ * sequence from fresh_seq: every event numbered fresh_seq or more is
+ * there, every older one still buffered is parked.
+ *
+ * An event that leaves another way than the heap's top (forgotten, or
+ * skewed: the `ready` list) is marked gone in the ring; its heap key, if
+ * any, stays and is skipped when it comes to the top (a key whose event
+ * is gone). */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "log.h"
 #include "reorder.h"
+
+/* An event pushed and not yet gone (40 bytes: with its heap key and its
+ * text, what a parked event holds). */
+struct pushed {
+    int64_t offset;
+    int64_t clock; /* the partition's clock before it was pushed */
+    int64_t ts_us; /* its time here (the receive time when skewed) */
+    char *raw;     /* parked: its text (owned); NULL otherwise */
+    uint32_t rawlen;
+    uint8_t gone, late, skewed;
+};
+
+/* A parsed event pushed since the last park, with the text it was parsed
+ * from (not ours: valid until the next park). */
+struct fresh {
+    struct st_event ev; /* empty once it left */
+    const char *raw;
+    size_t rawlen;
+};
+
+/* The heap's entry: the order, and the event's number. */
+struct key {
+    int64_t ts_us;
+    int64_t offset;
+    uint64_t seq;
+};
 
 struct part {
     int32_t partition;
@@ -18,16 +58,23 @@ struct part {
     int resuming;
     int64_t resume_at, resume_clock;
     int64_t last_push_ms;
-    struct st_reorder_item *heap;
+    size_t live;          /* events buffered */
+    struct key *heap;
     size_t n, cap;
-    struct st_reorder_item *ready; /* skewed: leave at the next release */
+    uint64_t *ready;      /* skewed: leave at the next release (numbers) */
     size_t nready, capready;
     /* every event pushed and not yet gone, in push order: a ring of
      * fifo_cap (a power of 2) from fifo_head, the first with sequence
-     * number fifo_seq; an event's item holds its number (seq) */
+     * number fifo_seq */
     struct pushed *fifo;
     size_t fifo_head, fifo_n, fifo_cap;
     uint64_t fifo_seq;
+    /* the events pushed since the last park: fresh[i] is number
+     * fresh_seq + i; fresh_live of them still buffered */
+    struct fresh *fresh;
+    size_t nfresh, capfresh, fresh_live;
+    uint64_t fresh_seq;
+    size_t parked, parked_bytes;
     /* an offset was pushed below one before it (not seen: Kafka gives a
      * partition's offsets in order and a seek back drops the buffer): the
      * commit point then walks the buffer, as it always did */
@@ -35,17 +82,12 @@ struct part {
     int64_t last_pushed;
 };
 
-struct pushed {
-    int64_t offset;
-    int64_t clock;
-    int gone;
-};
-
 struct st_reorder {
     int64_t lateness_us;
     struct part *parts;
     size_t nparts;
     size_t buffered;
+    size_t unparsed;
 };
 
 struct st_reorder *st_reorder_new(int64_t lateness_us)
@@ -60,15 +102,32 @@ void st_reorder_item_fini(struct st_reorder_item *it)
     st_event_fini(&it->ev);
 }
 
+static struct pushed *fifo_at(struct part *p, size_t i)
+{
+    return &p->fifo[(p->fifo_head + i) & (p->fifo_cap - 1)];
+}
+
+/* The event numbered seq, or NULL when it is gone. */
+static struct pushed *entry(struct part *p, uint64_t seq)
+{
+    if (seq < p->fifo_seq)
+        return NULL;
+    if (seq - p->fifo_seq >= p->fifo_n)
+        st_fatal("reorder: an event number past the buffer");
+    struct pushed *e = fifo_at(p, (size_t)(seq - p->fifo_seq));
+    return e->gone ? NULL : e;
+}
+
 static void part_clear(struct part *p)
 {
-    for (size_t i = 0; i < p->n; i++)
-        st_reorder_item_fini(&p->heap[i]);
-    for (size_t i = 0; i < p->nready; i++)
-        st_reorder_item_fini(&p->ready[i]);
+    for (size_t i = 0; i < p->fifo_n; i++)
+        free(fifo_at(p, i)->raw);
+    for (size_t i = 0; i < p->nfresh; i++)
+        st_event_fini(&p->fresh[i].ev); /* an empty one too */
     free(p->heap);
     free(p->ready);
     free(p->fifo);
+    free(p->fresh);
     memset(p, 0, sizeof(*p));
 }
 
@@ -128,34 +187,39 @@ static void part_first(struct part *p, int64_t offset)
 }
 
 /* Appends a pushed event to p's ring; returns its sequence number. */
-static uint64_t fifo_add(struct part *p, int64_t offset, int64_t clock)
+static uint64_t fifo_add(struct part *p, const struct pushed *e)
 {
-    if (p->fifo_n && offset < p->last_pushed)
+    if (p->fifo_n && e->offset < p->last_pushed)
         p->unordered = 1;
-    p->last_pushed = offset;
+    p->last_pushed = e->offset;
     if (p->fifo_n == p->fifo_cap) {
         size_t cap = p->fifo_cap ? 2 * p->fifo_cap : 256;
         struct pushed *f = st_malloc(cap * sizeof(*f));
         for (size_t i = 0; i < p->fifo_n; i++)
-            f[i] = p->fifo[(p->fifo_head + i) & (p->fifo_cap - 1)];
+            f[i] = *fifo_at(p, i);
         free(p->fifo);
         p->fifo = f;
         p->fifo_cap = cap;
         p->fifo_head = 0;
     }
-    p->fifo[(p->fifo_head + p->fifo_n) & (p->fifo_cap - 1)] =
-        (struct pushed){.offset = offset, .clock = clock, .gone = 0};
+    *fifo_at(p, p->fifo_n) = *e;
     p->fifo_n++;
     return p->fifo_seq + p->fifo_n - 1;
 }
 
-/* The event numbered seq left the buffer; the ring's head moves past every
- * event gone. */
-static void fifo_gone(struct part *p, uint64_t seq)
+/* The event e (numbered seq) left the buffer, its event or text taken or
+ * freed; the ring's head moves past every event gone. */
+static void gone(struct st_reorder *r, struct part *p, struct pushed *e, uint64_t seq)
 {
-    if (seq < p->fifo_seq || seq - p->fifo_seq >= p->fifo_n)
-        st_fatal("reorder: an event left the buffer twice");
-    p->fifo[(p->fifo_head + (seq - p->fifo_seq)) & (p->fifo_cap - 1)].gone = 1;
+    e->gone = 1;
+    if (seq >= p->fresh_seq && --p->fresh_live == 0) {
+        /* nothing fresh is buffered: start the list again (every batch
+         * at detect.lateness_s=0, so that it never grows) */
+        p->nfresh = 0;
+        p->fresh_seq = p->fifo_seq + p->fifo_n;
+    }
+    p->live--;
+    r->buffered--;
     while (p->fifo_n && p->fifo[p->fifo_head].gone) {
         p->fifo_head = (p->fifo_head + 1) & (p->fifo_cap - 1);
         p->fifo_n--;
@@ -163,46 +227,97 @@ static void fifo_gone(struct part *p, uint64_t seq)
     }
 }
 
-static int item_less(const struct st_reorder_item *a, const struct st_reorder_item *b)
+/* Frees what the buffer holds of e (numbered seq) and marks it gone. */
+static void drop_one(struct st_reorder *r, struct part *p, struct pushed *e, uint64_t seq)
 {
-    if (a->ev.ts_us != b->ev.ts_us)
-        return a->ev.ts_us < b->ev.ts_us;
+    if (seq >= p->fresh_seq) {
+        st_event_fini(&p->fresh[seq - p->fresh_seq].ev);
+    } else {
+        p->parked--;
+        p->parked_bytes -= e->rawlen;
+        free(e->raw);
+        e->raw = NULL;
+    }
+    gone(r, p, e, seq);
+}
+
+/* Moves the event e (numbered seq) out of the buffer into *it: its parsed
+ * event, or a parked one parsed again. Returns 0, or -1 when its text does
+ * not parse (the event is gone all the same). */
+static int take(struct st_reorder *r, struct part *p, struct pushed *e, uint64_t seq,
+                struct st_reorder_item *it)
+{
+    int rc = 0;
+    it->partition = p->partition;
+    it->offset = e->offset;
+    it->clock = e->clock;
+    it->late = e->late;
+    it->skewed = e->skewed;
+    if (seq >= p->fresh_seq) {
+        struct st_event *ev = &p->fresh[seq - p->fresh_seq].ev;
+        it->ev = *ev;
+        memset(ev, 0, sizeof(*ev));
+    } else {
+        struct st_reject rej;
+        if (st_event_parse(&it->ev, e->raw, e->rawlen, &rej) == 0) {
+            it->ev.ts_us = e->ts_us; /* the receive time of a skewed one */
+        } else {
+            /* its reason only: the message may quote the event */
+            st_error("reorder: the event at partition %" PRId32 " offset %" PRId64
+                     " parsed when it came but not when it left (%s): not detected",
+                     p->partition, e->offset, rej.code);
+            r->unparsed++;
+            rc = -1;
+        }
+        p->parked--;
+        p->parked_bytes -= e->rawlen;
+        free(e->raw);
+        e->raw = NULL;
+    }
+    gone(r, p, e, seq);
+    return rc;
+}
+
+static int key_less(const struct key *a, const struct key *b)
+{
+    if (a->ts_us != b->ts_us)
+        return a->ts_us < b->ts_us;
     return a->offset < b->offset;
 }
 
-static void heap_push(struct part *p, struct st_reorder_item *it)
+static void heap_push(struct part *p, const struct key *k)
 {
     if (p->n == p->cap) {
         p->cap = p->cap ? p->cap * 2 : 64;
         p->heap = st_realloc(p->heap, p->cap * sizeof(*p->heap));
     }
     size_t i = p->n++;
-    p->heap[i] = *it;
+    p->heap[i] = *k;
     while (i > 0) {
         size_t up = (i - 1) / 2;
-        if (!item_less(&p->heap[i], &p->heap[up]))
+        if (!key_less(&p->heap[i], &p->heap[up]))
             break;
-        struct st_reorder_item t = p->heap[i];
+        struct key t = p->heap[i];
         p->heap[i] = p->heap[up];
         p->heap[up] = t;
         i = up;
     }
 }
 
-static struct st_reorder_item heap_pop(struct part *p)
+static struct key heap_pop(struct part *p)
 {
-    struct st_reorder_item top = p->heap[0];
+    struct key top = p->heap[0];
     p->heap[0] = p->heap[--p->n];
     size_t i = 0;
     for (;;) {
         size_t l = 2 * i + 1, rr = l + 1, m = i;
-        if (l < p->n && item_less(&p->heap[l], &p->heap[m]))
+        if (l < p->n && key_less(&p->heap[l], &p->heap[m]))
             m = l;
-        if (rr < p->n && item_less(&p->heap[rr], &p->heap[m]))
+        if (rr < p->n && key_less(&p->heap[rr], &p->heap[m]))
             m = rr;
         if (m == i)
             break;
-        struct st_reorder_item t = p->heap[i];
+        struct key t = p->heap[i];
         p->heap[i] = p->heap[m];
         p->heap[m] = t;
         i = m;
@@ -216,38 +331,75 @@ static int64_t watermark(const struct st_reorder *r, const struct part *p)
 }
 
 void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
-                     struct st_event *ev, int64_t now_ms, int skewed)
+                     struct st_event *ev, const char *raw, size_t rawlen, int64_t now_ms,
+                     int skewed)
 {
     struct part *p = part_get(r, partition, 1);
-    struct st_reorder_item it;
+    struct pushed e = {.offset = offset, .ts_us = ev->ts_us, .skewed = (uint8_t)skewed};
 
-    it.ev = *ev;
-    memset(ev, 0, sizeof(*ev));
-    it.partition = partition;
-    it.offset = offset;
-    it.skewed = skewed;
-    it.late = 0;
+    if (!raw || rawlen > UINT32_MAX) /* (Kafka's messages are far smaller) */
+        st_fatal("reorder: an event pushed without its text");
     part_first(p, offset);
-    it.clock = p->have_ts ? p->max_ts : ST_REORDER_NO_CLOCK;
-    it.seq = fifo_add(p, offset, it.clock);
+    e.clock = p->have_ts ? p->max_ts : ST_REORDER_NO_CLOCK;
+    e.rawlen = (uint32_t)rawlen;
+    if (!skewed) {
+        e.late = p->have_ts && ev->ts_us < watermark(r, p);
+        if (!p->have_ts || ev->ts_us > p->max_ts) {
+            p->max_ts = ev->ts_us;
+            p->have_ts = 1;
+        }
+    }
+    uint64_t seq = fifo_add(p, &e);
+    if (p->fresh_live == 0) {
+        p->nfresh = 0;
+        p->fresh_seq = seq;
+    }
+    if (p->nfresh == p->capfresh) {
+        p->capfresh = p->capfresh ? p->capfresh * 2 : 256;
+        p->fresh = st_realloc(p->fresh, p->capfresh * sizeof(*p->fresh));
+    }
+    p->fresh[p->nfresh++] = (struct fresh){.ev = *ev, .raw = raw, .rawlen = rawlen};
+    memset(ev, 0, sizeof(*ev));
+    p->fresh_live++;
     if (offset + 1 > p->next_offset)
         p->next_offset = offset + 1;
     p->last_push_ms = now_ms;
+    p->live++;
     r->buffered++;
     if (skewed) {
         if (p->nready == p->capready) {
             p->capready = p->capready ? p->capready * 2 : 8;
             p->ready = st_realloc(p->ready, p->capready * sizeof(*p->ready));
         }
-        p->ready[p->nready++] = it;
+        p->ready[p->nready++] = seq;
         return;
     }
-    it.late = p->have_ts && it.ev.ts_us < watermark(r, p);
-    if (!p->have_ts || it.ev.ts_us > p->max_ts) {
-        p->max_ts = it.ev.ts_us;
-        p->have_ts = 1;
+    heap_push(p, &(struct key){.ts_us = e.ts_us, .offset = offset, .seq = seq});
+}
+
+size_t st_reorder_park(struct st_reorder *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->nparts; i++) {
+        struct part *p = &r->parts[i];
+        if (!p->used || p->fresh_live == 0)
+            continue;
+        for (size_t k = 0; k < p->nfresh; k++) {
+            struct pushed *e = entry(p, p->fresh_seq + k);
+            if (!e)
+                continue; /* it left */
+            struct fresh *f = &p->fresh[k];
+            e->raw = st_malloc(f->rawlen ? f->rawlen : 1);
+            memcpy(e->raw, f->raw, f->rawlen);
+            st_event_fini(&f->ev);
+            p->parked++;
+            p->parked_bytes += f->rawlen;
+            n++;
+        }
+        p->nfresh = p->fresh_live = 0;
+        p->fresh_seq = p->fifo_seq + p->fifo_n;
     }
-    heap_push(p, &it);
+    return n;
 }
 
 int st_reorder_forget(struct st_reorder *r, int32_t partition, int64_t offset)
@@ -255,30 +407,13 @@ int st_reorder_forget(struct st_reorder *r, int32_t partition, int64_t offset)
     struct part *p = part_get(r, partition, 0);
     if (!p)
         return 0;
-    for (size_t i = 0; i < p->nready; i++) {
-        if (p->ready[i].offset == offset) {
-            fifo_gone(p, p->ready[i].seq);
-            st_reorder_item_fini(&p->ready[i]);
-            p->ready[i] = p->ready[--p->nready];
-            r->buffered--;
-            return 1;
-        }
-    }
-    for (size_t i = 0; i < p->n; i++) {
-        if (p->heap[i].offset != offset)
+    /* from the newest: a refused event is of a batch just stored (rare:
+     * simple) */
+    for (size_t i = p->fifo_n; i-- > 0;) {
+        struct pushed *e = fifo_at(p, i);
+        if (e->gone || e->offset != offset)
             continue;
-        fifo_gone(p, p->heap[i].seq);
-        st_reorder_item_fini(&p->heap[i]);
-        p->heap[i] = p->heap[--p->n];
-        r->buffered--;
-        /* rebuild the heap: rare (a refused event), so simple */
-        size_t n = p->n;
-        struct st_reorder_item *items = p->heap;
-        p->heap = NULL;
-        p->n = p->cap = 0;
-        for (size_t k = 0; k < n; k++)
-            heap_push(p, &items[k]);
-        free(items);
+        drop_one(r, p, e, p->fifo_seq + i);
         return 1;
     }
     return 0;
@@ -292,36 +427,43 @@ void st_reorder_note(struct st_reorder *r, int32_t partition, int64_t offset)
         p->next_offset = offset + 1;
 }
 
+/* One more slot in *out. */
+static struct st_reorder_item *out_slot(struct st_reorder_item **out, size_t *cap, size_t n)
+{
+    if (n == *cap) {
+        *cap = *cap ? *cap * 2 : 256;
+        *out = st_realloc(*out, *cap * sizeof(**out));
+    }
+    return &(*out)[n];
+}
+
 size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
-                          int64_t idle_ms, struct st_reorder_item **out,
+                          int64_t idle_ms, size_t max, struct st_reorder_item **out,
                           size_t *cap)
 {
     size_t n = 0;
-    for (size_t i = 0; i < r->nparts; i++) {
+    if (max == 0)
+        max = SIZE_MAX;
+    for (size_t i = 0; i < r->nparts && n < max; i++) {
         struct part *p = &r->parts[i];
         if (!p->used)
             continue;
         for (size_t k = 0; k < p->nready; k++) {
-            if (n == *cap) {
-                *cap = *cap ? *cap * 2 : 256;
-                *out = st_realloc(*out, *cap * sizeof(**out));
-            }
-            (*out)[n++] = p->ready[k];
-            fifo_gone(p, p->ready[k].seq);
-            r->buffered--;
+            struct pushed *e = entry(p, p->ready[k]);
+            if (e && take(r, p, e, p->ready[k], out_slot(out, cap, n)) == 0)
+                n++;
         }
         p->nready = 0;
         int all = flush || (idle_ms > 0 && now_ms - p->last_push_ms >= idle_ms);
         int64_t wm = watermark(r, p);
         /* a late event sorts before the watermark: it leaves with the rest */
-        while (p->n > 0 && (all || p->heap[0].ev.ts_us <= wm || p->heap[0].late)) {
-            if (n == *cap) {
-                *cap = *cap ? *cap * 2 : 256;
-                *out = st_realloc(*out, *cap * sizeof(**out));
-            }
-            (*out)[n++] = heap_pop(p);
-            fifo_gone(p, (*out)[n - 1].seq);
-            r->buffered--;
+        while (p->n > 0 && n < max) {
+            struct pushed *e = entry(p, p->heap[0].seq);
+            if (e && !(all || p->heap[0].ts_us <= wm || e->late))
+                break;
+            struct key k = heap_pop(p);
+            if (e && take(r, p, e, k.seq, out_slot(out, cap, n)) == 0)
+                n++;
         }
     }
     return n;
@@ -330,7 +472,7 @@ size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
 int64_t st_reorder_commit_point(const struct st_reorder *r, int32_t partition,
                                 int64_t *clock)
 {
-    const struct part *p = part_get((struct st_reorder *)r, partition, 0);
+    struct part *p = part_get((struct st_reorder *)r, partition, 0);
     *clock = ST_REORDER_NO_CLOCK;
     if (!p || p->next_offset < 0)
         return -1;
@@ -338,7 +480,7 @@ int64_t st_reorder_commit_point(const struct st_reorder *r, int32_t partition,
     int64_t min = p->next_offset;
     *clock = p->have_ts ? p->max_ts : ST_REORDER_NO_CLOCK;
     if (!p->unordered) {
-        /* the oldest pushed of those still buffered (fifo_gone keeps the
+        /* the oldest pushed of those still buffered (gone() keeps the
          * ring's head on one) */
         if (p->fifo_n) {
             min = p->fifo[p->fifo_head].offset;
@@ -346,16 +488,13 @@ int64_t st_reorder_commit_point(const struct st_reorder *r, int32_t partition,
         }
         return min;
     }
-    for (size_t i = 0; i < p->n; i++)
-        if (p->heap[i].offset < min) {
-            min = p->heap[i].offset;
-            *clock = p->heap[i].clock;
+    for (size_t i = 0; i < p->fifo_n; i++) {
+        const struct pushed *e = fifo_at(p, i);
+        if (!e->gone && e->offset < min) {
+            min = e->offset;
+            *clock = e->clock;
         }
-    for (size_t i = 0; i < p->nready; i++)
-        if (p->ready[i].offset < min) {
-            min = p->ready[i].offset;
-            *clock = p->ready[i].clock;
-        }
+    }
     return min;
 }
 
@@ -381,7 +520,7 @@ void st_reorder_drop(struct st_reorder *r, int32_t partition)
     struct part *p = part_get(r, partition, 0);
     if (!p)
         return;
-    r->buffered -= p->n + p->nready;
+    r->buffered -= p->live;
     part_clear(p);
 }
 
@@ -393,4 +532,33 @@ size_t st_reorder_slots(const struct st_reorder *r)
 size_t st_reorder_buffered(const struct st_reorder *r)
 {
     return r->buffered;
+}
+
+size_t st_reorder_parked(const struct st_reorder *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->nparts; i++)
+        n += r->parts[i].used ? r->parts[i].parked : 0;
+    return n;
+}
+
+size_t st_reorder_bytes(const struct st_reorder *r)
+{
+    size_t n = sizeof(*r) + r->nparts * sizeof(*r->parts);
+    for (size_t i = 0; i < r->nparts; i++) {
+        const struct part *p = &r->parts[i];
+        if (!p->used)
+            continue;
+        n += p->cap * sizeof(*p->heap) + p->capready * sizeof(*p->ready) +
+             p->fifo_cap * sizeof(*p->fifo) + p->capfresh * sizeof(*p->fresh) +
+             p->parked_bytes;
+        for (size_t k = 0; k < p->nfresh; k++)
+            n += st_arena_bytes(p->fresh[k].ev.mem);
+    }
+    return n;
+}
+
+size_t st_reorder_unparsed(const struct st_reorder *r)
+{
+    return r->unparsed;
 }

@@ -14,6 +14,14 @@
  * forged timestamp can neither hold a partition's commits back nor make
  * the events after it late.
  *
+ * A buffered event is parked at the end of the batch it came in
+ * (st_reorder_park): its parsed document (a 4 KB arena) is freed and only
+ * its text kept, with the few fields the buffer orders and commits by; it
+ * is parsed again when it leaves (the same text gives the same event).
+ * Events that leave in the batch they came in (detect.lateness_s=0, a
+ * partition's late and skewed events) are never parked: they cost
+ * nothing more.
+ *
  * The buffered events need not survive a crash: the analyzer commits, per
  * partition, no further than the oldest offset still buffered, so a restart
  * reads them from Kafka again. The watermark must: a process that starts a
@@ -35,6 +43,7 @@
 /* A partition's clock when none is known (nothing pushed before). */
 #define ST_REORDER_NO_CLOCK INT64_MIN
 
+/* An event released (st_reorder_release). */
 struct st_reorder_item {
     struct st_event ev; /* owned */
     int32_t partition;
@@ -42,7 +51,6 @@ struct st_reorder_item {
     int64_t clock; /* the partition's clock before it was pushed */
     int late;
     int skewed; /* ev.ts_us is the receive time, not the event's own */
-    uint64_t seq; /* its number in its partition's push order (reorder.c's) */
 };
 
 /* 1 when an event time ts_us lies more than max_future_us after or more
@@ -56,11 +64,23 @@ struct st_reorder;
 struct st_reorder *st_reorder_new(int64_t lateness_us);
 void st_reorder_destroy(struct st_reorder *r); /* frees buffered events too */
 
-/* Takes ownership of *ev (left empty). now_ms is a monotonic clock. With
- * skewed set, ev->ts_us already holds the receive time; the event leaves
- * at the next release and moves no watermark. */
+/* Takes ownership of *ev (left empty). raw[0..rawlen) is the text ev was
+ * parsed from (st_event_parse; ev's fields may differ from it only in
+ * ts_us): not copied, it must stay valid until the next st_reorder_park,
+ * which copies it if the event is still buffered. now_ms is a monotonic
+ * clock. With skewed set, ev->ts_us already holds the receive time; the
+ * event leaves at the next release and moves no watermark. */
 void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
-                     struct st_event *ev, int64_t now_ms, int skewed);
+                     struct st_event *ev, const char *raw, size_t rawlen, int64_t now_ms,
+                     int skewed);
+
+/* Parks every event pushed since the last park and still buffered: its
+ * document is freed, its text (push's raw) copied; it is parsed again
+ * (st_event_parse, ts_us as pushed) when it leaves. Call it at the end of
+ * each batch, once the events that may leave have left, while the texts
+ * pushed in it are still valid. Costs nothing for an event gone already.
+ * Returns the count parked. */
+size_t st_reorder_park(struct st_reorder *r);
 
 /* Drops the buffered event at (partition, offset), if any (it went to the
  * dead-letter topic). Returns 1 when one was dropped. */
@@ -74,10 +94,18 @@ void st_reorder_note(struct st_reorder *r, int32_t partition, int64_t offset);
  * st_reorder_item_fini and the array with free) every event that may leave:
  * late ones, those the watermark passed, and, for a partition that received
  * nothing for idle_ms, all of its events (0 disables). flush releases
- * everything. Items come out per partition in (ts, offset) order. Returns
- * the count. */
+ * everything. Items come out per partition in (ts, offset) order. At most
+ * max leave (0: no bound; a partition's skewed events leave together, even
+ * past it): the rest stay buffered, in order, for the next call (which
+ * gives what one call would have given after them), so that a flush
+ * or an idle partition does not parse every parked event at once (the end
+ * of --drain at the default lateness held 900,000 events parsed). A parked
+ * event is parsed again here; one whose text no longer parses (it did
+ * when pushed: not seen) is a per-message error: logged, counted
+ * (st_reorder_unparsed), left out of out (not detected). Returns the
+ * count. */
 size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
-                          int64_t idle_ms, struct st_reorder_item **out,
+                          int64_t idle_ms, size_t max, struct st_reorder_item **out,
                           size_t *cap);
 
 void st_reorder_item_fini(struct st_reorder_item *it);
@@ -115,6 +143,17 @@ void st_reorder_drop(struct st_reorder *r, int32_t partition);
 
 /* Events buffered, in all partitions. */
 size_t st_reorder_buffered(const struct st_reorder *r);
+
+/* Events parked now, in all partitions. */
+size_t st_reorder_parked(const struct st_reorder *r);
+
+/* Bytes the buffer holds from the allocator: its arrays (at their
+ * capacity), the parked events' texts, and the arenas of the events not
+ * parked (a walk of those pushed since the last park). */
+size_t st_reorder_bytes(const struct st_reorder *r);
+
+/* Parked events that did not parse again when released, since start. */
+size_t st_reorder_unparsed(const struct st_reorder *r);
 
 /* Partition slots allocated (used or free), to check that revoked slots are
  * reused. */

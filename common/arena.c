@@ -192,3 +192,14 @@ size_t st_arena_pooled(void)
     pthread_mutex_unlock(&pool_mu);
     return n;
 }
+
+size_t st_arena_bytes(const struct st_arena *a)
+{
+    size_t n = 0;
+    for (const struct block *b = a ? a->cur : NULL; b; b = b->next) {
+        n += sizeof(*b) + b->cap;
+        if (b == a->first)
+            break;
+    }
+    return n;
+}

@@ -32,6 +32,10 @@ void st_arena_destroy(struct st_arena *a);
  * valid until st_arena_destroy(a). Cannot fail. */
 void *st_arena_alloc(struct st_arena *a, size_t n);
 
+/* Bytes a holds from the allocator: every block, headers included (a
+ * walk of its blocks: one for most events). Accepts NULL (0). */
+size_t st_arena_bytes(const struct st_arena *a);
+
 /* Blocks in the shared pool now (for tests). */
 size_t st_arena_pooled(void);
 
