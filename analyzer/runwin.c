@@ -63,9 +63,21 @@ struct episode {
     int dirty; /* extended or opened since the last checkpoint */
 };
 
+/* A bucket's sum, and whether it is known to be exactly the sum of the
+ * values of the run's members in the bucket (time / bucket_us == key).
+ * Invariant: exact => sum == that sum over the members held now. Kept
+ * by every change of a member or a sum: a member a feed adds new adds its
+ * value to its bucket (the equality holds), and sets exact on a bucket it
+ * creates when no other member is in the bucket; anything else clears it
+ * -- a sum loaded from Redis (whose sums and members may disagree: a
+ * checkpoint cut between fenced transactions by a crash, both layouts
+ * loaded as their union), a member loaded, a trim of members of the
+ * bucket -- until st_runwin_bucket_upto sums the members again and finds
+ * them equal. A redo's feed of a member held already changes neither. */
 struct bucket {
     int64_t key, sum;
     int dirty;
+    int exact;
 };
 
 enum { RUN_LOADING, RUN_READY };
@@ -171,6 +183,8 @@ struct st_runwin {
     } *trimq;
     size_t trimq_head, ntrimq, captrimq;
     struct run *cur;
+    st_runwin_value_fn value; /* ST_RUNWIN_BUCKETS: a member's value */
+    st_runwin_mark_fn mark;   /* NULL: no member is marked */
     uint64_t gen;
     /* the run of each prefetched event, in prefetch order: the feeds come
      * in the same order, and take their run from here instead of hashing
@@ -388,9 +402,10 @@ static void mark_dirty(struct st_runwin *w, struct run *r, uint64_t seq)
 }
 
 /* Copies a member into one allocation: the key, then source and event id
- * NUL-terminated. Returns -1 when it is not "a\x1fb\x1fc". */
-static int member_init(struct st_runwin_member *m, int64_t ts, const char *key,
-                       size_t len, int saved)
+ * NUL-terminated. Returns -1 when it is not "a\x1fb\x1fc". nmarked is
+ * left to the caller. */
+static int member_init(struct st_runwin *w, struct st_runwin_member *m, int64_t ts,
+                       const char *key, size_t len, int saved)
 {
     const char *a = memchr(key, SEP, len);
     const char *b = a ? memchr(a + 1, SEP, len - (size_t)(a + 1 - key)) : NULL;
@@ -409,7 +424,9 @@ static int member_init(struct st_runwin_member *m, int64_t ts, const char *key,
     m->source = copy;
     m->event_id = copy + (a - key) + 1;
     m->payload = block + (b - key) + 1;
-    m->saved = saved;
+    m->saved = (uint8_t)saved;
+    m->marked = w->mark && w->mark(m->payload);
+    m->nmarked = 0;
     return 0;
 }
 
@@ -435,8 +452,39 @@ static size_t lower_bound(const struct run *r, int64_t ts, const char *key)
     return lo;
 }
 
+static struct bucket *bucket_find(struct run *r, int64_t key, int create);
+
+/* The bucket of a member's time (C division, as the detectors compute it) */
+static int64_t bucket_of(const struct st_runwin *w, int64_t ts)
+{
+    return ts / w->bucket_us;
+}
+
+/* Keeps the buckets' sums (ST_RUNWIN_BUCKETS, struct bucket) as member
+ * r->m[i] is added: fed (saved 0), its value goes to its bucket's sum;
+ * loaded, its bucket is no longer known exact. */
+static void bucket_count(struct st_runwin *w, struct run *r, size_t i, int saved)
+{
+    int64_t key = bucket_of(w, r->m[i].ts_us);
+    if (saved) {
+        struct bucket *b = bucket_find(r, key, 0);
+        if (b)
+            b->exact = 0;
+        return;
+    }
+    size_t nb = r->nb;
+    struct bucket *b = bucket_find(r, key, 1);
+    b->sum += w->value ? w->value(r->m[i].payload) : 0;
+    b->dirty = 1;
+    /* made now, for a member alone in its bucket: exact */
+    if (r->nb > nb)
+        b->exact = (i == 0 || bucket_of(w, r->m[i - 1].ts_us) != key) &&
+                   (i + 1 == r->n || bucket_of(w, r->m[i + 1].ts_us) != key);
+}
+
 /* Inserts a member in order; returns 1 when new. */
-static int member_insert(struct run *r, int64_t ts, const char *key, size_t len, int saved)
+static int member_insert(struct st_runwin *w, struct run *r, int64_t ts, const char *key,
+                         size_t len, int saved)
 {
     size_t i = lower_bound(r, ts, key);
     if (i < r->n && member_cmp(ts, key, &r->m[i]) == 0) {
@@ -451,13 +499,23 @@ static int member_insert(struct run *r, int64_t ts, const char *key, size_t len,
         r->m = st_realloc(r->m, r->cap * sizeof(*r->m));
     }
     struct st_runwin_member m;
-    if (member_init(&m, ts, key, len, saved))
+    if (member_init(w, &m, ts, key, len, saved))
         return -1;
     memmove(&r->m[i + 1], &r->m[i], (r->n - i) * sizeof(*r->m));
+    /* the running count of marks: this one's, and one more for every
+     * member after it when it is marked (an out-of-order insert) */
+    uint32_t before = i ? r->m[i - 1].nmarked /* at the front: the count before the old first */
+                        : r->n ? r->m[1].nmarked - r->m[1].marked : 0;
+    m.nmarked = before + m.marked;
     r->m[i] = m;
     r->n++;
+    if (m.marked)
+        for (size_t j = i + 1; j < r->n; j++)
+            r->m[j].nmarked++;
     r->keybytes += len;
     r->nunsaved += !saved;
+    if (w->flags & ST_RUNWIN_BUCKETS)
+        bucket_count(w, r, i, saved);
     return 1;
 }
 
@@ -491,6 +549,7 @@ static struct bucket *bucket_find(struct run *r, int64_t key, int create)
     b->key = key;
     b->sum = 0;
     b->dirty = 0;
+    b->exact = 0;
     return b;
 }
 
@@ -516,7 +575,7 @@ static int on_members(const redisReply *rep, void *arg)
         if (!k->str || !s->str)
             return -1;
         /* not ours when not "a\x1fb\x1fc": ignored, like a missing member */
-        member_insert(r, strtoll(s->str, NULL, 10), k->str, k->len, 1);
+        member_insert(r->owner, r, strtoll(s->str, NULL, 10), k->str, k->len, 1);
     }
     return load_done(r);
 }
@@ -560,7 +619,9 @@ static int on_buckets(const redisReply *rep, void *arg)
         const char *k = rep->element[i]->str, *v = rep->element[i + 1]->str;
         if (!k || !v)
             return -1;
-        bucket_find(r, strtoll(k, NULL, 10), 1)->sum = strtoll(v, NULL, 10);
+        struct bucket *b = bucket_find(r, strtoll(k, NULL, 10), 1);
+        b->sum = strtoll(v, NULL, 10);
+        b->exact = 0; /* Redis's: the members may disagree */
     }
     return load_done(r);
 }
@@ -589,7 +650,7 @@ static int blob_decode(struct st_runwin *w, struct run *r, const char *data, siz
             goto bad;
         st_buf_reset(&w->member); /* NUL-terminated for the comparisons */
         st_buf_add(&w->member, key, klen);
-        if (member_insert(r, ts, w->member.data, klen, 1) != 1)
+        if (member_insert(w, r, ts, w->member.data, klen, 1) != 1)
             goto bad; /* not "a\x1fb\x1fc", or twice */
     }
     if (st_runblob_get_count(&rd, &n))
@@ -610,7 +671,9 @@ static int blob_decode(struct st_runwin *w, struct run *r, const char *data, siz
         int64_t key, sum;
         if (st_runblob_get_bucket(&rd, &key, &sum))
             goto bad;
-        bucket_find(r, key, 1)->sum = sum;
+        struct bucket *bk = bucket_find(r, key, 1);
+        bk->sum = sum;
+        bk->exact = 0; /* Redis's: the members may disagree */
     }
     if (st_runblob_close(&rd))
         goto bad;
@@ -800,7 +863,7 @@ int st_runwin_add(struct st_runwin *w, struct st_detect_ctx *ctx,
     st_buf_adds(member, ev->event_id);
     st_buf_addc(member, SEP);
     st_buf_adds(member, payload);
-    return member_insert(r, ev->ts_us, member->data, member->len, 0) == 1;
+    return member_insert(w, r, ev->ts_us, member->data, member->len, 0) == 1;
 }
 
 size_t st_runwin_range(struct st_runwin *w, int64_t from_us, int64_t to_us,
@@ -828,17 +891,65 @@ void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
         st_warn("%s: a window of run \"%s\" not evaluated", w->name, ev->run_id);
 }
 
-void st_runwin_bucket_add(struct st_runwin *w, int64_t bucket, int64_t v)
+void st_runwin_set_value(struct st_runwin *w, st_runwin_value_fn value)
 {
-    struct bucket *b = bucket_find(w->cur, bucket, 1);
-    b->sum += v;
-    b->dirty = 1;
+    w->value = value;
+}
+
+void st_runwin_set_mark(struct st_runwin *w, st_runwin_mark_fn mark)
+{
+    w->mark = mark;
 }
 
 int64_t st_runwin_bucket_get(struct st_runwin *w, int64_t bucket)
 {
     struct bucket *b = bucket_find(w->cur, bucket, 0);
     return b ? b->sum : 0;
+}
+
+int64_t st_runwin_bucket_sum(struct st_runwin *w, int64_t from, int64_t to)
+{
+    const struct run *r = w->cur;
+    int64_t sum = 0;
+    for (size_t i = 0; i < r->nb; i++)
+        if (r->b[i].key >= from && r->b[i].key <= to)
+            sum += r->b[i].sum;
+    return sum;
+}
+
+int64_t st_runwin_bucket_upto(struct st_runwin *w, int64_t bucket, int64_t to_us)
+{
+    struct run *r = w->cur;
+    int64_t from_us = bucket * w->bucket_us;
+    /* from bucket 1 on, [from_us, from_us + bucket_us) is exactly the
+     * times whose bucket it is (C division rounds towards zero: bucket 0
+     * holds the negative times above -bucket_us too) */
+    int whole = bucket > 0 && bucket_of(w, to_us) == bucket;
+    struct bucket *b = whole ? bucket_find(r, bucket, 0) : NULL;
+    /* no member newer than to_us: the members up to it are all of the
+     * bucket's */
+    if (b && b->exact && r->n && r->m[r->n - 1].ts_us <= to_us)
+        return b->sum;
+    int64_t part = 0, all = 0;
+    size_t i = lower_bound(r, from_us, NULL);
+    for (; i < r->n && (whole ? bucket_of(w, r->m[i].ts_us) == bucket
+                              : r->m[i].ts_us <= to_us); i++) {
+        int64_t v = w->value ? w->value(r->m[i].payload) : 0;
+        all += v;
+        if (r->m[i].ts_us <= to_us)
+            part += v;
+    }
+    /* the bucket's members summed whole: its sum is known exact or not */
+    if (b)
+        b->exact = all == b->sum;
+    return part;
+}
+
+size_t st_runwin_marked(const struct st_runwin_view *v, size_t lo, size_t hi)
+{
+    if (hi <= lo)
+        return 0;
+    return (uint32_t)(v->m[hi - 1].nmarked - v->m[lo].nmarked + v->m[lo].marked);
 }
 
 void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
@@ -1406,6 +1517,11 @@ static void run_trim(struct st_runwin *w, struct run *r)
         r->keybytes -= strlen(r->m[i].key);
         free((char *)r->m[i].key);
     }
+    /* the buckets that lost members are exact no more */
+    if (k)
+        for (size_t j = 0; j < r->nb; j++)
+            if (r->b[j].key <= bucket_of(w, r->m[k - 1].ts_us))
+                r->b[j].exact = 0;
     memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));
     r->n -= k;
     r->ndel_m += k;
