@@ -151,6 +151,9 @@ struct run {
 };
 
 _Static_assert(sizeof(struct run) <= 256, "struct run: keep it in the 256-byte size class");
+/* a member of each windowed detector per event in its window: the marks,
+ * the flag and the key's length live in what was padding */
+_Static_assert(sizeof(struct st_runwin_member) <= 48, "struct st_runwin_member: 48 bytes");
 
 struct st_runwin {
     const struct st_analyzer_conf *conf;
@@ -185,6 +188,7 @@ struct st_runwin {
     struct run *cur;
     st_runwin_value_fn value; /* ST_RUNWIN_BUCKETS: a member's value */
     st_runwin_mark_fn mark;   /* NULL: no member is marked */
+    int64_t clock_s;          /* batch_s */
     uint64_t gen;
     /* the run of each prefetched event, in prefetch order: the feeds come
      * in the same order, and take their run from here instead of hashing
@@ -212,6 +216,16 @@ struct st_runwin {
 static int64_t wall_s(const struct st_detect_ctx *ctx)
 {
     return ctx->now_s ? ctx->now_s : (int64_t)time(NULL);
+}
+
+/* The wall clock as read at the batch's start (st_runwin_begin) or at its
+ * checkpoint's (end_batch): for what is noted per run (the time it was
+ * fed, written), which a batch's length changes by nothing that matters
+ * (state.evict_s is minutes), without a clock read per run (they were 2%
+ * of the detect role's CPU on a dense stream). Eviction reads the clock. */
+static int64_t batch_s(const struct st_runwin *w, const struct st_detect_ctx *ctx)
+{
+    return ctx->now_s ? ctx->now_s : w->clock_s ? w->clock_s : (int64_t)time(NULL);
 }
 
 struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char *name,
@@ -332,6 +346,7 @@ void st_runwin_destroy(struct st_runwin *w)
 void st_runwin_begin(struct st_runwin *w, size_t nevents)
 {
     (void)nevents;
+    w->clock_s = (int64_t)time(NULL);
     w->gen++;
     w->nmemo = w->next_memo = 0;
 }
@@ -425,9 +440,18 @@ static int member_init(struct st_runwin *w, struct st_runwin_member *m, int64_t 
     m->event_id = copy + (a - key) + 1;
     m->payload = block + (b - key) + 1;
     m->saved = (uint8_t)saved;
+    m->klen = len < UINT16_MAX ? (uint16_t)len : UINT16_MAX;
     m->marked = w->mark && w->mark(m->payload);
     m->nmarked = 0;
     return 0;
+}
+
+/* strlen(m->key) without reading the key, for all but the longest (a small
+ * run's checkpoint writes every member's key: the strlen of each was 6% of
+ * the detect role's samples on a dense stream) */
+static size_t member_len(const struct st_runwin_member *m)
+{
+    return m->klen < UINT16_MAX ? m->klen : strlen(m->key);
 }
 
 static int member_cmp(int64_t ts, const char *key, const struct st_runwin_member *m)
@@ -486,7 +510,10 @@ static void bucket_count(struct st_runwin *w, struct run *r, size_t i, int saved
 static int member_insert(struct st_runwin *w, struct run *r, int64_t ts, const char *key,
                          size_t len, int saved)
 {
-    size_t i = lower_bound(r, ts, key);
+    /* after the newest (an event in order, a load in Redis's order): its
+     * place without a search of the run */
+    size_t i = !r->n || member_cmp(ts, key, &r->m[r->n - 1]) > 0 ? r->n
+                                                                 : lower_bound(r, ts, key);
     if (i < r->n && member_cmp(ts, key, &r->m[i]) == 0) {
         if (saved && !r->m[i].saved) {
             r->m[i].saved = 1;
@@ -752,7 +779,7 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
         r->hash = h;
         r->max_ts = r->trim_ts = INT64_MIN;
         r->trim_below = INT64_MIN;
-        r->touched_s = wall_s(ctx);
+        r->touched_s = batch_s(w, ctx);
         r->partition = ctx->partition;
         if (w->nruns >= w->tcap)
             table_grow(w);
@@ -837,7 +864,7 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
             w->batch = st_realloc(w->batch, w->capbatch * sizeof(*w->batch));
         }
         w->batch[w->nbatch++] = r;
-        int64_t now = wall_s(ctx);
+        int64_t now = batch_s(w, ctx);
         if (now != r->touched_s || r != w->lru_tail) {
             r->touched_s = now;
             lru_unlink(w, r);
@@ -870,8 +897,12 @@ size_t st_runwin_range(struct st_runwin *w, int64_t from_us, int64_t to_us,
                        const struct st_runwin_member **m)
 {
     struct run *r = w->cur;
-    size_t lo = lower_bound(r, from_us, NULL);
-    size_t hi = to_us == INT64_MAX ? r->n : lower_bound(r, to_us + 1, NULL);
+    /* the run's ends first: a window that reaches the newest member (an
+     * event in order) needs no search for its end */
+    size_t lo = !r->n || r->m[0].ts_us >= from_us ? 0 : lower_bound(r, from_us, NULL);
+    size_t hi = to_us == INT64_MAX || !r->n || r->m[r->n - 1].ts_us <= to_us
+                    ? r->n
+                    : lower_bound(r, to_us + 1, NULL);
     *m = r->m + lo;
     return hi > lo ? hi - lo : 0;
 }
@@ -1235,7 +1266,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     }
     if (wrote && ctx->runidx)
         st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, expired,
-                       wall_s(ctx));
+                       batch_s(w, ctx));
     r->ck_seq = ctx->seq;
     r->fed = 0;
 #undef WKEY
@@ -1344,7 +1375,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     st_runblob_start(b, &prev);
     st_runblob_count(b, r->n);
     for (size_t i = 0; i < r->n; i++)
-        st_runblob_member(b, &prev, r->m[i].ts_us, r->m[i].key, strlen(r->m[i].key));
+        st_runblob_member(b, &prev, r->m[i].ts_us, r->m[i].key, member_len(&r->m[i]));
     st_runblob_count(b, r->neps);
     for (size_t i = 0; i < r->neps; i++)
         st_runblob_episode(b, r->eps[i].id, r->eps[i].ep.first_us, r->eps[i].ep.last_us);
@@ -1381,7 +1412,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     drop_trims(r);
     if (ctx->runidx)
         st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, due,
-                       wall_s(ctx));
+                       batch_s(w, ctx));
 out:
     r->ck_seq = ctx->seq;
     r->fed = 0;
@@ -1477,6 +1508,7 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
      * by its held trims goes to the back as dirty since this checkpoint,
      * so that the list stays sorted. */
     int64_t now = wall_s(ctx);
+    w->clock_s = now;
     size_t i = w->dirty_head, nheld = 0;
     for (; i < w->ndirty; i++) {
         struct run *r = w->dirty[i];
@@ -1511,10 +1543,11 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
 static void run_trim(struct st_runwin *w, struct run *r)
 {
     int64_t oldest = r->trim_ts - w->keep_us;
-    size_t k = lower_bound(r, oldest, NULL);
+    /* most runs of a batch lose nothing: no search, no move */
+    size_t k = r->n && r->m[0].ts_us < oldest ? lower_bound(r, oldest, NULL) : 0;
     for (size_t i = 0; i < k; i++) {
         r->nunsaved -= !r->m[i].saved;
-        r->keybytes -= strlen(r->m[i].key);
+        r->keybytes -= member_len(&r->m[i]);
         free((char *)r->m[i].key);
     }
     /* the buckets that lost members are exact no more */
@@ -1522,7 +1555,8 @@ static void run_trim(struct st_runwin *w, struct run *r)
         for (size_t j = 0; j < r->nb; j++)
             if (r->b[j].key <= bucket_of(w, r->m[k - 1].ts_us))
                 r->b[j].exact = 0;
-    memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));
+    if (k)
+        memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));
     r->n -= k;
     r->ndel_m += k;
     if (k && r->trim_below < oldest)

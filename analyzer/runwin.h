@@ -47,6 +47,7 @@ struct st_runwin_member {
     uint32_t nmarked;
     uint8_t marked; /* the detector's mark of the payload (st_runwin_set_mark) */
     uint8_t saved;  /* in a checkpoint already (runwin.c's own) */
+    uint16_t klen;  /* strlen(key), UINT16_MAX from there on (runwin.c's own) */
 };
 
 struct st_runwin_view {
