@@ -529,10 +529,11 @@ static int member_insert(struct st_runwin *w, struct run *r, int64_t ts, const c
     if (member_init(w, &m, ts, key, len, saved))
         return -1;
     memmove(&r->m[i + 1], &r->m[i], (r->n - i) * sizeof(*r->m));
-    /* the running count of marks: this one's, and one more for every
-     * member after it when it is marked (an out-of-order insert) */
-    uint32_t before = i ? r->m[i - 1].nmarked /* at the front: the count before the old first */
-                        : r->n ? r->m[1].nmarked - r->m[1].marked : 0;
+    /* the running count of marks: the count before it (at the front, the
+     * count before the old first member, now at 1: after trims it is not
+     * 0) plus its own, and one more for every member after it when it is
+     * marked (an out-of-order insert) */
+    uint32_t before = i ? r->m[i - 1].nmarked : r->n ? r->m[1].nmarked - r->m[1].marked : 0;
     m.nmarked = before + m.marked;
     r->m[i] = m;
     r->n++;
