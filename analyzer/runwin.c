@@ -63,9 +63,21 @@ struct episode {
     int dirty; /* extended or opened since the last checkpoint */
 };
 
+/* A bucket's sum, and whether it is known to be exactly the sum of the
+ * values of the run's members in the bucket (time / bucket_us == key).
+ * Invariant: exact => sum == that sum over the members held now. Kept
+ * by every change of a member or a sum: a member a feed adds new adds its
+ * value to its bucket (the equality holds), and sets exact on a bucket it
+ * creates when no other member is in the bucket; anything else clears it
+ * -- a sum loaded from Redis (whose sums and members may disagree: a
+ * checkpoint cut between fenced transactions by a crash, both layouts
+ * loaded as their union), a member loaded, a trim of members of the
+ * bucket -- until st_runwin_bucket_upto sums the members again and finds
+ * them equal. A redo's feed of a member held already changes neither. */
 struct bucket {
     int64_t key, sum;
     int dirty;
+    int exact;
 };
 
 enum { RUN_LOADING, RUN_READY };
@@ -139,6 +151,9 @@ struct run {
 };
 
 _Static_assert(sizeof(struct run) <= 256, "struct run: keep it in the 256-byte size class");
+/* a member of each windowed detector per event in its window: the marks,
+ * the flag and the key's length live in what was padding */
+_Static_assert(sizeof(struct st_runwin_member) <= 48, "struct st_runwin_member: 48 bytes");
 
 struct st_runwin {
     const struct st_analyzer_conf *conf;
@@ -171,6 +186,9 @@ struct st_runwin {
     } *trimq;
     size_t trimq_head, ntrimq, captrimq;
     struct run *cur;
+    st_runwin_value_fn value; /* ST_RUNWIN_BUCKETS: a member's value */
+    st_runwin_mark_fn mark;   /* NULL: no member is marked */
+    int64_t clock_s;          /* batch_s */
     uint64_t gen;
     /* the run of each prefetched event, in prefetch order: the feeds come
      * in the same order, and take their run from here instead of hashing
@@ -198,6 +216,16 @@ struct st_runwin {
 static int64_t wall_s(const struct st_detect_ctx *ctx)
 {
     return ctx->now_s ? ctx->now_s : (int64_t)time(NULL);
+}
+
+/* The wall clock as read at the batch's start (st_runwin_begin) or at its
+ * checkpoint's (end_batch): for what is noted per run (the time it was
+ * fed, written), which a batch's length changes by nothing that matters
+ * (state.evict_s is minutes), without a clock read per run (they were 2%
+ * of the detect role's CPU on a dense stream). Eviction reads the clock. */
+static int64_t batch_s(const struct st_runwin *w, const struct st_detect_ctx *ctx)
+{
+    return ctx->now_s ? ctx->now_s : w->clock_s ? w->clock_s : (int64_t)time(NULL);
 }
 
 struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char *name,
@@ -318,6 +346,7 @@ void st_runwin_destroy(struct st_runwin *w)
 void st_runwin_begin(struct st_runwin *w, size_t nevents)
 {
     (void)nevents;
+    w->clock_s = (int64_t)time(NULL);
     w->gen++;
     w->nmemo = w->next_memo = 0;
 }
@@ -388,9 +417,10 @@ static void mark_dirty(struct st_runwin *w, struct run *r, uint64_t seq)
 }
 
 /* Copies a member into one allocation: the key, then source and event id
- * NUL-terminated. Returns -1 when it is not "a\x1fb\x1fc". */
-static int member_init(struct st_runwin_member *m, int64_t ts, const char *key,
-                       size_t len, int saved)
+ * NUL-terminated. Returns -1 when it is not "a\x1fb\x1fc". nmarked is
+ * left to the caller. */
+static int member_init(struct st_runwin *w, struct st_runwin_member *m, int64_t ts,
+                       const char *key, size_t len, int saved)
 {
     const char *a = memchr(key, SEP, len);
     const char *b = a ? memchr(a + 1, SEP, len - (size_t)(a + 1 - key)) : NULL;
@@ -409,8 +439,19 @@ static int member_init(struct st_runwin_member *m, int64_t ts, const char *key,
     m->source = copy;
     m->event_id = copy + (a - key) + 1;
     m->payload = block + (b - key) + 1;
-    m->saved = saved;
+    m->saved = (uint8_t)saved;
+    m->klen = len < UINT16_MAX ? (uint16_t)len : UINT16_MAX;
+    m->marked = w->mark && w->mark(m->payload);
+    m->nmarked = 0;
     return 0;
+}
+
+/* strlen(m->key) without reading the key, for all but the longest (a small
+ * run's checkpoint writes every member's key: the strlen of each was 6% of
+ * the detect role's samples on a dense stream) */
+static size_t member_len(const struct st_runwin_member *m)
+{
+    return m->klen < UINT16_MAX ? m->klen : strlen(m->key);
 }
 
 static int member_cmp(int64_t ts, const char *key, const struct st_runwin_member *m)
@@ -435,10 +476,44 @@ static size_t lower_bound(const struct run *r, int64_t ts, const char *key)
     return lo;
 }
 
-/* Inserts a member in order; returns 1 when new. */
-static int member_insert(struct run *r, int64_t ts, const char *key, size_t len, int saved)
+static struct bucket *bucket_find(struct run *r, int64_t key, int create);
+
+/* The bucket of a member's time (C division, as the detectors compute it) */
+static int64_t bucket_of(const struct st_runwin *w, int64_t ts)
 {
-    size_t i = lower_bound(r, ts, key);
+    return ts / w->bucket_us;
+}
+
+/* Keeps the buckets' sums (ST_RUNWIN_BUCKETS, struct bucket) as member
+ * r->m[i] is added: fed (saved 0), its value goes to its bucket's sum;
+ * loaded, its bucket is no longer known exact. */
+static void bucket_count(struct st_runwin *w, struct run *r, size_t i, int saved)
+{
+    int64_t key = bucket_of(w, r->m[i].ts_us);
+    if (saved) {
+        struct bucket *b = bucket_find(r, key, 0);
+        if (b)
+            b->exact = 0;
+        return;
+    }
+    size_t nb = r->nb;
+    struct bucket *b = bucket_find(r, key, 1);
+    b->sum += w->value ? w->value(r->m[i].payload) : 0;
+    b->dirty = 1;
+    /* made now, for a member alone in its bucket: exact */
+    if (r->nb > nb)
+        b->exact = (i == 0 || bucket_of(w, r->m[i - 1].ts_us) != key) &&
+                   (i + 1 == r->n || bucket_of(w, r->m[i + 1].ts_us) != key);
+}
+
+/* Inserts a member in order; returns 1 when new. */
+static int member_insert(struct st_runwin *w, struct run *r, int64_t ts, const char *key,
+                         size_t len, int saved)
+{
+    /* after the newest (an event in order, a load in Redis's order): its
+     * place without a search of the run */
+    size_t i = !r->n || member_cmp(ts, key, &r->m[r->n - 1]) > 0 ? r->n
+                                                                 : lower_bound(r, ts, key);
     if (i < r->n && member_cmp(ts, key, &r->m[i]) == 0) {
         if (saved && !r->m[i].saved) {
             r->m[i].saved = 1;
@@ -451,13 +526,24 @@ static int member_insert(struct run *r, int64_t ts, const char *key, size_t len,
         r->m = st_realloc(r->m, r->cap * sizeof(*r->m));
     }
     struct st_runwin_member m;
-    if (member_init(&m, ts, key, len, saved))
+    if (member_init(w, &m, ts, key, len, saved))
         return -1;
     memmove(&r->m[i + 1], &r->m[i], (r->n - i) * sizeof(*r->m));
+    /* the running count of marks: the count before it (at the front, the
+     * count before the old first member, now at 1: after trims it is not
+     * 0) plus its own, and one more for every member after it when it is
+     * marked (an out-of-order insert) */
+    uint32_t before = i ? r->m[i - 1].nmarked : r->n ? r->m[1].nmarked - r->m[1].marked : 0;
+    m.nmarked = before + m.marked;
     r->m[i] = m;
     r->n++;
+    if (m.marked)
+        for (size_t j = i + 1; j < r->n; j++)
+            r->m[j].nmarked++;
     r->keybytes += len;
     r->nunsaved += !saved;
+    if (w->flags & ST_RUNWIN_BUCKETS)
+        bucket_count(w, r, i, saved);
     return 1;
 }
 
@@ -491,6 +577,7 @@ static struct bucket *bucket_find(struct run *r, int64_t key, int create)
     b->key = key;
     b->sum = 0;
     b->dirty = 0;
+    b->exact = 0;
     return b;
 }
 
@@ -516,7 +603,7 @@ static int on_members(const redisReply *rep, void *arg)
         if (!k->str || !s->str)
             return -1;
         /* not ours when not "a\x1fb\x1fc": ignored, like a missing member */
-        member_insert(r, strtoll(s->str, NULL, 10), k->str, k->len, 1);
+        member_insert(r->owner, r, strtoll(s->str, NULL, 10), k->str, k->len, 1);
     }
     return load_done(r);
 }
@@ -560,7 +647,9 @@ static int on_buckets(const redisReply *rep, void *arg)
         const char *k = rep->element[i]->str, *v = rep->element[i + 1]->str;
         if (!k || !v)
             return -1;
-        bucket_find(r, strtoll(k, NULL, 10), 1)->sum = strtoll(v, NULL, 10);
+        struct bucket *b = bucket_find(r, strtoll(k, NULL, 10), 1);
+        b->sum = strtoll(v, NULL, 10);
+        b->exact = 0; /* Redis's: the members may disagree */
     }
     return load_done(r);
 }
@@ -589,7 +678,7 @@ static int blob_decode(struct st_runwin *w, struct run *r, const char *data, siz
             goto bad;
         st_buf_reset(&w->member); /* NUL-terminated for the comparisons */
         st_buf_add(&w->member, key, klen);
-        if (member_insert(r, ts, w->member.data, klen, 1) != 1)
+        if (member_insert(w, r, ts, w->member.data, klen, 1) != 1)
             goto bad; /* not "a\x1fb\x1fc", or twice */
     }
     if (st_runblob_get_count(&rd, &n))
@@ -610,7 +699,9 @@ static int blob_decode(struct st_runwin *w, struct run *r, const char *data, siz
         int64_t key, sum;
         if (st_runblob_get_bucket(&rd, &key, &sum))
             goto bad;
-        bucket_find(r, key, 1)->sum = sum;
+        struct bucket *bk = bucket_find(r, key, 1);
+        bk->sum = sum;
+        bk->exact = 0; /* Redis's: the members may disagree */
     }
     if (st_runblob_close(&rd))
         goto bad;
@@ -689,7 +780,7 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
         r->hash = h;
         r->max_ts = r->trim_ts = INT64_MIN;
         r->trim_below = INT64_MIN;
-        r->touched_s = wall_s(ctx);
+        r->touched_s = batch_s(w, ctx);
         r->partition = ctx->partition;
         if (w->nruns >= w->tcap)
             table_grow(w);
@@ -774,7 +865,7 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
             w->batch = st_realloc(w->batch, w->capbatch * sizeof(*w->batch));
         }
         w->batch[w->nbatch++] = r;
-        int64_t now = wall_s(ctx);
+        int64_t now = batch_s(w, ctx);
         if (now != r->touched_s || r != w->lru_tail) {
             r->touched_s = now;
             lru_unlink(w, r);
@@ -800,15 +891,19 @@ int st_runwin_add(struct st_runwin *w, struct st_detect_ctx *ctx,
     st_buf_adds(member, ev->event_id);
     st_buf_addc(member, SEP);
     st_buf_adds(member, payload);
-    return member_insert(r, ev->ts_us, member->data, member->len, 0) == 1;
+    return member_insert(w, r, ev->ts_us, member->data, member->len, 0) == 1;
 }
 
 size_t st_runwin_range(struct st_runwin *w, int64_t from_us, int64_t to_us,
                        const struct st_runwin_member **m)
 {
     struct run *r = w->cur;
-    size_t lo = lower_bound(r, from_us, NULL);
-    size_t hi = to_us == INT64_MAX ? r->n : lower_bound(r, to_us + 1, NULL);
+    /* the run's ends first: a window that reaches the newest member (an
+     * event in order) needs no search for its end */
+    size_t lo = !r->n || r->m[0].ts_us >= from_us ? 0 : lower_bound(r, from_us, NULL);
+    size_t hi = to_us == INT64_MAX || !r->n || r->m[r->n - 1].ts_us <= to_us
+                    ? r->n
+                    : lower_bound(r, to_us + 1, NULL);
     *m = r->m + lo;
     return hi > lo ? hi - lo : 0;
 }
@@ -828,17 +923,65 @@ void st_runwin_feed(struct st_runwin *w, struct st_detect_ctx *ctx,
         st_warn("%s: a window of run \"%s\" not evaluated", w->name, ev->run_id);
 }
 
-void st_runwin_bucket_add(struct st_runwin *w, int64_t bucket, int64_t v)
+void st_runwin_set_value(struct st_runwin *w, st_runwin_value_fn value)
 {
-    struct bucket *b = bucket_find(w->cur, bucket, 1);
-    b->sum += v;
-    b->dirty = 1;
+    w->value = value;
+}
+
+void st_runwin_set_mark(struct st_runwin *w, st_runwin_mark_fn mark)
+{
+    w->mark = mark;
 }
 
 int64_t st_runwin_bucket_get(struct st_runwin *w, int64_t bucket)
 {
     struct bucket *b = bucket_find(w->cur, bucket, 0);
     return b ? b->sum : 0;
+}
+
+int64_t st_runwin_bucket_sum(struct st_runwin *w, int64_t from, int64_t to)
+{
+    const struct run *r = w->cur;
+    int64_t sum = 0;
+    for (size_t i = 0; i < r->nb; i++)
+        if (r->b[i].key >= from && r->b[i].key <= to)
+            sum += r->b[i].sum;
+    return sum;
+}
+
+int64_t st_runwin_bucket_upto(struct st_runwin *w, int64_t bucket, int64_t to_us)
+{
+    struct run *r = w->cur;
+    int64_t from_us = bucket * w->bucket_us;
+    /* from bucket 1 on, [from_us, from_us + bucket_us) is exactly the
+     * times whose bucket it is (C division rounds towards zero: bucket 0
+     * holds the negative times above -bucket_us too) */
+    int whole = bucket > 0 && bucket_of(w, to_us) == bucket;
+    struct bucket *b = whole ? bucket_find(r, bucket, 0) : NULL;
+    /* no member newer than to_us: the members up to it are all of the
+     * bucket's */
+    if (b && b->exact && r->n && r->m[r->n - 1].ts_us <= to_us)
+        return b->sum;
+    int64_t part = 0, all = 0;
+    size_t i = lower_bound(r, from_us, NULL);
+    for (; i < r->n && (whole ? bucket_of(w, r->m[i].ts_us) == bucket
+                              : r->m[i].ts_us <= to_us); i++) {
+        int64_t v = w->value ? w->value(r->m[i].payload) : 0;
+        all += v;
+        if (r->m[i].ts_us <= to_us)
+            part += v;
+    }
+    /* the bucket's members summed whole: its sum is known exact or not */
+    if (b)
+        b->exact = all == b->sum;
+    return part;
+}
+
+size_t st_runwin_marked(const struct st_runwin_view *v, size_t lo, size_t hi)
+{
+    if (hi <= lo)
+        return 0;
+    return (uint32_t)(v->m[hi - 1].nmarked - v->m[lo].nmarked + v->m[lo].marked);
 }
 
 void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
@@ -1124,7 +1267,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     }
     if (wrote && ctx->runidx)
         st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, expired,
-                       wall_s(ctx));
+                       batch_s(w, ctx));
     r->ck_seq = ctx->seq;
     r->fed = 0;
 #undef WKEY
@@ -1233,7 +1376,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     st_runblob_start(b, &prev);
     st_runblob_count(b, r->n);
     for (size_t i = 0; i < r->n; i++)
-        st_runblob_member(b, &prev, r->m[i].ts_us, r->m[i].key, strlen(r->m[i].key));
+        st_runblob_member(b, &prev, r->m[i].ts_us, r->m[i].key, member_len(&r->m[i]));
     st_runblob_count(b, r->neps);
     for (size_t i = 0; i < r->neps; i++)
         st_runblob_episode(b, r->eps[i].id, r->eps[i].ep.first_us, r->eps[i].ep.last_us);
@@ -1270,7 +1413,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     drop_trims(r);
     if (ctx->runidx)
         st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, due,
-                       wall_s(ctx));
+                       batch_s(w, ctx));
 out:
     r->ck_seq = ctx->seq;
     r->fed = 0;
@@ -1366,6 +1509,7 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
      * by its held trims goes to the back as dirty since this checkpoint,
      * so that the list stays sorted. */
     int64_t now = wall_s(ctx);
+    w->clock_s = now;
     size_t i = w->dirty_head, nheld = 0;
     for (; i < w->ndirty; i++) {
         struct run *r = w->dirty[i];
@@ -1400,13 +1544,20 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
 static void run_trim(struct st_runwin *w, struct run *r)
 {
     int64_t oldest = r->trim_ts - w->keep_us;
-    size_t k = lower_bound(r, oldest, NULL);
+    /* most runs of a batch lose nothing: no search, no move */
+    size_t k = r->n && r->m[0].ts_us < oldest ? lower_bound(r, oldest, NULL) : 0;
     for (size_t i = 0; i < k; i++) {
         r->nunsaved -= !r->m[i].saved;
-        r->keybytes -= strlen(r->m[i].key);
+        r->keybytes -= member_len(&r->m[i]);
         free((char *)r->m[i].key);
     }
-    memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));
+    /* the buckets that lost members are exact no more */
+    if (k)
+        for (size_t j = 0; j < r->nb; j++)
+            if (r->b[j].key <= bucket_of(w, r->m[k - 1].ts_us))
+                r->b[j].exact = 0;
+    if (k)
+        memmove(r->m, r->m + k, (r->n - k) * sizeof(*r->m));
     r->n -= k;
     r->ndel_m += k;
     if (k && r->trim_below < oldest)

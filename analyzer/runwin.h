@@ -41,7 +41,13 @@ struct st_runwin_member {
     const char *source; /* split copies, owned with key */
     const char *event_id;
     const char *payload;
-    int saved; /* in a checkpoint already (runwin.c's own) */
+    /* marked members at or before this one in its run, modulo 2^32
+     * (st_runwin_marked: the count in a range is a difference; runwin.c's
+     * own) */
+    uint32_t nmarked;
+    uint8_t marked; /* the detector's mark of the payload (st_runwin_set_mark) */
+    uint8_t saved;  /* in a checkpoint already (runwin.c's own) */
+    uint16_t klen;  /* strlen(key), UINT16_MAX from there on (runwin.c's own) */
 };
 
 struct st_runwin_view {
@@ -100,9 +106,34 @@ int st_runwin_add(struct st_runwin *w, struct st_detect_ctx *ctx,
 size_t st_runwin_range(struct st_runwin *w, int64_t from_us, int64_t to_us,
                        const struct st_runwin_member **m);
 
-/* The current run's bucket sums (ST_RUNWIN_BUCKETS). */
-void st_runwin_bucket_add(struct st_runwin *w, int64_t bucket, int64_t v);
+/* With ST_RUNWIN_BUCKETS, before the first feed: a member's value, read
+ * from its payload, which a feed that adds the member new (st_runwin_add
+ * returns 1) adds to the sum of its bucket (time / bucket_us). The
+ * function must give the same value for the same payload. */
+typedef int64_t (*st_runwin_value_fn)(const char *payload);
+void st_runwin_set_value(struct st_runwin *w, st_runwin_value_fn value);
+
+/* The current run's bucket sums (ST_RUNWIN_BUCKETS): one bucket's, and
+ * the sum of those of buckets from..to (one pass over the run's buckets). */
 int64_t st_runwin_bucket_get(struct st_runwin *w, int64_t bucket);
+int64_t st_runwin_bucket_sum(struct st_runwin *w, int64_t from, int64_t to);
+
+/* The sum of the values of the current run's members with
+ * bucket * bucket_us <= time <= to_us: always what summing them would
+ * give, read from the bucket's sum when runwin.c knows that sum to be
+ * exactly its members' and no member of the bucket is newer than to_us
+ * (the common case: the run's newest event), else by summing them (an
+ * out-of-order event, a redo, the first use of a loaded bucket). */
+int64_t st_runwin_bucket_upto(struct st_runwin *w, int64_t bucket, int64_t to_us);
+
+/* Before the first feed: whether a member is marked, read from its
+ * payload once as it is added (fed or loaded), so that a window can be
+ * asked whether it holds a marked member without reading any payload. */
+typedef int (*st_runwin_mark_fn)(const char *payload);
+void st_runwin_set_mark(struct st_runwin *w, st_runwin_mark_fn mark);
+
+/* The number of marked members among v->m[lo, hi), in constant time. */
+size_t st_runwin_marked(const struct st_runwin_view *v, size_t lo, size_t hi);
 
 /* Inside a callback: the finding id for a window ending at end_us whose
  * oldest member is opener, extending the run's open episode when the window

@@ -31,6 +31,14 @@ struct rp_state {
     struct st_buf payload;
 };
 
+/* Payload: 'F' (failed) or 'A' (went through), then the target. A failed
+ * attempt is a marked member (st_runwin_set_mark): its flag is read once,
+ * as it is added, and the window's scan reads no payload to find one. */
+static int payload_failed(const char *p)
+{
+    return p[0] == 'F';
+}
+
 static void *rp_create(const struct st_analyzer_conf *conf)
 {
     struct rp_state *st = st_calloc(1, sizeof(*st));
@@ -39,6 +47,7 @@ static void *rp_create(const struct st_analyzer_conf *conf)
     st->win = st_runwin_new(conf, NAME, window_us,
                             2 * window_us + conf->lateness_s * 1000000,
                             ST_RUNWIN_EPISODES, 0);
+    st_runwin_set_mark(st->win, payload_failed);
     st_buf_init(&st->payload);
     return st;
 }
@@ -63,12 +72,6 @@ static void rp_reset(void *state)
     st_runwin_reset(((struct rp_state *)state)->win);
 }
 
-/* Payload: 'F' (failed) or 'A' (went through), then the target. */
-static int payload_failed(const char *p)
-{
-    return p[0] == 'F';
-}
-
 static int in_list(const char *const *list, size_t n, const char *s)
 {
     for (size_t i = 0; i < n; i++)
@@ -81,6 +84,13 @@ static int rp_window(void *arg, const struct st_runwin_view *v, size_t lo, size_
                      int64_t end_us)
 {
     struct rp_state *st = arg;
+    /* the common case on a busy stream: nothing failed in the window, so
+     * nothing follows a refusal (counted in constant time) */
+    if (!st_runwin_marked(v, lo, hi))
+        return 0;
+    /* the attempts before the first failure count for nothing */
+    while (!v->m[lo].marked)
+        lo++;
     const char **failed = st_malloc((hi - lo) * sizeof(*failed));
     size_t nfailed = 0, first = 0, other = 0, through = 0;
     int started = 0, rc = 0;
@@ -92,9 +102,9 @@ static int rp_window(void *arg, const struct st_runwin_view *v, size_t lo, size_
         const char *target = v->m[i].payload + 1;
         if (started && !in_list(failed, nfailed, target)) {
             other++;
-            through += !payload_failed(v->m[i].payload);
+            through += !v->m[i].marked;
         }
-        if (payload_failed(v->m[i].payload)) {
+        if (v->m[i].marked) {
             if (!started)
                 first = i;
             started = 1;

@@ -9,11 +9,15 @@
  * A run's requests are a runwin window (member: source, event id and bytes
  * out; score: event time), so adding one twice changes nothing; its bytes
  * out are added to a per-tenth-of-the-window bucket only when the request
- * was new. Per request, in memory: the window's count (exact) and its byte
- * sum (the nine buckets before the event's, then the event's own tenth
- * summed from its members up to the event: its bucket may already hold
- * later requests that a failed attempt of the batch added, which a redo
- * must not count). A finding covers one budget window, keyed by the
+ * was new (runwin.c does it: st_runwin_set_value). Per request, in memory:
+ * the window's count (exact) and its byte sum (the nine buckets before the
+ * event's, then the event's own tenth up to the event: its bucket may
+ * already hold later requests that a failed attempt of the batch added,
+ * which a redo must not count, so st_runwin_bucket_upto reads the bucket's
+ * sum only when no member of it is later than the event and the sum is
+ * known to be its members', and sums the members otherwise: the same
+ * number either way, without a walk of the tenth per request on a dense
+ * stream). A finding covers one budget window, keyed by the
  * window-length slot of event time in which the budget was exceeded; its
  * evidence is every request made over the budget.
  *
@@ -42,6 +46,12 @@ struct va_state {
     struct st_buf payload;
 };
 
+/* A member's payload is its bytes out */
+static int64_t va_value(const char *payload)
+{
+    return strtoll(payload, NULL, 10);
+}
+
 static void *va_create(const struct st_analyzer_conf *conf)
 {
     struct va_state *st = st_calloc(1, sizeof(*st));
@@ -51,6 +61,7 @@ static void *va_create(const struct st_analyzer_conf *conf)
     st->win = st_runwin_new(conf, NAME, window_us,
                             2 * window_us + conf->lateness_s * 1000000,
                             ST_RUNWIN_BUCKETS, minute_us);
+    st_runwin_set_value(st->win, va_value);
     st_buf_init(&st->payload);
     return st;
 }
@@ -97,18 +108,14 @@ static void va_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     int64_t minute = ev->ts_us / minute_us;
     st_buf_reset(&st->payload);
     st_buf_addi64(&st->payload, bytes);
-    if (st_runwin_add(st->win, ctx, ev, st->payload.data))
-        st_runwin_bucket_add(st->win, minute, bytes);
+    /* new: its bytes go to its minute's bucket (va_value) */
+    st_runwin_add(st->win, ctx, ev, st->payload.data);
 
     const struct st_runwin_member *m;
     long long count = (long long)st_runwin_range(st->win, ev->ts_us - window_us + 1,
                                                  ev->ts_us, &m);
-    long long sum = 0;
-    for (int i = 1; i < 10; i++)
-        sum += st_runwin_bucket_get(st->win, minute - i);
-    size_t n = st_runwin_range(st->win, minute * minute_us, ev->ts_us, &m);
-    for (size_t i = 0; i < n; i++)
-        sum += strtoll(m[i].payload, NULL, 10);
+    long long sum = st_runwin_bucket_sum(st->win, minute - 9, minute - 1) +
+                    st_runwin_bucket_upto(st->win, minute, ev->ts_us);
 
     int64_t max_req = st_override_int(&conf->overrides, ev,
                                       "detect.volume_anomaly.max_requests",
