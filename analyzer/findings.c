@@ -45,6 +45,61 @@ void st_findings_fini(struct st_findings *fs)
     memset(fs, 0, sizeof(*fs));
 }
 
+/* Merges src's finding into dst's (the same id), by st_findings_update's
+ * rules, src being the later update: severity only rises, the window
+ * widens, src's summary replaces dst's, src's events follow dst's. src's
+ * strings are moved or freed; src is left empty. */
+static void finding_merge(struct st_finding *dst, struct st_finding *src)
+{
+    if (src->severity > dst->severity)
+        dst->severity = src->severity;
+    if (src->first_us < dst->first_us)
+        dst->first_us = src->first_us;
+    if (src->last_us > dst->last_us)
+        dst->last_us = src->last_us;
+    free(dst->summary);
+    dst->summary = src->summary;
+    src->summary = NULL;
+    for (size_t i = 0; i < src->nevents; i++) {
+        if (dst->nevents == dst->capevents) {
+            dst->capevents = dst->capevents ? dst->capevents * 2 : 16;
+            dst->events = st_realloc(dst->events, dst->capevents * sizeof(*dst->events));
+        }
+        dst->events[dst->nevents++] = src->events[i];
+    }
+    src->nevents = 0;
+    finding_fini(src);
+}
+
+/* A finding id's first 16 hex digits (ids are SHA-256 output: uniform) */
+static uint64_t id_hash(const char *id)
+{
+    uint64_t h = 0;
+    for (int i = 0; i < 16 && id[i]; i++)
+        h = h * 16 + (uint64_t)(id[i] <= '9' ? id[i] - '0' : (id[i] | 32) - 'a' + 10);
+    return h;
+}
+
+/* The index in fs (its first n items) of id, or -1; table: n's ids by
+ * their first 16 hex digits, open addressing over mask + 1 slots (NULL:
+ * a linear scan, for few findings). */
+static long find_id(const struct st_findings *fs, size_t n, const long *table, size_t mask,
+                    const char *id)
+{
+    if (!table) {
+        for (size_t i = 0; i < n; i++)
+            if (!strcmp(fs->items[i].id, id))
+                return (long)i;
+        return -1;
+    }
+    for (size_t k = id_hash(id) & mask;; k = (k + 1) & mask) {
+        if (table[k] < 0)
+            return -1;
+        if (!strcmp(fs->items[table[k]].id, id))
+            return table[k];
+    }
+}
+
 void st_findings_take(struct st_findings *dst, struct st_findings *src)
 {
     if (src->n == 0)
@@ -53,9 +108,35 @@ void st_findings_take(struct st_findings *dst, struct st_findings *src)
         dst->cap = dst->n + src->n > 2 * dst->cap ? dst->n + src->n : 2 * dst->cap;
         dst->items = st_realloc(dst->items, dst->cap * sizeof(*dst->items));
     }
+    /* A finding of src whose id dst holds is merged into it: a run's
+     * events come from one partition, and so from one worker, but not
+     * after partitions were added to the topic (a task's older events in
+     * one partition, its newer in another), and the sink writes a batch's
+     * findings in one statement that refuses an id twice (sinks/findings.c) */
+    size_t n0 = dst->n, mask = 0;
+    long *table = NULL;
+    if (n0 > 16) {
+        while (mask + 1 < 2 * n0)
+            mask = 2 * mask + 1;
+        table = st_malloc((mask + 1) * sizeof(*table));
+        for (size_t k = 0; k <= mask; k++)
+            table[k] = -1;
+        for (size_t i = 0; i < n0; i++) {
+            size_t k = id_hash(dst->items[i].id) & mask;
+            while (table[k] >= 0)
+                k = (k + 1) & mask;
+            table[k] = (long)i;
+        }
+    }
     /* the items own their strings: moved, not copied */
-    memcpy(dst->items + dst->n, src->items, src->n * sizeof(*src->items));
-    dst->n += src->n;
+    for (size_t i = 0; i < src->n; i++) {
+        long at = find_id(dst, n0, table, mask, src->items[i].id);
+        if (at >= 0)
+            finding_merge(&dst->items[at], &src->items[i]);
+        else
+            dst->items[dst->n++] = src->items[i];
+    }
+    free(table);
     src->n = 0;
 }
 

@@ -42,9 +42,11 @@ void st_findings_init(struct st_findings *fs);
 void st_findings_fini(struct st_findings *fs);
 void st_findings_reset(struct st_findings *fs); /* empties, keeps memory */
 
-/* Moves every finding of src to the end of dst; src is left empty. The
- * two must hold different ids (workers.c: a run's findings come from one
- * worker, and each detector's ids start with its name). */
+/* Moves every finding of src to the end of dst; src is left empty. A
+ * finding whose id dst holds already is merged into dst's, as a later
+ * st_findings_update of it would (a run's findings come from one worker,
+ * but not after partitions were added to the topic: workers.c), so the
+ * ids of dst stay distinct. */
 void st_findings_take(struct st_findings *dst, struct st_findings *src);
 
 /* Makes a finding id: the first 128 bits of SHA-256 over the parts, hex. */

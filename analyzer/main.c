@@ -183,6 +183,12 @@ static const struct st_conf_prop analyzer_props[] = {
      "and every batch with detect.workers=1 or analyzer.role=store, by the main "
      "thread alone (0: never). The stored rows, dead-letter records and findings do "
      "not depend on it"},
+    {"detect.park_above", NULL, ST_CONF_INT, A(park_above), 0, 100000000, "65536",
+     "while more events than this wait in the reorder buffer (detect.lateness_s), an "
+     "event still waiting at the end of its batch keeps only its text (about 0.3 KB) "
+     "and is parsed again when it leaves; at or below it, events keep their parsed "
+     "document (about 5 KB each) and are parsed once (0: always park). The findings do "
+     "not depend on it"},
     {"detect.lateness_s", NULL, ST_CONF_INT, A(lateness_s), 0, 86400, "30",
      "how late (event time) an event may arrive and still count in its window"},
     {"detect.max_future_s", NULL, ST_CONF_INT, A(max_future_s), 0, 30 * 86400, "300",
@@ -1160,7 +1166,7 @@ static int run(struct analyzer *a, int drain)
         more = sl->nrel >= rel_max;
         /* what waits for a later batch keeps its text, not its parsed
          * document: copied now, while b holds the messages */
-        st_reorder_park(a->reorder);
+        st_reorder_park(a->reorder, (size_t)a->conf.park_above);
         /* caught up: the evidence part signs what is pending (all of it at
          * the end of --drain, what is old enough otherwise) */
         if (flush || (!drain && st_consumer_drained(a->consumer)))

@@ -29,6 +29,8 @@ struct pushed {
     int64_t clock; /* the partition's clock before it was pushed */
     int64_t ts_us; /* its time here (the receive time when skewed) */
     char *raw;     /* parked: its text (owned); NULL otherwise */
+    struct st_event *kept; /* kept parsed past its batch (a small buffer:
+                            * st_reorder_park's keep), owned; or NULL */
     uint32_t rawlen;
     uint8_t gone, late, skewed;
 };
@@ -75,6 +77,7 @@ struct part {
     size_t nfresh, capfresh, fresh_live;
     uint64_t fresh_seq;
     size_t parked, parked_bytes;
+    size_t kept, kept_bytes; /* events kept parsed past their batch, their arenas */
     /* an offset was pushed below one before it (not seen: Kafka gives a
      * partition's offsets in order and a seek back drops the buffer): the
      * commit point then walks the buffer, as it always did */
@@ -120,8 +123,14 @@ static struct pushed *entry(struct part *p, uint64_t seq)
 
 static void part_clear(struct part *p)
 {
-    for (size_t i = 0; i < p->fifo_n; i++)
-        free(fifo_at(p, i)->raw);
+    for (size_t i = 0; i < p->fifo_n; i++) {
+        struct pushed *e = fifo_at(p, i);
+        free(e->raw);
+        if (e->kept) {
+            st_event_fini(e->kept);
+            free(e->kept);
+        }
+    }
     for (size_t i = 0; i < p->nfresh; i++)
         st_event_fini(&p->fresh[i].ev); /* an empty one too */
     free(p->heap);
@@ -232,6 +241,12 @@ static void drop_one(struct st_reorder *r, struct part *p, struct pushed *e, uin
 {
     if (seq >= p->fresh_seq) {
         st_event_fini(&p->fresh[seq - p->fresh_seq].ev);
+    } else if (e->kept) {
+        p->kept--;
+        p->kept_bytes -= st_arena_bytes(e->kept->mem);
+        st_event_fini(e->kept);
+        free(e->kept);
+        e->kept = NULL;
     } else {
         p->parked--;
         p->parked_bytes -= e->rawlen;
@@ -257,6 +272,12 @@ static int take(struct st_reorder *r, struct part *p, struct pushed *e, uint64_t
         struct st_event *ev = &p->fresh[seq - p->fresh_seq].ev;
         it->ev = *ev;
         memset(ev, 0, sizeof(*ev));
+    } else if (e->kept) {
+        p->kept--;
+        p->kept_bytes -= st_arena_bytes(e->kept->mem);
+        it->ev = *e->kept;
+        free(e->kept);
+        e->kept = NULL;
     } else {
         struct st_reject rej;
         if (st_event_parse(&it->ev, e->raw, e->rawlen, &rej) == 0) {
@@ -377,9 +398,12 @@ void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
     heap_push(p, &(struct key){.ts_us = e.ts_us, .offset = offset, .seq = seq});
 }
 
-size_t st_reorder_park(struct st_reorder *r)
+size_t st_reorder_park(struct st_reorder *r, size_t keep)
 {
     size_t n = 0;
+    /* a buffer that holds few events keeps them parsed: parking each would
+     * cost a second parse for little memory (docs/architecture.md) */
+    int park = r->buffered > keep;
     for (size_t i = 0; i < r->nparts; i++) {
         struct part *p = &r->parts[i];
         if (!p->used || p->fresh_live == 0)
@@ -389,6 +413,14 @@ size_t st_reorder_park(struct st_reorder *r)
             if (!e)
                 continue; /* it left */
             struct fresh *f = &p->fresh[k];
+            if (!park) {
+                e->kept = st_malloc(sizeof(*e->kept));
+                *e->kept = f->ev;
+                memset(&f->ev, 0, sizeof(f->ev));
+                p->kept++;
+                p->kept_bytes += st_arena_bytes(e->kept->mem);
+                continue;
+            }
             e->raw = st_malloc(f->rawlen ? f->rawlen : 1);
             memcpy(e->raw, f->raw, f->rawlen);
             st_event_fini(&f->ev);
@@ -551,7 +583,7 @@ size_t st_reorder_bytes(const struct st_reorder *r)
             continue;
         n += p->cap * sizeof(*p->heap) + p->capready * sizeof(*p->ready) +
              p->fifo_cap * sizeof(*p->fifo) + p->capfresh * sizeof(*p->fresh) +
-             p->parked_bytes;
+             p->parked_bytes + p->kept_bytes + p->kept * sizeof(struct st_event);
         for (size_t k = 0; k < p->nfresh; k++)
             n += st_arena_bytes(p->fresh[k].ev.mem);
     }

@@ -79,8 +79,11 @@ void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
  * (st_event_parse, ts_us as pushed) when it leaves. Call it at the end of
  * each batch, once the events that may leave have left, while the texts
  * pushed in it are still valid. Costs nothing for an event gone already.
- * Returns the count parked. */
-size_t st_reorder_park(struct st_reorder *r);
+ * While the buffer holds at most keep events, those events are kept
+ * parsed instead (a drain at the default lateness buffers a few thousand:
+ * parking them would parse each twice for little memory). Returns the
+ * count parked. */
+size_t st_reorder_park(struct st_reorder *r, size_t keep);
 
 /* Drops the buffered event at (partition, offset), if any (it went to the
  * dead-letter topic). Returns 1 when one was dropped. */

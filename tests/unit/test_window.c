@@ -126,6 +126,55 @@ START_TEST(findings_take_moves_every_finding_in_order)
 }
 END_TEST
 
+/* An id both hold (a run whose events came through two partitions, after
+ * partitions were added: two workers) is one finding after the take,
+ * merged as a later update would be: the sink writes a batch's findings in
+ * one statement, which refuses an id twice. Few findings (a scan) and many
+ * (a hash of the ids) */
+START_TEST(findings_take_merges_an_id_both_hold)
+{
+    struct st_findings dst, src;
+    char id[33], shared[33];
+    int many = _i ? 40 : 3;
+    st_findings_init(&dst);
+    st_findings_init(&src);
+    for (int i = 0; i < many; i++) {
+        st_finding_id(id, "d", "t", "r", (char[2]){(char)('A' + i), 0});
+        st_finding_add_event(
+            st_findings_update(&dst, id, "d", 1, ST_SEV_MEDIUM, "t", "r", 10, 20, "dst"), "s",
+            "e1", 0);
+        if (i == many / 2)
+            memcpy(shared, id, sizeof(id));
+    }
+    st_finding_id(id, "d", "t", "r", "only-src");
+    st_findings_update(&src, id, "d", 1, ST_SEV_LOW, "t", "r", 1, 1, "src only");
+    struct st_finding *f =
+        st_findings_update(&src, shared, "d", 1, ST_SEV_HIGH, "t", "r", 5, 15, "src");
+    st_finding_add_event(f, "s", "e2", 1);
+    st_findings_take(&dst, &src);
+    ck_assert_int_eq(dst.n, many + 1);
+    ck_assert_int_eq(src.n, 0);
+    int seen = 0;
+    for (size_t i = 0; i < dst.n; i++) {
+        if (strcmp(dst.items[i].id, shared) != 0)
+            continue;
+        seen++;
+        ck_assert_int_eq(dst.items[i].severity, ST_SEV_HIGH);
+        ck_assert_int_eq(dst.items[i].first_us, 5);
+        ck_assert_int_eq(dst.items[i].last_us, 20);
+        ck_assert_str_eq(dst.items[i].summary, "src");
+        ck_assert_int_eq(dst.items[i].nevents, 2);
+        ck_assert_str_eq(dst.items[i].events[0].event_id, "e1");
+        ck_assert_str_eq(dst.items[i].events[1].event_id, "e2");
+        ck_assert_int_eq(dst.items[i].events[1].late, 1);
+    }
+    ck_assert_int_eq(seen, 1);
+    ck_assert_str_eq(dst.items[dst.n - 1].summary, "src only");
+    st_findings_fini(&src);
+    st_findings_fini(&dst);
+}
+END_TEST
+
 START_TEST(checkpoint_take_appends_and_empties)
 {
     struct st_checkpoint *dst = st_checkpoint_new(), *src = st_checkpoint_new();
@@ -154,6 +203,7 @@ int main(void)
     tcase_add_test(tc, finding_id_is_deterministic_and_separates_parts);
     tcase_add_test(tc, findings_merge_updates_in_a_batch);
     tcase_add_test(tc, findings_take_moves_every_finding_in_order);
+    tcase_add_loop_test(tc, findings_take_merges_an_id_both_hold, 0, 2);
     tcase_add_test(tc, checkpoint_take_appends_and_empties);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
