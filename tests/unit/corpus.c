@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "buf.h"
 #include "corpus.h"
 
@@ -90,4 +92,20 @@ int corpus_generated(const char *head, const char *tail, corpus_fn fn, void *arg
     free(text);
     unlink(tmp);
     return 0;
+}
+
+int corpus_same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+int corpus_same_json(const struct cJSON *a, const struct cJSON *b)
+{
+    if (!a || !b)
+        return a == b;
+    char *x = cJSON_PrintUnformatted(a), *y = cJSON_PrintUnformatted(b);
+    int same = x && y && strcmp(x, y) == 0;
+    free(x);
+    free(y);
+    return same;
 }

@@ -28,4 +28,11 @@ size_t corpus_tree(const char *dir, corpus_fn fn, void *arg);
  * (nothing called). */
 int corpus_generated(const char *head, const char *tail, corpus_fn fn, void *arg);
 
+/* The same string, or both NULL. */
+int corpus_same_str(const char *a, const char *b);
+
+/* The same document printed, or both NULL (cJSON *: the events' trees). */
+struct cJSON;
+int corpus_same_json(const struct cJSON *a, const struct cJSON *b);
+
 #endif

@@ -26,22 +26,6 @@
 
 static size_t lines, accepted;
 
-static int same_str(const char *a, const char *b)
-{
-    return a == b || (a && b && strcmp(a, b) == 0);
-}
-
-/* Both printed: the same text, or both NULL. */
-static int same_json(const cJSON *a, const cJSON *b)
-{
-    if (!a || !b)
-        return a == b;
-    char *x = cJSON_PrintUnformatted(a), *y = cJSON_PrintUnformatted(b);
-    int same = x && y && strcmp(x, y) == 0;
-    free(x);
-    free(y);
-    return same;
-}
 
 static void compare(const char *line, size_t len)
 {
@@ -56,7 +40,7 @@ static void compare(const char *line, size_t len)
     ck_assert_msg(rca == rct, "outcome differs (%d arena, %d tree; %s) on: %.*s", rca, rct,
                   rca ? ra.code : rt.code, (int)(len < 300 ? len : 300), line);
     if (rca) {
-        ck_assert_msg(same_str(ra.code, rt.code) && strcmp(ra.msg, rt.msg) == 0,
+        ck_assert_msg(corpus_same_str(ra.code, rt.code) && strcmp(ra.msg, rt.msg) == 0,
                       "refusal differs: %s \"%s\" / %s \"%s\" on: %.*s", ra.code, ra.msg,
                       rt.code, rt.msg, (int)(len < 300 ? len : 300), line);
         ck_assert_ptr_null(a.doc);
@@ -67,22 +51,22 @@ static void compare(const char *line, size_t len)
     accepted++;
     ck_assert_ptr_nonnull(a.mem);
     ck_assert_ptr_null(t.mem);
-    ck_assert(same_str(a.event_id, t.event_id));
+    ck_assert(corpus_same_str(a.event_id, t.event_id));
     ck_assert(a.ts_us == t.ts_us);
     ck_assert(a.source_kind == t.source_kind);
-    ck_assert(same_str(a.source_name, t.source_name));
-    ck_assert(same_str(a.source_platform, t.source_platform));
-    ck_assert(same_str(a.task_id, t.task_id));
-    ck_assert(same_str(a.run_id, t.run_id));
-    ck_assert(same_str(a.trace_id, t.trace_id));
+    ck_assert(corpus_same_str(a.source_name, t.source_name));
+    ck_assert(corpus_same_str(a.source_platform, t.source_platform));
+    ck_assert(corpus_same_str(a.task_id, t.task_id));
+    ck_assert(corpus_same_str(a.run_id, t.run_id));
+    ck_assert(corpus_same_str(a.trace_id, t.trace_id));
     ck_assert(a.type == t.type);
     ck_assert(a.decision == t.decision);
-    ck_assert(same_str(a.reason, t.reason));
-    ck_assert(same_str(a.content, t.content));
-    ck_assert(same_json(a.identity, t.identity));
-    ck_assert(same_json(a.attrs, t.attrs));
-    ck_assert(same_json(a.doc, t.doc));
-    ck_assert(same_str(st_event_target(&a), st_event_target(&t)));
+    ck_assert(corpus_same_str(a.reason, t.reason));
+    ck_assert(corpus_same_str(a.content, t.content));
+    ck_assert(corpus_same_json(a.identity, t.identity));
+    ck_assert(corpus_same_json(a.attrs, t.attrs));
+    ck_assert(corpus_same_json(a.doc, t.doc));
+    ck_assert(corpus_same_str(st_event_target(&a), st_event_target(&t)));
     st_event_fini(&a);
     st_event_fini(&t);
     ck_assert_ptr_null(a.mem);

@@ -367,22 +367,6 @@ START_TEST(reorder_commit_point_is_the_oldest_still_buffered)
 }
 END_TEST
 
-static int same_str(const char *a, const char *b)
-{
-    return a == b || (a && b && strcmp(a, b) == 0);
-}
-
-/* Both printed: the same text, or both NULL. */
-static int same_json(const cJSON *a, const cJSON *b)
-{
-    if (!a || !b)
-        return a == b;
-    char *x = cJSON_PrintUnformatted(a), *y = cJSON_PrintUnformatted(b);
-    int same = x && y && strcmp(x, y) == 0;
-    free(x);
-    free(y);
-    return same;
-}
 
 /* Every valid event of the corpora pushed, one in three skewed (its time
  * the receive time), in batches of 64 parked at each batch's end, on a
@@ -456,21 +440,21 @@ START_TEST(reorder_parked_event_comes_back_identical)
         ck_assert_int_eq(out[i].partition, k % 2);
         ck_assert(a->ts_us == (k % 3 == 1 ? 1000 * S + k : t.ts_us));
         ck_assert_ptr_nonnull(a->mem);
-        ck_assert(same_str(a->event_id, t.event_id));
+        ck_assert(corpus_same_str(a->event_id, t.event_id));
         ck_assert(a->source_kind == t.source_kind);
-        ck_assert(same_str(a->source_name, t.source_name));
-        ck_assert(same_str(a->source_platform, t.source_platform));
-        ck_assert(same_str(a->task_id, t.task_id));
-        ck_assert(same_str(a->run_id, t.run_id));
-        ck_assert(same_str(a->trace_id, t.trace_id));
+        ck_assert(corpus_same_str(a->source_name, t.source_name));
+        ck_assert(corpus_same_str(a->source_platform, t.source_platform));
+        ck_assert(corpus_same_str(a->task_id, t.task_id));
+        ck_assert(corpus_same_str(a->run_id, t.run_id));
+        ck_assert(corpus_same_str(a->trace_id, t.trace_id));
         ck_assert(a->type == t.type);
         ck_assert(a->decision == t.decision);
-        ck_assert(same_str(a->reason, t.reason));
-        ck_assert(same_str(a->content, t.content));
-        ck_assert(same_json(a->identity, t.identity));
-        ck_assert(same_json(a->attrs, t.attrs));
-        ck_assert(same_json(a->doc, t.doc));
-        ck_assert(same_str(st_event_target(a), st_event_target(&t)));
+        ck_assert(corpus_same_str(a->reason, t.reason));
+        ck_assert(corpus_same_str(a->content, t.content));
+        ck_assert(corpus_same_json(a->identity, t.identity));
+        ck_assert(corpus_same_json(a->attrs, t.attrs));
+        ck_assert(corpus_same_json(a->doc, t.doc));
+        ck_assert(corpus_same_str(st_event_target(a), st_event_target(&t)));
         st_event_fini(&t);
         st_reorder_item_fini(&out[i]);
     }
