@@ -1165,7 +1165,8 @@ static int run(struct analyzer *a, int drain)
                                       &sl->relcap);
         more = sl->nrel >= rel_max;
         /* what waits for a later batch keeps its text, not its parsed
-         * document: copied now, while b holds the messages */
+         * document, while more than detect.park_above wait: copied now,
+         * while b holds the messages */
         st_reorder_park(a->reorder, (size_t)a->conf.park_above);
         /* caught up: the evidence part signs what is pending (all of it at
          * the end of --drain, what is old enough otherwise) */
