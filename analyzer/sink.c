@@ -22,19 +22,24 @@
 /* The order in which one transaction writes them: a later part may read
  * the rows an earlier one wrote (a finding's refresh reads its events).
  * roles: the analyzer.role values whose transactions write the part; this
- * is the one place that says what each role writes. */
+ * is the one place that says what each role writes. after: the part is
+ * written by st_sink_write_after, in a transaction of its own once the
+ * batch's has committed, on a second connection, so that the next batch's
+ * transaction does not wait for it. */
 static const struct part {
     const struct st_sink_part_ops *ops;
     unsigned roles;
+    int after;
 } parts[] = {
-    {&st_sink_events, ALL | STORE},
-    {&st_sink_evidence, ALL | STORE}, /* reads the rows events wrote */
+    {&st_sink_events, ALL | STORE, 0},
+    {&st_sink_evidence, ALL | STORE, 0}, /* reads the rows events wrote */
+    {&st_sink_findings, ALL | DETECT, 0},
+    {&st_sink_outbox, ALL | DETECT, 0}, /* reads the findings just written */
     /* detection runs in another analyzer: its findings may have been
-     * written before these events */
-    {&st_sink_refresh, STORE},
-    {&st_sink_findings, ALL | DETECT},
-    {&st_sink_outbox, ALL | DETECT}, /* reads the findings just written */
-    {NULL, 0},
+     * written before these events. After their commit: its lock
+     * (refresh.h) then never holds up the events' COPY */
+    {&st_sink_refresh, STORE, 1},
+    {NULL, 0, 0},
 };
 
 #define NPARTS (sizeof(parts) / sizeof(parts[0]) - 1)
@@ -44,8 +49,10 @@ static const struct part {
  * part's callbacks run where. */
 struct st_sink {
     PGconn *pg;
+    PGconn *pg_after; /* st_sink_write_after's, made on first use */
     char *dsn;
     int on[NPARTS]; /* the role writes parts[i] */
+    int nafter;     /* of them, parts written after the batch's commit */
     void *state[NPARTS];
 };
 
@@ -87,26 +94,29 @@ int st_sink_result(PGresult *res, const char *what, char *errstr, size_t errsz)
     return cls;
 }
 
-static int sink_connect(struct st_sink *s, char *errstr, size_t errsz)
+/* (Re)opens *pg, the connection of the parts with after == after. */
+static int sink_connect(struct st_sink *s, PGconn **pg, int after, char *errstr,
+                        size_t errsz)
 {
-    PQfinish(s->pg);
-    s->pg = st_pg_connect(s->dsn, errstr, errsz);
-    if (!s->pg)
+    PQfinish(*pg);
+    *pg = st_pg_connect(s->dsn, errstr, errsz);
+    if (!*pg)
         return ST_SINK_RETRY;
     /* No JIT for the batch's statements: while a drain grows the tables
      * faster than their statistics, the planner's estimates pass
      * jit_above_cost and the findings' refresh spent about 0.3 s
      * compiling per batch, for statements that run in milliseconds
      * (docs/architecture.md, "Findings per batch, not per finding") */
-    if (st_pg_exec(s->pg, "SET jit = off", errstr, errsz)) {
-        PQfinish(s->pg);
-        s->pg = NULL;
+    if (st_pg_exec(*pg, "SET jit = off", errstr, errsz)) {
+        PQfinish(*pg);
+        *pg = NULL;
         return ST_SINK_RETRY;
     }
     for (size_t i = 0; i < NPARTS; i++) {
-        if (OP(s, i, prepare) && OP(s, i, prepare)(s->state[i], s->pg, errstr, errsz)) {
-            PQfinish(s->pg);
-            s->pg = NULL;
+        if (parts[i].after == after && OP(s, i, prepare) &&
+            OP(s, i, prepare)(s->state[i], *pg, errstr, errsz)) {
+            PQfinish(*pg);
+            *pg = NULL;
             return ST_SINK_RETRY;
         }
     }
@@ -118,8 +128,10 @@ struct st_sink *st_sink_new(const struct st_analyzer_conf *conf, char *errstr,
 {
     struct st_sink *s = st_calloc(1, sizeof(*s));
     s->dsn = st_strdup(conf->pg_dsn);
-    for (size_t i = 0; i < NPARTS; i++)
+    for (size_t i = 0; i < NPARTS; i++) {
         s->on[i] = (parts[i].roles >> conf->role) & 1;
+        s->nafter += s->on[i] && parts[i].after;
+    }
     for (size_t i = 0; i < NPARTS; i++) {
         if (OP(s, i, create) &&
             !(s->state[i] = OP(s, i, create)(conf, errstr, errsz))) {
@@ -127,7 +139,7 @@ struct st_sink *st_sink_new(const struct st_analyzer_conf *conf, char *errstr,
             return NULL;
         }
     }
-    if (sink_connect(s, errstr, errsz)) {
+    if (sink_connect(s, &s->pg, 0, errstr, errsz)) {
         st_sink_destroy(s);
         return NULL;
     }
@@ -139,6 +151,7 @@ void st_sink_destroy(struct st_sink *s)
     if (!s)
         return;
     PQfinish(s->pg);
+    PQfinish(s->pg_after);
     for (size_t i = 0; i < NPARTS; i++)
         if (OP(s, i, destroy))
             OP(s, i, destroy)(s->state[i]);
@@ -208,12 +221,13 @@ int st_sink_seal(struct st_sink *s, struct st_sink_batch *b, int64_t now_ms)
     return want;
 }
 
-static void end_all(struct st_sink *s, struct st_sink_batch *b, int committed)
+/* Ends the parts with after == after. */
+static void end_all(struct st_sink *s, struct st_sink_batch *b, int after, int committed)
 {
     for (size_t i = 0; i < NPARTS; i++)
-        if (OP(s, i, end))
+        if (parts[i].after == after && OP(s, i, end))
             OP(s, i, end)(s->state[i], b->part[i], committed);
-    if (committed)
+    if (committed && !after)
         b->staged = 0;
 }
 
@@ -223,14 +237,14 @@ int st_sink_isolate(struct st_sink *s, struct st_sink_batch *b, st_sink_refused_
     char err[512];
     int rc = ST_SINK_OK;
     if ((!s->pg || PQstatus(s->pg) != CONNECTION_OK) &&
-        (rc = sink_connect(s, errstr, errsz)))
+        (rc = sink_connect(s, &s->pg, 0, errstr, errsz)))
         return rc;
     if (st_pg_exec(s->pg, "BEGIN", err, sizeof(err))) {
         snprintf(errstr, errsz, "could not begin a transaction: %s", err);
         rc = ST_SINK_RETRY;
     }
     for (size_t i = 0; i < NPARTS && rc == ST_SINK_OK; i++)
-        if (OP(s, i, isolate))
+        if (!parts[i].after && OP(s, i, isolate))
             rc = OP(s, i, isolate)(s->state[i], b->part[i], s->pg, cb, arg, errstr,
                                    errsz);
     st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
@@ -252,7 +266,7 @@ int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_fi
     if (b->staged == 0 && fs->n == 0)
         return ST_SINK_OK;
     if ((!s->pg || PQstatus(s->pg) != CONNECTION_OK) &&
-        (rc = sink_connect(s, errstr, errsz)))
+        (rc = sink_connect(s, &s->pg, 0, errstr, errsz)))
         return rc;
     if (st_pg_exec(s->pg, "BEGIN", err, sizeof(err))) {
         snprintf(errstr, errsz, "could not begin a transaction: %s", err);
@@ -261,13 +275,13 @@ int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_fi
     }
     struct st_sink_txn tx = {fs, 0};
     for (size_t i = 0; i < NPARTS; i++)
-        if (s->on[i] &&
+        if (s->on[i] && !parts[i].after &&
             (rc = OP(s, i, write)(s->state[i], b->part[i], s->pg, &tx, errstr, errsz)))
             goto fail;
     PGresult *res = PQexec(s->pg, "COMMIT");
     if ((rc = st_sink_result(res, "could not commit", errstr, errsz)))
         goto fail;
-    end_all(s, b, 1);
+    end_all(s, b, 0, 1);
     return ST_SINK_OK;
 fail:
     st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
@@ -276,6 +290,45 @@ fail:
         s->pg = NULL;
         rc = ST_SINK_RETRY;
     }
-    end_all(s, b, 0);
+    end_all(s, b, 0, 0);
     return rc;
+}
+
+int st_sink_write_after(struct st_sink *s, struct st_sink_batch *b, char *errstr,
+                        size_t errsz)
+{
+    char err[512];
+    int rc;
+
+    if (s->nafter == 0)
+        return ST_SINK_OK;
+    if ((!s->pg_after || PQstatus(s->pg_after) != CONNECTION_OK) &&
+        (rc = sink_connect(s, &s->pg_after, 1, errstr, errsz)))
+        return rc;
+    if (st_pg_exec(s->pg_after, "BEGIN", err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not begin a transaction: %s", err);
+        rc = ST_SINK_RETRY;
+        goto fail;
+    }
+    struct st_sink_txn tx = {NULL, 0};
+    for (size_t i = 0; i < NPARTS; i++)
+        if (s->on[i] && parts[i].after &&
+            (rc = OP(s, i, write)(s->state[i], b->part[i], s->pg_after, &tx, errstr,
+                                  errsz)))
+            goto fail;
+    PGresult *res = PQexec(s->pg_after, "COMMIT");
+    if ((rc = st_sink_result(res, "could not commit", errstr, errsz)))
+        goto fail;
+    end_all(s, b, 1, 1);
+    return ST_SINK_OK;
+fail:
+    st_pg_exec(s->pg_after, "ROLLBACK", err, sizeof(err));
+    if (PQstatus(s->pg_after) != CONNECTION_OK) {
+        PQfinish(s->pg_after);
+        s->pg_after = NULL;
+    }
+    end_all(s, b, 1, 0);
+    /* nothing it writes is refused for its data: the same write succeeds
+     * later, so every failure is retried */
+    return ST_SINK_RETRY;
 }

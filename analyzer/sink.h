@@ -144,13 +144,27 @@ void st_sink_skip(struct st_sink *s, struct st_sink_batch *b, const rd_kafka_mes
  * @locality the thread filling b */
 int st_sink_seal(struct st_sink *s, struct st_sink_batch *b, int64_t now_ms);
 
-/* Writes everything staged in b and the findings in one transaction.
+/* Writes everything staged in b and the findings in one transaction
+ * (every part but those that follow it: st_sink_write_after).
  * Returns ST_SINK_OK (b emptied), or an error class with errstr set after
  * rolling back (b kept for the retry; the connection is reopened on the
  * next call if it was lost).
  * @locality the writing thread (one at a time: the sink's connection) */
 int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_findings *fs,
                   char *errstr, size_t errsz);
+
+/* Writes the parts that follow b's transaction (parts[] in sink.c: the
+ * store role's refresh of the findings naming the events just stored) in a
+ * transaction of their own, on the sink's second connection, once
+ * st_sink_write of b has committed. Returns ST_SINK_OK (their staging
+ * emptied; at once when the role has no such part or nothing is staged),
+ * or ST_SINK_RETRY with errstr set after rolling back (kept for the retry).
+ * Until it succeeds the batch's offsets must not be committed: a redo of
+ * the batch writes these parts again.
+ * @locality one thread at a time, not st_sink_write's at the same time as
+ * it writes the same batch (the store's committer: store.c) */
+int st_sink_write_after(struct st_sink *s, struct st_sink_batch *b, char *errstr,
+                        size_t errsz);
 
 /* After st_sink_write returned ST_SINK_DATA: finds the messages staged in
  * b that PostgreSQL refuses on their own (see isolate) and reports each to

@@ -202,8 +202,9 @@ static int write_batch(struct st_store *s, struct st_store_batch *b)
     return 0;
 }
 
-/* The committer: the after-commit hook (the detectors' checkpoint), the
- * dead-letter acknowledgements, then the offsets. Batches reach it in
+/* The committer: the sink's writes that follow the batch's transaction
+ * (st_sink_write_after), the after-commit hook (the detectors'
+ * checkpoint), the dead-letter acknowledgements, then the offsets. Batches reach it in
  * submission order, so Redis is written and offsets committed in order.
  * Returns 0, or -1 when asked to stop. */
 static int commit_batch(struct st_store *s, struct st_store_batch *b)
@@ -211,6 +212,13 @@ static int commit_batch(struct st_store *s, struct st_store_batch *b)
     char errstr[512];
     int64_t backoff = 100;
 
+    /* the sink's parts that follow the batch's transaction (the store
+     * role's refresh), while the writer already writes the next batch */
+    while (st_sink_write_after(s->conf.sink, b->rows, errstr, sizeof(errstr)))
+        if (backoff_sleep(s, RETRY_COMMITTER, &backoff,
+                          "batch stored, the writes that follow it failed", errstr))
+            return -1;
+    backoff = 100;
     while (s->conf.after_pg_commit &&
            s->conf.after_pg_commit(s->conf.hook_arg, b, errstr, sizeof(errstr)))
         if (backoff_sleep(s, RETRY_COMMITTER, &backoff,

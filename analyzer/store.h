@@ -10,8 +10,10 @@
  *      PostgreSQL refuses rows for their data, dead-letters those events,
  *      removes their rows and the finding evidence naming them, and writes
  *      the rest; then hands it to the committer, which
- *   2. runs the after_pg_commit hook (if any: the detectors' checkpoint to
- *      Redis) until it succeeds;
+ *   2. writes the sink's parts that follow the batch's transaction (the
+ *      store role's refresh: st_sink_write_after, on the sink's second
+ *      connection), then runs the after_pg_commit hook (if any: the
+ *      detectors' checkpoint to Redis), each until it succeeds;
  *   3. waits until Kafka acknowledged the dead-letter records queued so far;
  *   4. commits the Kafka offsets the batch holds (those of its cut, a batch
  *      before it: main.c; none, nparts 0, when the cut did not move);
@@ -23,7 +25,8 @@
  * only once everything up to them is durable.
  *
  * The writer owns the sink's connection for good (st_sink_write and
- * st_sink_isolate run only there); the store owns a submitted batch until
+ * st_sink_isolate run only there), the committer its second
+ * (st_sink_write_after); the store owns a submitted batch until
  * st_store_wait returns it. It never touches the reorder buffer, the
  * detectors or Redis (the hook does, on its own connection): what the main
  * thread must do after a batch (forget refused events, trim detector

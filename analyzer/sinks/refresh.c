@@ -16,7 +16,8 @@ struct refresh_batch {
     size_t n;
 };
 
-/* The writer's closed copies of the lists. */
+/* The closed copies of the lists, the committer's (refresh_write runs in
+ * st_sink_write_after). */
 struct refresh_part {
     struct st_buf sources, ids;
 };
@@ -100,7 +101,8 @@ static int refresh_write(void *state, void *batch, PGconn *pg,
     (void)tx;
     if (b->n == 0)
         return ST_SINK_OK;
-    /* after the events' COPY: held from here to the commit */
+    /* the events are committed (this part follows their transaction):
+     * held from here to this transaction's commit */
     if ((rc = st_sink_result(PQexec(pg, ST_REFRESH_LOCK),
                              "could not lock the findings' refresh", errstr, errsz)))
         return rc;

@@ -197,7 +197,9 @@ END_TEST
 
 /* detect runs wholly before store (its findings written while no event is
  * stored: the store role's refresh completes them), and crashes twice
- * after a PostgreSQL commit before the Kafka commit. */
+ * after a PostgreSQL commit before the Kafka commit; then the store crashes
+ * once right after its events' commit, before the refresh that follows it
+ * (sink.c's parts[]): the redone batch refreshes them. */
 START_TEST(roles_detect_crash_then_store_equal_all)
 {
     struct world ref, pair;
@@ -221,6 +223,10 @@ START_TEST(roles_detect_crash_then_store_equal_all)
     int ndlq;
     free(topic_dump(pair.dlq, &ndlq));
     ck_assert_int_eq(ndlq, 0); /* nor dead-letters */
+    ck_assert_int_eq(run(&pair, pair.name, pair.name,
+                         STORE(pair) " 2>/dev/null -X fault.crash_after_pg_commits=2",
+                         pair.name),
+                     3);
     ck_assert_int_eq(run(&pair, pair.name, pair.name, STORE(pair) " 2>/dev/null",
                          pair.name),
                      0);
