@@ -6,7 +6,7 @@
  * When one event is named by one finding in two batches with different
  * late flags (the rule: analyzer/runwin.c st_runwin_evidence names late
  * only the event being judged, every other member of its window not late;
- * scope_drift and token_write do the same):
+ * so does scope_drift's allowlist finding):
  *   - late, then not late: a late event E makes or grows a finding, and a
  *     later on-time event F of the same run grows it again; F's window
  *     holds E and the finding sends its whole window again, E not late.
