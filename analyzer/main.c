@@ -125,8 +125,8 @@ static const struct st_conf_prop analyzer_props[] = {
      "longest wait for one round trip to Redis (a pipeline sent, every reply read; "
      "each read or write also waits at most 5 s, but a Redis that answers one reply "
      "at a time, slowly, would reset that): past it the connection is dropped and "
-     "the batch's checkpoint fails and is retried with backoff, its offsets not "
-     "committed"},
+     "the call fails as on a lost connection: the batch's checkpoint (or prefetch) is "
+     "retried with backoff, its offsets not committed"},
     {"sql.dir", "SANDTRAIL_SQL_DIR", ST_CONF_STR, A(sql_dir), 0, 0, NULL,
      "folder of numbered migrations applied at start (unset: the source tree's "
      "sql/, fixed at build time)"},
