@@ -431,6 +431,12 @@ conn_error:
     redisFree(p->rc);
     p->rc = NULL;
 out:
+    /* the full timeout back for what runs outside an exec (SCRIPT LOAD) */
+    if (p->rc && p->sock_ms != CALL_TIMEOUT_MS) {
+        struct timeval tv = {CALL_TIMEOUT_MS / 1000, 0};
+        (void)redisSetTimeout(p->rc, tv);
+        p->sock_ms = CALL_TIMEOUT_MS;
+    }
     st_rpipe_discard(p);
     return rc;
 }
