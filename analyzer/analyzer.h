@@ -22,6 +22,7 @@ struct st_analyzer_conf {
     char *redis_url;
     char *redis_password_file;
     char *redis_prefix;
+    int64_t redis_round_trip_ms; /* redis.round_trip_timeout_ms (rpipe.h) */
     char *sql_dir;
     char *metrics_listen;
     char *log_level;  /* log.level */

@@ -178,8 +178,9 @@ static int refuse(struct st_fence *f, char *errstr, size_t errsz, const char *fm
  * holds is never split): Redis answers a transaction only once it ran all
  * of it, and one of a large checkpoint (an interval's changes at a high
  * rate, a forced flush of every held trim) could take longer than the
- * connection's read timeout (5 s, rpipe.c), then be retried whole for
- * ever, each try blocking Redis as long. The transactions of one
+ * connection's read timeout (5 s, rpipe.c), or the round trip's deadline
+ * (redis.round_trip_timeout_ms), then be retried whole for ever, each try
+ * blocking Redis as long. The transactions of one
  * checkpoint land in order; one refused ends it, those before having
  * landed before the new owner's INCR: as a crash in the middle of an
  * unfenced checkpoint's pipeline, which the next owner's redo overwrites

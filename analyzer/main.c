@@ -120,6 +120,13 @@ static const struct st_conf_prop analyzer_props[] = {
      "URL's"},
     {"redis.prefix", "SANDTRAIL_REDIS_PREFIX", ST_CONF_STR, A(redis_prefix), 0, 0,
      "st:", "prefix of every Redis key the analyzer writes"},
+    {"redis.round_trip_timeout_ms", NULL, ST_CONF_INT, A(redis_round_trip_ms), 100,
+     3600000, "30000",
+     "longest wait for one round trip to Redis (a pipeline sent, every reply read; "
+     "each read or write also waits at most 5 s, but a Redis that answers one reply "
+     "at a time, slowly, would reset that): past it the connection is dropped and "
+     "the call fails as on a lost connection: the batch's checkpoint (or prefetch) is "
+     "retried with backoff, its offsets not committed"},
     {"sql.dir", "SANDTRAIL_SQL_DIR", ST_CONF_STR, A(sql_dir), 0, 0, NULL,
      "folder of numbered migrations applied at start (unset: the source tree's "
      "sql/, fixed at build time)"},
@@ -1373,6 +1380,10 @@ int main(int argc, char **argv)
         !(a.consumer = st_consumer_new(&a.conf, errstr, sizeof(errstr)))) {
         st_error("%s", errstr);
         goto out;
+    }
+    if (a.redis) {
+        st_rpipe_set_round_trip_ms(a.redis, a.conf.redis_round_trip_ms);
+        st_rpipe_set_round_trip_ms(a.store_redis, a.conf.redis_round_trip_ms);
     }
     if (st_metrics_serve(a.metrics, a.conf.metrics_listen, errstr, sizeof(errstr))) {
         st_error("%s", errstr);

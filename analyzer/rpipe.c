@@ -1,5 +1,6 @@
 /* rpipe.c: pipelined Redis commands with per-reply callbacks (see rpipe.h). */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,11 @@
 #include "log.h"
 #include "redisconn.h"
 #include "rpipe.h"
+#include "timeutil.h"
+
+/* The socket's timeout (redisconn.c): each read or write waits at most
+ * this long. A round trip as a whole is bounded by round_trip_ms. */
+#define CALL_TIMEOUT_MS 5000
 
 struct pending {
     st_rpipe_cb cb;
@@ -40,14 +46,17 @@ struct st_rpipe {
     struct pending *pend;
     size_t n, cap;
     unsigned long sent; /* commands sent, ever (tests: no command per event) */
+    int64_t round_trip_ms; /* st_rpipe_set_round_trip_ms */
+    int sock_ms;           /* the socket's timeout now (fit_timeout) */
 };
 
 static int rpipe_connect(struct st_rpipe *p, char *errstr, size_t errsz)
 {
     if (p->rc)
         redisFree(p->rc);
-    if (!(p->rc = st_redis_connect(&p->target, 5000, NULL, errstr, errsz)))
+    if (!(p->rc = st_redis_connect(&p->target, CALL_TIMEOUT_MS, NULL, errstr, errsz)))
         return -1;
+    p->sock_ms = CALL_TIMEOUT_MS;
     if (p->connected_once)
         reconnects++;
     p->connected_once = 1;
@@ -72,6 +81,7 @@ struct st_rpipe *st_rpipe_new(const char *url, const char *password_file, char *
                               size_t errsz)
 {
     struct st_rpipe *p = st_calloc(1, sizeof(*p));
+    p->round_trip_ms = ST_RPIPE_ROUND_TRIP_MS;
     if (st_redis_target_parse(&p->target, url, password_file, errstr, errsz) ||
         rpipe_connect(p, errstr, errsz)) {
         st_rpipe_destroy(p);
@@ -191,6 +201,11 @@ unsigned long st_rpipe_reconnects(void)
     return reconnects;
 }
 
+void st_rpipe_set_round_trip_ms(struct st_rpipe *p, int64_t ms)
+{
+    p->round_trip_ms = ms;
+}
+
 unsigned long st_rpipe_sent(const struct st_rpipe *p)
 {
     return p->sent;
@@ -240,6 +255,28 @@ void st_rpipe_discard(struct st_rpipe *p)
     p->n = 0;
 }
 
+/* The socket's timeout lowered so that the next read or write ends by
+ * deadline (st_time_mono_ms): the per-call timeout alone does not bound a
+ * round trip, as each reply that trickles in (a slow Redis answers a
+ * MULTI's +QUEUED one by one) starts it again. Set only when it changes:
+ * no system call while more than CALL_TIMEOUT_MS is left. Returns 0, or
+ * -1 when the deadline has passed. */
+static int fit_timeout(struct st_rpipe *p, int64_t deadline)
+{
+    int64_t left = deadline - st_time_mono_ms();
+    if (left <= 0)
+        return -1;
+    int ms = left < CALL_TIMEOUT_MS ? (int)left : CALL_TIMEOUT_MS;
+    if (ms != p->sock_ms) {
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        /* a failure leaves the longer timeout: the deadline is then late
+         * by at most CALL_TIMEOUT_MS, never missed */
+        (void)redisSetTimeout(p->rc, tv);
+        p->sock_ms = ms;
+    }
+    return 0;
+}
+
 /* Writes every queued command to the socket, from where it lies, the
  * commands that lie end to end (a checkpoint's) in one span: hiredis's
  * redisAppendFormattedCommand would copy them all into its output buffer
@@ -250,8 +287,9 @@ void st_rpipe_discard(struct st_rpipe *p)
  * buffer stays empty, so redisGetReply only reads. The socket is blocking,
  * with the connection's timeout (redisconn.c): a write that times out is a
  * connection error, as in hiredis; so is a connection Redis closed
- * (MSG_NOSIGNAL: no SIGPIPE). Returns 0, or -1 with errno set. */
-static int send_cmds(struct st_rpipe *p)
+ * (MSG_NOSIGNAL: no SIGPIPE), and so is the round trip's deadline passed
+ * (fit_timeout). Returns 0, or -1 with errno set. */
+static int send_cmds(struct st_rpipe *p, int64_t deadline)
 {
     struct iovec iov[64];
     size_t i = 0;
@@ -270,6 +308,10 @@ static int send_cmds(struct st_rpipe *p)
         struct iovec *v = iov;
         while (niov > 0) {
             struct msghdr msg = {.msg_iov = v, .msg_iovlen = (size_t)niov};
+            if (fit_timeout(p, deadline)) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
             /* MSG_NOSIGNAL: a connection Redis closed is an error to retry,
              * not a SIGPIPE */
             ssize_t w = sendmsg(p->rc->fd, &msg, MSG_NOSIGNAL);
@@ -299,9 +341,27 @@ static int send_cmds(struct st_rpipe *p)
     return 0;
 }
 
+/* The next reply into *r, as redisGetReply (hiredis's output buffer is
+ * empty: send_cmds), each read of the socket ending by deadline. Returns
+ * 0, or -1 (the connection's error set, or the deadline passed). */
+static int read_reply(struct st_rpipe *p, int64_t deadline, redisReply **r)
+{
+    void *aux = NULL;
+    for (;;) {
+        if (redisGetReplyFromReader(p->rc, &aux) != REDIS_OK)
+            return -1;
+        if (aux) {
+            *r = aux;
+            return 0;
+        }
+        if (fit_timeout(p, deadline) || redisBufferRead(p->rc) != REDIS_OK)
+            return -1;
+    }
+}
+
 int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
 {
-    size_t i;
+    size_t i = 0;
     int rc = -1;
 
     if (p->n == 0)
@@ -309,7 +369,10 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
     if (!p->rc && rpipe_connect(p, errstr, errsz))
         goto out;
     p->sent += p->n;
-    if (send_cmds(p) != 0) {
+    int64_t t0 = st_time_mono_ms(), deadline = t0 + p->round_trip_ms;
+    if (send_cmds(p, deadline) != 0) {
+        if (st_time_mono_ms() >= deadline)
+            goto late;
         snprintf(errstr, errsz, "Redis at \"%s:%d\": %s", p->target.host, p->target.port,
                  strerror(errno));
         redisFree(p->rc);
@@ -318,8 +381,11 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
     }
     for (i = 0; i < p->n; i++) {
         redisReply *r = NULL;
-        if (redisGetReply(p->rc, (void **)&r) != REDIS_OK || !r)
+        if (read_reply(p, deadline, &r) != 0 || !r) {
+            if (st_time_mono_ms() >= deadline)
+                goto late;
             goto conn_error;
+        }
         /* an EXEC's reply holds its commands' errors inside the array (a
          * command of a MULTI that Redis queued and then refused, as a
          * WRONGTYPE): refused all the same. No other reply holds an error
@@ -348,12 +414,29 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
     }
     rc = 0;
     goto out;
+late:
+    /* replies may still be on their way: the stream cannot be put back in
+     * step, so the connection goes (a MULTI not yet EXECed with it) */
+    snprintf(errstr, errsz,
+             "Redis at \"%s:%d\": a round trip of %zu commands got %zu replies in %" PRId64
+             " ms (redis.round_trip_timeout_ms %" PRId64 "): connection dropped",
+             p->target.host, p->target.port, p->n, i, st_time_mono_ms() - t0,
+             p->round_trip_ms);
+    redisFree(p->rc);
+    p->rc = NULL;
+    goto out;
 conn_error:
     snprintf(errstr, errsz, "Redis at \"%s:%d\": %s", p->target.host, p->target.port,
              p->rc && p->rc->err ? p->rc->errstr : "connection lost");
     redisFree(p->rc);
     p->rc = NULL;
 out:
+    /* the full timeout back for what runs outside an exec (SCRIPT LOAD) */
+    if (p->rc && p->sock_ms != CALL_TIMEOUT_MS) {
+        struct timeval tv = {CALL_TIMEOUT_MS / 1000, 0};
+        (void)redisSetTimeout(p->rc, tv);
+        p->sock_ms = CALL_TIMEOUT_MS;
+    }
     st_rpipe_discard(p);
     return rc;
 }

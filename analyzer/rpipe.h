@@ -8,6 +8,7 @@
 #define ST_RPIPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hiredis/hiredis.h>
 
@@ -25,6 +26,16 @@ typedef int (*st_rpipe_cb)(const redisReply *r, void *arg);
 struct st_rpipe *st_rpipe_new(const char *url, const char *password_file, char *errstr,
                               size_t errsz);
 void st_rpipe_destroy(struct st_rpipe *p);
+
+/* The deadline of one st_rpipe_exec, from its first write to its last
+ * reply, unless set (redis.round_trip_timeout_ms's default, main.c). */
+#define ST_RPIPE_ROUND_TRIP_MS 30000
+
+/* Sets that deadline (ms, > 0) for p's later execs. Each read or write of
+ * the socket also waits at most 5 s (redisconn.h), but replies that come
+ * one at a time, slowly, start that wait again on each: only the deadline
+ * bounds a round trip of thousands of commands. */
+void st_rpipe_set_round_trip_ms(struct st_rpipe *p, int64_t ms);
 
 /* Queues one command (any number of arguments); argv strings are copied. cb may be NULL (the reply is
  * only checked for errors). */
@@ -71,7 +82,10 @@ void st_rpipe_script(struct st_rpipe *p, st_rpipe_cb cb, void *arg, const char *
 
 /* Sends every queued command and runs the callbacks. Returns 0, or -1 with
  * errstr set; on error the queue is dropped and the connection is reopened
- * on the next exec. A command Redis refuses is an error, also inside a
+ * on the next exec. A round trip past its deadline (st_rpipe_set_round_trip_ms)
+ * is such an error: errstr gives the commands' count, the replies read and
+ * the time waited, never a key or value; the connection, whose replies may
+ * still be coming, is closed (a MULTI not yet EXECed with it). A command Redis refuses is an error, also inside a
  * MULTI (an error element of EXEC's reply); MULTI's +OK and each queued
  * command's +QUEUED are replies like any other (a callback, when given,
  * sees them). */

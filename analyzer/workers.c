@@ -367,6 +367,7 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
                                     errsz);
             if (!p->redis)
                 goto err;
+            st_rpipe_set_round_trip_ms(p->redis, conf->redis_round_trip_ms);
             snprintf(labels, sizeof(labels), "worker=\"%d\"", i);
         }
         p->m_events = st_metric_get(wc->metrics, ST_METRIC_COUNTER,

@@ -10,8 +10,13 @@
  *   - the same checkpoint objects reused (their buffers gone round between
  *     them) carry the next round's commands, not the last's;
  *   - a connection Redis closed fails the exec with an error (no SIGPIPE
- *     ends the process) and the next exec reconnects. */
+ *     ends the process) and the next exec reconnects;
+ *   - a round trip is bounded as a whole (st_rpipe_set_round_trip_ms):
+ *     replies that come one at a time, slowly (each within the socket's
+ *     5 s timeout), or a Redis that stops answering, fail the exec at the
+ *     deadline, and the next exec goes through on a new connection. */
 #include <check.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +26,8 @@
 
 #include "checkpoint.h"
 #include "rpipe.h"
+#include "timeutil.h"
+#include "world.h"
 
 #define NKEYS 3000
 #define VLEN 2000
@@ -207,6 +214,114 @@ START_TEST(rpipe_closed_connection_is_an_error_then_reconnects)
 }
 END_TEST
 
+/* A Redis of the test's own, no persistence, so that it can be stopped
+ * (SIGSTOP) without stalling other tests. Not a daemon: under timeout, so
+ * that one a failed test leaves running goes after 120 s. */
+#define START_REDIS                                                                       \
+    "mkdir -p %s && (timeout 120 redis-server --bind 127.0.0.1 --port %d --dir %s"        \
+    " --appendonly no --save '' --logfile %s/log >/dev/null 2>&1 &) && "                  \
+    "for i in $(seq 1 100); do"                                                           \
+    " redis-cli -p %d ping 2>/dev/null | grep -q PONG && exit 0; sleep 0.1; done; exit 1"
+
+/* The process id of the Redis on port. */
+static long redis_pid(int port)
+{
+    char cmd[256], line[64] = "";
+    snprintf(cmd, sizeof(cmd),
+             "redis-cli -p %d info server | sed -n 's/^process_id:\\([0-9]*\\).*/\\1/p'",
+             port);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+    pclose(f);
+    long pid = atol(line);
+    ck_assert_int_gt(pid, 1);
+    return pid;
+}
+
+#define DEADLINE_MS 2000
+#define MARGIN_MS 1500 /* a loaded machine's scheduling, the close */
+
+/* The exec of what p holds fails at its deadline, not before and not
+ * long after (the socket's 5 s timeout, or never) */
+static void exec_fails_at_deadline(struct st_rpipe *p, const char *what)
+{
+    int64_t t0 = st_time_mono_ms();
+    int rc = st_rpipe_exec(p, err, sizeof(err));
+    int64_t took = st_time_mono_ms() - t0;
+    fprintf(stderr, "%s: rc %d after %lld ms: %s\n", what, rc, (long long)took,
+            rc ? err : "");
+    ck_assert_msg(rc == -1, "%s: the exec went through after %lld ms", what,
+                  (long long)took);
+    ck_assert_msg(took >= DEADLINE_MS && took <= DEADLINE_MS + MARGIN_MS,
+                  "%s: failed after %lld ms, the deadline is %d ms", what, (long long)took,
+                  DEADLINE_MS);
+    ck_assert_msg(strstr(err, "redis.round_trip_timeout_ms") != NULL, "%s", err);
+}
+
+/* The next exec reconnects (a new client) and goes through. */
+static void next_exec_reconnects(struct st_rpipe *p, long long old_id)
+{
+    unsigned long before = st_rpipe_reconnects();
+    const char *id[] = {"CLIENT", "ID"};
+    st_rpipe_cmd(p, on_id, NULL, 2, id);
+    replies = order_bad = 0;
+    echo(p, 0);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(replies, 1);
+    ck_assert_int_eq(order_bad, 0);
+    ck_assert_uint_eq(st_rpipe_reconnects(), before + 1);
+    ck_assert_int_gt(client_id, 0);
+    ck_assert_int_ne(client_id, old_id);
+}
+
+START_TEST(rpipe_round_trip_past_its_deadline_fails_then_reconnects)
+{
+    char dir[128], url[64];
+    int port = world_free_port();
+    snprintf(dir, sizeof(dir), "/tmp/st_rpipe_redis_%d_%ld", (int)getpid(),
+             (long)time(NULL));
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), START_REDIS, dir, port, dir, dir, port);
+    ck_assert_msg(system(cmd) == 0, "the test's Redis did not start");
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d/0", port);
+    struct st_rpipe *p = st_rpipe_new(url, NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    st_rpipe_set_round_trip_ms(p, DEADLINE_MS);
+    const char *id[] = {"CLIENT", "ID"};
+    st_rpipe_cmd(p, on_id, NULL, 2, id);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    long long first = client_id;
+
+    /* replies that trickle in: 8 BLPOPs of a key nothing pushes, each
+     * answered (nil) 1 s after the one before, as a slow Redis answers a
+     * MULTI's commands one by one; no read waits 5 s, the whole 8 s */
+    const char *blpop[] = {"BLPOP", "test_rpipe_deadline:never", "1"};
+    for (int i = 0; i < 8; i++)
+        st_rpipe_cmd(p, NULL, NULL, 3, blpop);
+    exec_fails_at_deadline(p, "replies one a second");
+    ck_assert_msg(strstr(err, "round trip of 8 commands") != NULL, "%s", err);
+    next_exec_reconnects(p, first);
+    long long second = client_id;
+
+    /* Redis stops answering at all */
+    long pid = redis_pid(port);
+    ck_assert_int_eq(kill((pid_t)pid, SIGSTOP), 0);
+    replies = order_bad = 0;
+    for (int i = 0; i < 3; i++)
+        echo(p, i);
+    exec_fails_at_deadline(p, "Redis stopped");
+    ck_assert_int_eq(replies, 0);
+    ck_assert_int_eq(kill((pid_t)pid, SIGCONT), 0);
+    next_exec_reconnects(p, second);
+
+    st_rpipe_destroy(p);
+    snprintf(cmd, sizeof(cmd), "redis-cli -p %d shutdown nosave >/dev/null 2>&1; rm -rf %s",
+             port, dir);
+    (void)system(cmd);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("rpipe_redis");
@@ -214,6 +329,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, rpipe_large_pipeline_of_joined_checkpoints);
     tcase_add_test(tc, rpipe_closed_connection_is_an_error_then_reconnects);
+    tcase_add_test(tc, rpipe_round_trip_past_its_deadline_fails_then_reconnects);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
