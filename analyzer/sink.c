@@ -256,79 +256,61 @@ int st_sink_isolate(struct st_sink *s, struct st_sink_batch *b, st_sink_refused_
     return rc == ST_SINK_OK ? ST_SINK_OK : ST_SINK_RETRY;
 }
 
-int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_findings *fs,
-                  char *errstr, size_t errsz)
+/* One transaction on *pg over the parts with after == after, then their
+ * end. Returns ST_SINK_OK, or an error class with errstr set after rolling
+ * back (*pg closed when the connection was lost). */
+static int write_parts(struct st_sink *s, PGconn **pg, int after, struct st_sink_batch *b,
+                       const struct st_findings *fs, char *errstr, size_t errsz)
 {
     char err[512];
     int rc;
 
-    /* an empty batch opens no transaction (it would be left idle in one) */
-    if (b->staged == 0 && fs->n == 0)
-        return ST_SINK_OK;
-    if ((!s->pg || PQstatus(s->pg) != CONNECTION_OK) &&
-        (rc = sink_connect(s, &s->pg, 0, errstr, errsz)))
+    if ((!*pg || PQstatus(*pg) != CONNECTION_OK) &&
+        (rc = sink_connect(s, pg, after, errstr, errsz)))
         return rc;
-    if (st_pg_exec(s->pg, "BEGIN", err, sizeof(err))) {
+    if (st_pg_exec(*pg, "BEGIN", err, sizeof(err))) {
         snprintf(errstr, errsz, "could not begin a transaction: %s", err);
         rc = ST_SINK_RETRY;
         goto fail;
     }
     struct st_sink_txn tx = {fs, 0};
     for (size_t i = 0; i < NPARTS; i++)
-        if (s->on[i] && !parts[i].after &&
-            (rc = OP(s, i, write)(s->state[i], b->part[i], s->pg, &tx, errstr, errsz)))
+        if (s->on[i] && parts[i].after == after &&
+            (rc = OP(s, i, write)(s->state[i], b->part[i], *pg, &tx, errstr, errsz)))
             goto fail;
-    PGresult *res = PQexec(s->pg, "COMMIT");
+    PGresult *res = PQexec(*pg, "COMMIT");
     if ((rc = st_sink_result(res, "could not commit", errstr, errsz)))
         goto fail;
-    end_all(s, b, 0, 1);
+    end_all(s, b, after, 1);
     return ST_SINK_OK;
 fail:
-    st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
-    if (PQstatus(s->pg) != CONNECTION_OK) {
-        PQfinish(s->pg);
-        s->pg = NULL;
+    st_pg_exec(*pg, "ROLLBACK", err, sizeof(err));
+    if (PQstatus(*pg) != CONNECTION_OK) {
+        PQfinish(*pg);
+        *pg = NULL;
         rc = ST_SINK_RETRY;
     }
-    end_all(s, b, 0, 0);
+    end_all(s, b, after, 0);
     return rc;
+}
+
+int st_sink_write(struct st_sink *s, struct st_sink_batch *b, const struct st_findings *fs,
+                  char *errstr, size_t errsz)
+{
+    /* an empty batch opens no transaction (it would be left idle in one) */
+    if (b->staged == 0 && fs->n == 0)
+        return ST_SINK_OK;
+    return write_parts(s, &s->pg, 0, b, fs, errstr, errsz);
 }
 
 int st_sink_write_after(struct st_sink *s, struct st_sink_batch *b, char *errstr,
                         size_t errsz)
 {
-    char err[512];
-    int rc;
-
+    static const struct st_findings none = {0};
     if (s->nafter == 0)
         return ST_SINK_OK;
-    if ((!s->pg_after || PQstatus(s->pg_after) != CONNECTION_OK) &&
-        (rc = sink_connect(s, &s->pg_after, 1, errstr, errsz)))
-        return rc;
-    if (st_pg_exec(s->pg_after, "BEGIN", err, sizeof(err))) {
-        snprintf(errstr, errsz, "could not begin a transaction: %s", err);
-        rc = ST_SINK_RETRY;
-        goto fail;
-    }
-    struct st_sink_txn tx = {NULL, 0};
-    for (size_t i = 0; i < NPARTS; i++)
-        if (s->on[i] && parts[i].after &&
-            (rc = OP(s, i, write)(s->state[i], b->part[i], s->pg_after, &tx, errstr,
-                                  errsz)))
-            goto fail;
-    PGresult *res = PQexec(s->pg_after, "COMMIT");
-    if ((rc = st_sink_result(res, "could not commit", errstr, errsz)))
-        goto fail;
-    end_all(s, b, 1, 1);
-    return ST_SINK_OK;
-fail:
-    st_pg_exec(s->pg_after, "ROLLBACK", err, sizeof(err));
-    if (PQstatus(s->pg_after) != CONNECTION_OK) {
-        PQfinish(s->pg_after);
-        s->pg_after = NULL;
-    }
-    end_all(s, b, 1, 0);
     /* nothing it writes is refused for its data: the same write succeeds
      * later, so every failure is retried */
-    return ST_SINK_RETRY;
+    return write_parts(s, &s->pg_after, 1, b, &none, errstr, errsz) ? ST_SINK_RETRY
+                                                                      : ST_SINK_OK;
 }
