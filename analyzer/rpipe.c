@@ -269,9 +269,11 @@ static int fit_timeout(struct st_rpipe *p, int64_t deadline)
     int ms = left < CALL_TIMEOUT_MS ? (int)left : CALL_TIMEOUT_MS;
     if (ms != p->sock_ms) {
         struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        /* a failure leaves the longer timeout: the deadline is then late
-         * by at most CALL_TIMEOUT_MS, never missed */
-        (void)redisSetTimeout(p->rc, tv);
+        /* hiredis marks the connection failed when it cannot set it
+         * (every later read fails): the exec fails as on a lost
+         * connection, which drops it */
+        if (redisSetTimeout(p->rc, tv) != REDIS_OK)
+            return -1;
         p->sock_ms = ms;
     }
     return 0;
@@ -434,7 +436,11 @@ out:
     /* the full timeout back for what runs outside an exec (SCRIPT LOAD) */
     if (p->rc && p->sock_ms != CALL_TIMEOUT_MS) {
         struct timeval tv = {CALL_TIMEOUT_MS / 1000, 0};
-        (void)redisSetTimeout(p->rc, tv);
+        if (redisSetTimeout(p->rc, tv) != REDIS_OK) {
+            /* failed for good (hiredis): the next exec connects again */
+            redisFree(p->rc);
+            p->rc = NULL;
+        }
         p->sock_ms = CALL_TIMEOUT_MS;
     }
     st_rpipe_discard(p);
