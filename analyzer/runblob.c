@@ -237,3 +237,50 @@ int st_runblob_log_read(const char *data, size_t len, st_runblob_member_fn fn, v
     free(trims);
     return rc;
 }
+
+struct log_item {
+    int64_t ts;
+    const char *key;
+    size_t len;
+};
+
+struct log_items {
+    struct log_item *v;
+    size_t n, cap;
+};
+
+static void log_collect(void *arg, int64_t ts, const char *key, size_t len)
+{
+    struct log_items *it = arg;
+    if (it->n == it->cap) {
+        it->cap = it->cap ? 2 * it->cap : 64;
+        it->v = st_realloc(it->v, it->cap * sizeof(*it->v));
+    }
+    it->v[it->n++] = (struct log_item){ts, key, len};
+}
+
+static int log_item_cmp(const void *a, const void *b)
+{
+    const struct log_item *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    size_t l = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->key, y->key, l);
+    return c ? c : x->len < y->len ? -1 : x->len > y->len;
+}
+
+long st_runblob_log_count(const char *data, size_t len)
+{
+    struct log_items it = {NULL, 0, 0};
+    if (st_runblob_log_read(data, len, log_collect, &it)) {
+        free(it.v);
+        return -1;
+    }
+    if (it.n)
+        qsort(it.v, it.n, sizeof(*it.v), log_item_cmp);
+    long n = 0;
+    for (size_t i = 0; i < it.n; i++)
+        n += i == 0 || log_item_cmp(&it.v[i - 1], &it.v[i]) != 0;
+    free(it.v);
+    return n;
+}

@@ -88,4 +88,8 @@ void st_runblob_log_trim(struct st_buf *b, int64_t below_us);
 typedef void (*st_runblob_member_fn)(void *arg, int64_t ts, const char *key, size_t len);
 int st_runblob_log_read(const char *data, size_t len, st_runblob_member_fn fn, void *arg);
 
+/* The number of distinct members the log holds (what a load of it gives),
+ * or -1 when it is not a log. For tests and tools (a sort of them all). */
+long st_runblob_log_count(const char *data, size_t len);
+
 #endif

@@ -227,6 +227,10 @@ START_TEST(runblob_log_applies_frames_in_order)
     /* a member appended again after the trim that removed it is held */
     log_add(&b, 1, (int64_t[]){10}, (const char *[]){"a"});
     ck_assert_str_eq(log_set(b.data, b.len), "10 a,40 d");
+    ck_assert_int_eq(st_runblob_log_count(b.data, b.len), 2);
+    log_add(&b, 2, (int64_t[]){40, 40}, (const char *[]){"d", "e"});
+    ck_assert_int_eq(st_runblob_log_count(b.data, b.len), 3);
+    ck_assert_int_eq(st_runblob_log_count(b.data, b.len - 1), -1);
     st_buf_fini(&b);
 }
 END_TEST
