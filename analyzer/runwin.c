@@ -1270,12 +1270,20 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
             st_runblob_log_members(b, r->n, &prev);
             for (size_t i = 0; i < r->n; i++)
                 st_runblob_member(b, &prev, r->m[i].ts_us, r->m[i].key, member_len(&r->m[i]));
+            /* the set's replacement in a MULTI of its own: a large
+             * checkpoint, run as several transactions (fence.c), never
+             * splits it, so a crash leaves the set or the log */
+            const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
+            int zset = (r->layout & LAYOUT_ZSET) != 0;
+            if (zset)
+                st_checkpoint_cmd(ctx->ckpt, 1, multi);
             const char *set[] = {"SET", LKEY(), b->data, "EX", ttl};
             size_t lens[] = {3, w->lkey.len, b->len, 2, strlen(ttl)};
             st_checkpoint_cmd_lens(ctx->ckpt, 5, set, lens);
-            if (r->layout & LAYOUT_ZSET) {
+            if (zset) {
                 const char *del[] = {"DEL", run_key(w, r, &w->wkey, "w")};
                 st_checkpoint_cmd(ctx->ckpt, 2, del);
+                st_checkpoint_cmd(ctx->ckpt, 1, exec);
                 r->layout &= (uint8_t)~LAYOUT_ZSET;
             }
             r->w_exp_s = (int64_t)time(NULL);
@@ -1554,7 +1562,7 @@ static void run_checkpoint_to_sets(struct st_runwin *w, struct run *r,
         r->b[i].dirty = 1;
     drop_trims(r);
     r->lbytes = LOG_UNKNOWN; /* the log written whole, with its TTL */
-    r->layout &= (uint8_t)~LAYOUT_ZSET; /* deleted above */
+    r->layout &= (uint8_t)~LAYOUT_ZSET; /* deleted above (and no MULTI in this one) */
     r->fed = 1; /* the episodes' and buckets' EXPIREs (due: never sent) */
     run_checkpoint(w, r, ctx, c, ttl, 0);
     st_checkpoint_cmd(ctx->ckpt, 1, exec);
