@@ -8,11 +8,14 @@
  * rolling write-back, detect.h) and no checkpoint carried yet, each run
  * once however many batches changed it: absolute values only
  * (a small run's whole state as one string, its field of the run's hash:
- * HSET, one per run for all its detectors, runhash.h; or ZADD of members, HSET
- * of totals, EXPIRE, and the deletions of the trims since; HSETNX where
+ * HSET, one per run for all its detectors, runhash.h; or APPEND of
+ * members and trims to a large run's log, HSET of totals, EXPIRE, and the
+ * deletions of the trims since; HSETNX where
  * the first value wins), so that running a checkpoint twice changes
- * nothing. (An older one run again after a newer would put older strings
- * back: checkpoints run in order, a failed one retried before the next.)
+ * nothing (an APPEND is no absolute value, but a log holding one
+ * checkpoint's frames twice loads as once: runblob.h). (An older one
+ * run again after a newer would put older strings back: checkpoints run
+ * in order, a failed one retried before the next.)
  * The analyzer
  * runs it after the PostgreSQL commit of its batch (so of every batch
  * whose changes it holds) and before that batch's Kafka commit, which

@@ -151,9 +151,9 @@ int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key,
     if (!colon || colon == p)
         return 0;
     p = colon + 1;
-    static const char *const kinds[] = {"w:", "eps:", "b:", "s:", "h:"};
+    static const char *const kinds[] = {"w:", "l:", "eps:", "b:", "s:", "h:"};
     int kind = -1;
-    for (int i = 0; i < 5 && kind < 0; i++) {
+    for (int i = 0; i < 6 && kind < 0; i++) {
         size_t lk = strlen(kinds[i]);
         if ((size_t)(end - p) > lk && !memcmp(p, kinds[i], lk)) {
             kind = i;

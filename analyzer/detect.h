@@ -68,8 +68,12 @@
  *                                   before the hash (up to session 6): read
  *                                   when the hash lacks the field, deleted
  *                                   by the run's next write (runwin.c)
- *   <prefix><detector>:w:<run>      sorted set, a run's window (runwin.c;
- *                                   volume_anomaly's request set)
+ *   <prefix><detector>:l:<run>      string, a large run's window as a log
+ *                                   of frames appended to (runblob.h,
+ *                                   runwin.c; volume_anomaly's request set)
+ *   <prefix><detector>:w:<run>      sorted set, the same window as written
+ *                                   before the log (up to session 7): read,
+ *                                   deleted by the run's next write
  *   <prefix><detector>:eps:<run>    hash, a run's episodes (runwin.c)
  *   <prefix>volume_anomaly:b:<run>  hash, bytes out per tenth of a window
  *   <prefix>scope_drift:cred:<credential>  hash, the credential registry
@@ -264,7 +268,7 @@ char *st_detect_marker_key(const struct st_analyzer_conf *conf);
 char *st_detect_epoch_key(const struct st_analyzer_conf *conf, int32_t partition);
 
 /* Whether key (len bytes, from Redis) is a run's state key: conf's prefix,
- * a name without ':', then ":s:", ":w:", ":eps:", ":b:" or ":h:" and the run part
+ * a name without ':', then ":s:", ":w:", ":l:", ":eps:", ":b:" or ":h:" and the run part
  * "<len>:<task>:<len>:<run>", lengths exact (the shape st_detect_key
  * gives those kinds). Registry and index keys are not. */
 int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key, size_t len);

@@ -1,7 +1,9 @@
 /* runblob.c: the byte string of a run's state (see runblob.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
+#include "log.h"
 #include "runblob.h"
 
 static void put_u(struct st_buf *b, uint64_t v)
@@ -160,4 +162,125 @@ int st_runblob_get_bucket(struct st_runblob_reader *r, int64_t *key, int64_t *su
 int st_runblob_close(const struct st_runblob_reader *r)
 {
     return r->p == r->end ? 0 : -1;
+}
+
+void st_runblob_log_members(struct st_buf *b, uint64_t n, int64_t *prev_ts)
+{
+    st_buf_addc(b, (char)ST_RUNBLOB_LOG_MEMBERS);
+    put_u(b, n);
+    *prev_ts = 0;
+}
+
+void st_runblob_log_trim(struct st_buf *b, int64_t below_us)
+{
+    st_buf_addc(b, (char)ST_RUNBLOB_LOG_TRIM);
+    put_s(b, below_us);
+}
+
+/* One pass over the log's frames. Check pass (fn NULL): validates, and
+ * appends each trim's time to *trims (*ntrims of them). Member pass:
+ * calls fn for the members no later trim removes (sufmax[k]: the largest
+ * time of trims k.. ; k the trims passed so far). */
+static int log_pass(const char *data, size_t len, int64_t **trims, size_t *ntrims,
+                    const int64_t *sufmax, st_runblob_member_fn fn, void *arg)
+{
+    struct st_runblob_reader r = {(const unsigned char *)data,
+                                  (const unsigned char *)data + len, 0};
+    size_t k = 0, cap = 0;
+    while (r.p < r.end) {
+        unsigned char kind = *r.p++;
+        if (kind == ST_RUNBLOB_LOG_TRIM) {
+            int64_t t;
+            if (get_s(&r, &t))
+                return -1;
+            if (!fn) {
+                if (*ntrims == cap) {
+                    cap = cap ? 2 * cap : 16;
+                    *trims = st_realloc(*trims, cap * sizeof(**trims));
+                }
+                (*trims)[(*ntrims)++] = t;
+            }
+            k++;
+        } else if (kind == ST_RUNBLOB_LOG_MEMBERS) {
+            uint64_t n;
+            if (st_runblob_get_count(&r, &n))
+                return -1;
+            r.prev_ts = 0;
+            for (uint64_t i = 0; i < n; i++) {
+                int64_t ts;
+                const char *key;
+                size_t klen;
+                if (st_runblob_get_member(&r, &ts, &key, &klen) || memchr(key, '\0', klen))
+                    return -1;
+                if (fn && (!sufmax || k >= *ntrims || ts >= sufmax[k]))
+                    fn(arg, ts, key, klen);
+            }
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int st_runblob_log_read(const char *data, size_t len, st_runblob_member_fn fn, void *arg)
+{
+    int64_t *trims = NULL;
+    size_t ntrims = 0;
+    int rc = log_pass(data, len, &trims, &ntrims, NULL, NULL, NULL);
+    if (!rc && fn) {
+        /* in place: trims[k] becomes the largest of trims k.. */
+        for (size_t k = ntrims; k-- > 1;)
+            if (trims[k] > trims[k - 1])
+                trims[k - 1] = trims[k];
+        rc = log_pass(data, len, &trims, &ntrims, trims, fn, arg);
+    }
+    free(trims);
+    return rc;
+}
+
+struct log_item {
+    int64_t ts;
+    const char *key;
+    size_t len;
+};
+
+struct log_items {
+    struct log_item *v;
+    size_t n, cap;
+};
+
+static void log_collect(void *arg, int64_t ts, const char *key, size_t len)
+{
+    struct log_items *it = arg;
+    if (it->n == it->cap) {
+        it->cap = it->cap ? 2 * it->cap : 64;
+        it->v = st_realloc(it->v, it->cap * sizeof(*it->v));
+    }
+    it->v[it->n++] = (struct log_item){ts, key, len};
+}
+
+static int log_item_cmp(const void *a, const void *b)
+{
+    const struct log_item *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    size_t l = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->key, y->key, l);
+    return c ? c : x->len < y->len ? -1 : x->len > y->len;
+}
+
+long st_runblob_log_count(const char *data, size_t len)
+{
+    struct log_items it = {NULL, 0, 0};
+    if (st_runblob_log_read(data, len, log_collect, &it)) {
+        free(it.v);
+        return -1;
+    }
+    if (it.n)
+        qsort(it.v, it.n, sizeof(*it.v), log_item_cmp);
+    long n = 0;
+    for (size_t i = 0; i < it.n; i++)
+        n += i == 0 || log_item_cmp(&it.v[i - 1], &it.v[i]) != 0;
+    free(it.v);
+    return n;
 }

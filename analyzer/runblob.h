@@ -57,4 +57,39 @@ int st_runblob_get_bucket(struct st_runblob_reader *r, int64_t *key, int64_t *su
 /* 0 when every byte was read */
 int st_runblob_close(const struct st_runblob_reader *r);
 
+/* The log of a large run's members: the value of its "l" key (runwin.c),
+ * to which each checkpoint APPENDs, and which a compaction rewrites
+ * whole (SET). A sequence of frames, each a kind byte then its body:
+ *   ST_RUNBLOB_LOG_MEMBERS: count, then the members as in the string
+ *     above (the first member's time relative to 0): they are held
+ *   ST_RUNBLOB_LOG_TRIM: a time T (signed): every member of the frames
+ *     before it with time below T is gone
+ * An empty log holds nothing. No version byte: another format would use
+ * other kinds, which this one reads as malformed. What a log holds does
+ * not change when a sequence of frames is appended twice in a row (a
+ * trim removes only what is older than itself, and the members after it
+ * come back), nor when a member comes twice (a set). */
+enum { ST_RUNBLOB_LOG_MEMBERS = 'M', ST_RUNBLOB_LOG_TRIM = 'T' };
+
+/* Appends (does not reset b) a members frame's head for n members; the
+ * caller then appends exactly n with st_runblob_member, in any order,
+ * from *prev_ts (set here). */
+void st_runblob_log_members(struct st_buf *b, uint64_t n, int64_t *prev_ts);
+/* Appends a trim frame: the members with time below below_us are gone. */
+void st_runblob_log_trim(struct st_buf *b, int64_t below_us);
+
+/* Calls fn(arg, ts, key, len) for each member the log holds: those of
+ * its members frames that no later trim frame removes, in log order (a
+ * member appended twice may come twice: the caller's set dedups). The
+ * log is checked whole before the first call: -1, and no call, when the
+ * bytes are not a log (a kind unknown, a frame cut short, a member
+ * holding a NUL); 0 otherwise. key points into data. Linear in the
+ * bytes (one allocation: the trims' times). */
+typedef void (*st_runblob_member_fn)(void *arg, int64_t ts, const char *key, size_t len);
+int st_runblob_log_read(const char *data, size_t len, st_runblob_member_fn fn, void *arg);
+
+/* The number of distinct members the log holds (what a load of it gives),
+ * or -1 when it is not a log. For tests and tools (a sort of them all). */
+long st_runblob_log_count(const char *data, size_t len);
+
 #endif

@@ -14,8 +14,8 @@
  * tracked per detector): a detector whose field stayed in Redis since it
  * last sent the key's EXPIRE knows the key existed all along (a hash
  * with a field exists), so the TTL that EXPIRE set is still on it; a
- * detector whose field was deleted (emptied, switched to the sorted
- * sets) or never written has its EXPIRE due on its next write. Nothing
+ * detector whose field was deleted (emptied, switched to the log and
+ * hashes) or never written has its EXPIRE due on its next write. Nothing
  * else deletes a field or the key but its TTL, and no DEL of the whole
  * key is ever sent: a detector deletes only its field.
  *

@@ -6,21 +6,32 @@
  *                             (runblob.h), while it is small (BLOB_MAX),
  *                             beside the run's other detectors' (runhash.h);
  *                             or
- *   <prefix><name>:w:<run>    sorted set: score event time, member
- *                             "source\x1fevent_id\x1fpayload"
+ *   <prefix><name>:l:<run>    string, the log of the members (runblob.h):
+ *                             frames "these members" (time, member
+ *                             "source\x1fevent_id\x1fpayload") and "the
+ *                             members older than T are gone", in order
  *   <prefix><name>:eps:<run>  hash: episode id -> "first last" (event time,
  *                             µs) of every episode not yet trimmed
  *   <prefix><name>:b:<run>    hash: bucket -> sum (volume_anomaly's bytes)
  * A small state is rewritten whole at each checkpoint that changes it, as
  * its field of the run's hash: one HSET per run for all its detectors, with
  * an EXPIRE when one's is due, HDEL of the field once empty (runhash.h); a
- * large one is written incrementally (ZADD of the new
- * members, HSET of the changed episodes and buckets, the trims' deletions,
- * EXPIRE). A run changes layout in a MULTI: the full write of the new one
- * and the deletion of the old keys (or field), so Redis never holds both,
- * nor neither of a state. A load reads both (HGET of the field, GET of
- * the string the versions before the hash wrote, <prefix><name>:s:<run>,
- * then ZRANGE and HGETALLs) in its one round trip and takes what exists:
+ * large one is written incrementally: one APPEND to the log of its trim
+ * (if one is due) and its new members, HSET of the changed episodes and
+ * buckets, HDEL of the trimmed ones, EXPIREs. The log is rewritten whole
+ * (SET ... EX: compacted) instead when the append would take it past
+ * twice its live members' bytes plus LOG_SLACK, so that its size stays
+ * within a constant factor of the run's. (Up to session 7 the members
+ * were a sorted set, <prefix><name>:w:<run>, score the time: a ZADD per
+ * run and checkpoint cost Redis about 2 µs per member, 78% of its CPU on
+ * a dense stream; an APPEND copies bytes. A load still reads it, and the
+ * run's next write of the log writes it whole and deletes the set, in
+ * the same checkpoint.) A run changes layout in a MULTI: the full write of
+ * the new one and the deletion of the old keys (or field), so Redis never
+ * holds both, nor neither of a state. A load reads both (HGET of the
+ * field, GET of the string the versions before the hash wrote,
+ * <prefix><name>:s:<run>, then ZRANGE of the old sorted set, GET of the
+ * log and HGETALLs) in its one round trip and takes what exists:
  * state written before the string layout (the three keys only) loads as
  * before, and is rewritten as a field by the run's next write when small;
  * the old string is read only when the hash lacks the field (a field is
@@ -28,7 +39,9 @@
  * is deleted by the run's next write, whatever the layout.
  *
  * What a redo of a batch computes again is what memory keeps between
- * attempts: members keyed by event (adding one twice changes nothing), and
+ * attempts: members keyed by event (adding one twice changes nothing: in
+ * the log too, whose reader takes the members as a set, and whose frames
+ * of one checkpoint appended twice load as once), and
  * episodes, which only grow (first only earlier, last only later). Episodes
  * are kept, not replaced by the next one: a redo of a batch that closed one
  * episode and opened another must still find the first for the triggers
@@ -85,18 +98,33 @@ enum { RUN_LOADING, RUN_READY };
 /* Which of the layouts Redis holds a run's state in, as far as this
  * process knows (bits: a load may find both, written by hand or by two
  * versions at once; the next write then leaves one) */
-enum { LAYOUT_NONE = 0, LAYOUT_BLOB = 1, LAYOUT_SETS = 2, LAYOUT_OLD = 4 };
+enum { LAYOUT_NONE = 0, LAYOUT_BLOB = 1, LAYOUT_SETS = 2, LAYOUT_OLD = 4, LAYOUT_ZSET = 8 };
 /* LAYOUT_BLOB: the run's field of its hash (runhash.h); LAYOUT_OLD: the
  * string <prefix><name>:s:<run> of the versions before it (read, then
- * deleted by the run's next write) */
+ * deleted by the run's next write); LAYOUT_ZSET (with LAYOUT_SETS): the
+ * sorted set <prefix><name>:w:<run> that held a large run's members
+ * before the log (read, then deleted by the run's next write, in the
+ * checkpoint that writes the log whole) */
+
+/* r->lbytes when the log's size is not known (a log that is not ours,
+ * the layout just made): the next write of the log rewrites it whole */
+#define LOG_UNKNOWN UINT32_MAX
+/* A log is rewritten whole (compacted: SET) instead of appended to when
+ * it would grow past twice its members' bytes plus this: its size stays
+ * within a constant factor of the run's, and the rewrite, which costs
+ * about what the run's members cost Redis to copy, comes at most once
+ * per as many bytes appended -- while an append costs Redis one string
+ * copy of the new bytes, against a ZADD's skiplist and dict insertion
+ * per member (78% of Redis's CPU on a dense stream of 30,000 events/s). */
+#define LOG_SLACK 4096
 
 /* A state whose estimated string (state_bytes) is at most BLOB_MAX bytes is
- * written whole as one string; above, as the sorted set and hashes,
+ * written whole as one string; above, as the log and hashes,
  * incrementally. Why 4 KB: a write costs Redis mostly per command
  * (parsing, the key's lookup, the AOF append, the reply: microseconds
  * each), a string's bytes far less (copied in memory and to the AOF at
  * well under a microsecond per KB), and the incremental layout costs a
- * run 2 to 6 commands per write (ZADD, ZREMRANGEBYSCORE, HSET, HDEL,
+ * run 1 to 5 commands per write (APPEND or SET of the log, HSET, HDEL,
  * EXPIREs) against the string's one. Most runs are far below it (the
  * denial stream's hold 1 to 8 members of under 100 bytes); a run above
  * it is a busy one, fed at every checkpoint, whose whole rewrite each
@@ -130,7 +158,8 @@ struct run {
     int64_t touched_s;        /* wall clock of the last feed */
     int64_t w_exp_s, e_exp_s, b_exp_s; /* EXPIRE last sent (st_detect_expire_due) */
     int64_t s_exp_s;          /* the same for the string (SET ... EX) */
-    size_t keybytes;          /* the members' lengths, summed (state_bytes) */
+    uint32_t keybytes;        /* the members' lengths, summed (state_bytes) */
+    uint32_t lbytes;          /* the log's bytes in Redis (LAYOUT_SETS; LOG_UNKNOWN) */
     struct st_runwin *owner;  /* for a load's replies */
     uint64_t ck_seq;          /* checkpoint holding its latest change */
     /* dirty: the checkpoint (batch) in which it became dirty; the dirty
@@ -200,7 +229,7 @@ struct st_runwin {
     } *memo;
     size_t nmemo, capmemo, next_memo;
     struct st_buf member;
-    struct st_buf wkey, ekey, bkey, skey, hkey; /* the keys of the run being checkpointed */
+    struct st_buf wkey, lkey, ekey, bkey, skey, hkey; /* the keys of the run being checkpointed */
     /* the small states' writes when end_batch's ctx->runhash is NULL:
      * flushed at the end of end_batch (created at the first) */
     struct st_runhash *own;
@@ -249,6 +278,7 @@ struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char 
     w->table = st_calloc(w->tcap, sizeof(*w->table));
     st_buf_init(&w->member);
     st_buf_init(&w->wkey);
+    st_buf_init(&w->lkey);
     st_buf_init(&w->ekey);
     st_buf_init(&w->bkey);
     st_buf_init(&w->skey);
@@ -331,6 +361,7 @@ void st_runwin_destroy(struct st_runwin *w)
     free(w->memo);
     st_buf_fini(&w->member);
     st_buf_fini(&w->wkey);
+    st_buf_fini(&w->lkey);
     st_buf_fini(&w->ekey);
     st_buf_fini(&w->bkey);
     st_buf_fini(&w->skey);
@@ -597,13 +628,49 @@ static int on_members(const redisReply *rep, void *arg)
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2)
         return -1;
     if (rep->elements)
-        r->layout |= LAYOUT_SETS;
+        r->layout |= LAYOUT_SETS | LAYOUT_ZSET;
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {
         const redisReply *k = rep->element[i], *s = rep->element[i + 1];
         if (!k->str || !s->str)
             return -1;
         /* not ours when not "a\x1fb\x1fc": ignored, like a missing member */
         member_insert(r->owner, r, strtoll(s->str, NULL, 10), k->str, k->len, 1);
+    }
+    return load_done(r);
+}
+
+static void log_member(void *arg, int64_t ts, const char *key, size_t len)
+{
+    struct run *r = arg;
+    struct st_runwin *w = r->owner;
+    st_buf_reset(&w->member); /* NUL-terminated for the comparisons */
+    st_buf_add(&w->member, key, len);
+    /* not ours when not "a\x1fb\x1fc": ignored, like a missing member */
+    member_insert(w, r, ts, w->member.data, len, 1);
+}
+
+/* The log's GET (runblob.h), after the sorted set's ZRANGE: its members
+ * join what the run holds (a set: one held twice is one). A log that is
+ * not ours is handled as a string that is not ours (on_blob): ignored,
+ * logged and counted, and rewritten whole by the run's next write of it
+ * (or deleted by a switch to the string); the other replies still load. */
+static int on_log(const redisReply *rep, void *arg)
+{
+    struct run *r = arg;
+    struct st_runwin *w = r->owner;
+    if (rep->type == REDIS_REPLY_NIL)
+        return load_done(r);
+    if (rep->type != REDIS_REPLY_STRING)
+        return -1;
+    r->layout |= LAYOUT_SETS;
+    r->lbytes = rep->len < LOG_UNKNOWN ? (uint32_t)rep->len : LOG_UNKNOWN;
+    if (st_runblob_log_read(rep->str, rep->len, log_member, r)) {
+        st_warn("%s: the log of run \"%s\" in Redis (%zu bytes) is not in a format "
+                "this analyzer reads: ignored, the run goes on without it",
+                w->name, r->run_id, rep->len);
+        if (w->stats)
+            w->stats->malformed++;
+        r->lbytes = LOG_UNKNOWN;
     }
     return load_done(r);
 }
@@ -805,10 +872,12 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
     r->queued_gen = w->gen;
     r->owner = w;
     r->layout = LAYOUT_NONE;
+    r->lbytes = 0;
     w->stats = ctx->stats;
     /* both layouts, the strings first (read into an empty run): the field,
-     * then the old string */
-    r->pending = 3;
+     * then the old string; then the sorted set of the versions before the
+     * log, and the log */
+    r->pending = 4;
     const char *hkey = st_detect_run_hash_key_buf(&w->hkey, w->conf, ev->task_id, ev->run_id);
     const char *hget[] = {"HGET", hkey, w->name};
     st_rpipe_cmd(ctx->redis, on_field, r, 3, hget);
@@ -819,6 +888,10 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
     key = st_detect_key(w->conf, w->name, "w", ev->task_id, ev->run_id);
     const char *zr[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
     st_rpipe_cmd(ctx->redis, on_members, r, 5, zr);
+    free(key);
+    key = st_detect_key(w->conf, w->name, "l", ev->task_id, ev->run_id);
+    const char *gl[] = {"GET", key};
+    st_rpipe_cmd(ctx->redis, on_log, r, 2, gl);
     free(key);
     if (w->flags & ST_RUNWIN_EPISODES) {
         r->pending++;
@@ -1154,8 +1227,8 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     int wrote = 0, expired = 0;
     /* the keys are named when first needed: a run whose trims are held
      * is checkpointed again each time, mostly with nothing to write */
-    const char *wkey = NULL, *ekey = NULL, *bkey = NULL;
-#define WKEY() (wkey ? wkey : (wkey = run_key(w, r, &w->wkey, "w")))
+    const char *lkey = NULL, *ekey = NULL, *bkey = NULL;
+#define LKEY() (lkey ? lkey : (lkey = run_key(w, r, &w->lkey, "l")))
 #define EKEY() (ekey ? ekey : (ekey = run_key(w, r, &w->ekey, "eps")))
 #define BKEY() (bkey ? bkey : (bkey = run_key(w, r, &w->bkey, "b")))
     int has_eps = (w->flags & ST_RUNWIN_EPISODES) != 0;
@@ -1167,16 +1240,71 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
      * which Redis then deletes; the write that follows in this checkpoint
      * makes it again without a TTL, so its EXPIRE is due again (last sent
      * set to 0) when nothing Redis holds of the key is left in memory. */
-    /* deletions first: a member re-added after the trim is then kept */
-    if (!hold && r->trim_below != INT64_MIN) {
-        char below[ST_I64_LEN + 1] = "(";
-        st_fmt_i64(below + 1, r->trim_below);
-        const char *zrem[] = {"ZREMRANGEBYSCORE", WKEY(), "-inf", below};
-        st_checkpoint_cmd(ctx->ckpt, 4, zrem);
-        r->trim_below = INT64_MIN;
-        r->ndel_m = 0;
-        if (r->n == r->nunsaved) /* no saved member left: the key may be gone */
-            r->w_exp_s = 0;
+    /* The members: one command, to the log (runblob.h). An APPEND of the
+     * trim (first: a member re-added after the trim is then kept) and of
+     * the new members; or, when the log would outgrow its members
+     * (LOG_SLACK), is not known, or the sorted set of the versions before
+     * it is still there, its rewrite whole: a SET of every member (the
+     * held trim of the members applied with it: memory holds what is left
+     * of them), with its TTL (SET drops it), and the DEL of the sorted
+     * set, which the log then holds. */
+    int trim = !hold && r->trim_below != INT64_MIN;
+    if (trim || r->nunsaved || (r->layout & LAYOUT_ZSET)) {
+        struct st_buf *b = &w->blob;
+        int64_t prev;
+        st_buf_reset(b);
+        if (trim)
+            st_runblob_log_trim(b, r->trim_below);
+        if (r->nunsaved) {
+            st_runblob_log_members(b, r->nunsaved, &prev);
+            for (size_t i = 0; i < r->n; i++)
+                if (!r->m[i].saved)
+                    st_runblob_member(b, &prev, r->m[i].ts_us, r->m[i].key,
+                                      member_len(&r->m[i]));
+        }
+        uint64_t live = (uint64_t)r->keybytes + 10 * (uint64_t)r->n;
+        if (!r->lbytes || r->lbytes == LOG_UNKNOWN || (r->layout & LAYOUT_ZSET) ||
+            (uint64_t)r->lbytes + b->len > 2 * live + LOG_SLACK ||
+            (uint64_t)r->lbytes + b->len >= LOG_UNKNOWN) {
+            st_buf_reset(b);
+            st_runblob_log_members(b, r->n, &prev);
+            for (size_t i = 0; i < r->n; i++)
+                st_runblob_member(b, &prev, r->m[i].ts_us, r->m[i].key, member_len(&r->m[i]));
+            /* the set's replacement in a MULTI of its own: a large
+             * checkpoint, run as several transactions (fence.c), never
+             * splits it, so a crash leaves the set or the log */
+            const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
+            int zset = (r->layout & LAYOUT_ZSET) != 0;
+            if (zset)
+                st_checkpoint_cmd(ctx->ckpt, 1, multi);
+            const char *set[] = {"SET", LKEY(), b->data, "EX", ttl};
+            size_t lens[] = {3, w->lkey.len, b->len, 2, strlen(ttl)};
+            st_checkpoint_cmd_lens(ctx->ckpt, 5, set, lens);
+            if (zset) {
+                const char *del[] = {"DEL", run_key(w, r, &w->wkey, "w")};
+                st_checkpoint_cmd(ctx->ckpt, 2, del);
+                st_checkpoint_cmd(ctx->ckpt, 1, exec);
+                r->layout &= (uint8_t)~LAYOUT_ZSET;
+            }
+            r->w_exp_s = (int64_t)time(NULL);
+            expired = 1;
+            r->trim_below = INT64_MIN; /* held or not: applied */
+            r->ndel_m = 0;
+            r->lbytes = b->len < LOG_UNKNOWN ? (uint32_t)b->len : LOG_UNKNOWN;
+        } else {
+            const char *app[] = {"APPEND", LKEY(), b->data};
+            size_t lens[] = {6, w->lkey.len, b->len};
+            st_checkpoint_cmd_lens(ctx->ckpt, 3, app, lens);
+            r->lbytes += (uint32_t)b->len;
+        }
+        if (trim) {
+            r->trim_below = INT64_MIN;
+            r->ndel_m = 0;
+        }
+        for (size_t i = 0; r->nunsaved && i < r->n; i++)
+            r->m[i].saved = 1;
+        r->nunsaved = 0;
+        wrote = 1;
     }
     if (!hold && r->ndel_eps && has_eps) {
         cmd_arg(c, "HDEL");
@@ -1200,24 +1328,10 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
     }
     if (!hold)
         r->ndel_b = 0;
-    if (r->nunsaved) {
-        cmd_arg(c, "ZADD");
-        cmd_arg(c, WKEY());
-        for (size_t i = 0; i < r->n; i++) {
-            if (r->m[i].saved)
-                continue;
-            cmd_num(c, r->m[i].ts_us);
-            cmd_arg(c, r->m[i].key);
-            r->m[i].saved = 1;
-        }
-        cmd_flush(c, ctx->ckpt, 2);
-        r->nunsaved = 0;
-        wrote = 1;
-    }
     /* fed in any batch since the last checkpoint (with state.checkpoint_ms
      * that may be several: in_batch only tells the last one) */
     if (r->fed && st_detect_expire_due(&r->w_exp_s, w->conf)) {
-        const char *expire[] = {"EXPIRE", WKEY(), ttl};
+        const char *expire[] = {"EXPIRE", LKEY(), ttl};
         st_checkpoint_cmd(ctx->ckpt, 3, expire);
         wrote = expired = 1;
     }
@@ -1270,7 +1384,7 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
                        batch_s(w, ctx));
     r->ck_seq = ctx->seq;
     r->fed = 0;
-#undef WKEY
+#undef LKEY
 #undef EKEY
 #undef BKEY
 }
@@ -1308,7 +1422,9 @@ static int cmd_del_layout(struct st_runwin *w, struct run *r, struct cmd *c, int
     if (layout & LAYOUT_OLD)
         cmd_arg(c, run_key(w, r, &w->skey, "s"));
     if (layout & LAYOUT_SETS) {
-        cmd_arg(c, run_key(w, r, &w->wkey, "w"));
+        cmd_arg(c, run_key(w, r, &w->lkey, "l"));
+        if (layout & LAYOUT_ZSET)
+            cmd_arg(c, run_key(w, r, &w->wkey, "w"));
         if (w->flags & ST_RUNWIN_EPISODES)
             cmd_arg(c, run_key(w, r, &w->ekey, "eps"));
         if (w->flags & ST_RUNWIN_BUCKETS)
@@ -1357,7 +1473,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     if (!content && !(has_trims(r) && !hold) && !(r->fed && due))
         goto out;
     /* keys of the other layout, or the old string, to delete */
-    int other = r->layout & (LAYOUT_SETS | LAYOUT_OLD);
+    int other = r->layout & (LAYOUT_SETS | LAYOUT_OLD | LAYOUT_ZSET);
     if (!r->n && !r->neps && !r->nb) {
         /* emptied by its trims: nothing left to write */
         if (cmd_del_layout(w, r, c, r->layout))
@@ -1368,6 +1484,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
                            0, 0);
         drop_trims(r);
         r->layout = LAYOUT_NONE;
+        r->lbytes = 0;
         r->s_exp_s = r->w_exp_s = r->e_exp_s = r->b_exp_s = 0;
         goto out;
     }
@@ -1409,6 +1526,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     if (due)
         r->s_exp_s = exp;
     r->layout = LAYOUT_BLOB;
+    r->lbytes = 0;
     mark_all_saved(r);
     drop_trims(r);
     if (ctx->runidx)
@@ -1443,7 +1561,9 @@ static void run_checkpoint_to_sets(struct st_runwin *w, struct run *r,
     for (size_t i = 0; i < r->nb; i++)
         r->b[i].dirty = 1;
     drop_trims(r);
-    r->fed = 1; /* the window key's EXPIRE (due: never sent) */
+    r->lbytes = LOG_UNKNOWN; /* the log written whole, with its TTL */
+    r->layout &= (uint8_t)~LAYOUT_ZSET; /* deleted above (and no MULTI in this one) */
+    r->fed = 1; /* the episodes' and buckets' EXPIREs (due: never sent) */
     run_checkpoint(w, r, ctx, c, ttl, 0);
     st_checkpoint_cmd(ctx->ckpt, 1, exec);
     r->layout = LAYOUT_SETS;

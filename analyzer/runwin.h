@@ -15,8 +15,8 @@
  *
  * A run's state is owned by the partition its task is keyed to, so one
  * analyzer holds it at a time. Redis is its durable copy (keys: detect.h;
- * a small state as one string rewritten whole, a large one as a sorted
- * set and hashes written incrementally: runwin.c):
+ * a small state as one string rewritten whole, a large one as a log of
+ * members appended to and hashes written incrementally: runwin.c):
  * loaded by st_runwin_prefetch when the run is not in memory (after a
  * restart, a rebalance or an eviction) and its partition's run index
  * (ctx->runidx, runidx.h) says Redis holds it -- a run never written
@@ -147,11 +147,12 @@ void st_runwin_episode(struct st_runwin *w, const struct st_runwin_view *v,
  * it the write of each run that became dirty in a batch before
  * ctx->pending_from (every dirty run with 0), over however many batches
  * changed it since: for a
- * small run its whole state, trims applied, as one SET (EX when the
- * EXPIRE is due, KEEPTTL otherwise; DEL once empty); for a large one the
- * trims of the committed batches (before the writes), the new members (one
- * ZADD per run), the episodes and buckets changed (HSET of absolute
- * values), EXPIRE; a run changing layout, both in a MULTI (runwin.c). It
+ * small run its whole state, trims applied, as its field of the run's
+ * hash (runhash.h); for a large one the trim of the committed batches'
+ * members and the new members (one APPEND to the run's log, or the log
+ * rewritten whole with SET ... EX once it outgrows its members), the
+ * episodes and buckets changed (HSET of absolute values) and trimmed
+ * (HDEL), EXPIRE; a run changing layout, both in a MULTI (runwin.c). It
  * notes each run written in its partition's run index
  * (ctx->runidx), whose entries the caller puts first. The dirty runs are
  * kept in the order they became dirty (batch order: a run fed in batch k

@@ -406,9 +406,9 @@ START_TEST(detect_workers_give_the_findings_and_state_of_one)
     free(fb);
     fa = redis_state(&one);
     fb = redis_state(&three);
-    /* a run's window: a field of the run's hash while small, a sorted
-     * set when large */
-    ck_assert_msg(strstr(fa, "== run:h:") || strstr(fa, "== denial_burst:w:"),
+    /* a run's window: a field of the run's hash while small, a log when
+     * large */
+    ck_assert_msg(strstr(fa, "== run:h:") || strstr(fa, "== denial_burst:l:"),
                   "no denial_burst window in Redis");
     ck_assert_ptr_nonnull(strstr(fa, "== scope_drift:cred:"));
     ck_assert_ptr_nonnull(strstr(fa, "== credfp:"));

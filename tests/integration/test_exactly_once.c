@@ -272,6 +272,10 @@ static int on_members(const redisReply *r, void *arg)
     }
     if (r->type == REDIS_REPLY_NIL)
         return 0;
+    if (arg && r->type == REDIS_REPLY_STRING) { /* a log (runblob.h) */
+        members_reply = st_runblob_log_count(r->str, r->len);
+        return members_reply < 0 ? -1 : 0;
+    }
     if (r->type != REDIS_REPLY_STRING || st_runblob_open(&rd, r->str, r->len) ||
         st_runblob_get_count(&rd, &n))
         return -1;
@@ -281,12 +285,12 @@ static int on_members(const redisReply *r, void *arg)
 
 /* The member count of each run window of detector det under prefix, one
  * line each, whichever layout holds it (runwin.c: a field of the run's
- * hash while small, a sorted set when large). */
+ * hash while small, a log when large). */
 static char *window_sizes(const char *prefix, const char *det)
 {
     char err[256];
     char *keys = world_shf("{ redis-cli -u \"$SANDTRAIL_REDIS_URL\" --scan --pattern "
-                           "'%s:%s:w:*'; redis-cli -u \"$SANDTRAIL_REDIS_URL\" --scan "
+                           "'%s:%s:l:*'; redis-cli -u \"$SANDTRAIL_REDIS_URL\" --scan "
                            "--pattern '%s:run:h:*'; } | sort",
                            prefix, det, prefix);
     struct st_rpipe *p = st_rpipe_new(getenv("SANDTRAIL_REDIS_URL"), NULL, err, sizeof(err));
@@ -295,10 +299,10 @@ static char *window_sizes(const char *prefix, const char *det)
     st_buf_init(&out);
     st_buf_adds(&out, "");
     for (char *k = strtok(keys, "\n"); k; k = strtok(NULL, "\n")) {
-        const char *get[] = {"HGET", k, det}, *zcard[] = {"ZCARD", k};
+        const char *get[] = {"HGET", k, det}, *zcard[] = {"GET", k};
         int blob = strstr(k + strlen(prefix), ":run:h:") != NULL;
         members_reply = -1;
-        st_rpipe_cmd(p, on_members, NULL, blob ? 3 : 2, blob ? get : zcard);
+        st_rpipe_cmd(p, on_members, blob ? NULL : (void *)1, blob ? 3 : 2, blob ? get : zcard);
         ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s: %s", k, err);
         if (members_reply >= 0) /* a run's hash without det's field: not its window */
             st_buf_printf(&out, "%ld\n", members_reply);

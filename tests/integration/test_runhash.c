@@ -97,8 +97,10 @@ static void close_all(void)
         char *k = st_detect_key(&conf, names[d], "s", "task", "run");
         char *kw = st_detect_key(&conf, names[d], "w", "task", "run");
         char *ke = st_detect_key(&conf, names[d], "eps", "task", "run");
-        const char *del[] = {"DEL", k, kw, ke};
-        st_rpipe_cmd(p, NULL, NULL, 4, del);
+        char *kl = st_detect_key(&conf, names[d], "l", "task", "run");
+        const char *del[] = {"DEL", k, kw, ke, kl};
+        st_rpipe_cmd(p, NULL, NULL, 5, del);
+        free(kl);
         free(k);
         free(kw);
         free(ke);
@@ -427,13 +429,32 @@ START_TEST(runhash_old_strings_load_and_go)
 }
 END_TEST
 
+static long log_len; /* on_log: -2 no log, -1 not a log, else its members */
+
+static int on_log(const redisReply *r, void *arg)
+{
+    (void)arg;
+    if (r->type == REDIS_REPLY_NIL)
+        log_len = -2;
+    else if (r->type == REDIS_REPLY_STRING)
+        log_len = st_runblob_log_count(r->str, r->len);
+    else
+        return -1;
+    return 0;
+}
+
+/* the members of detector d's log (runblob.h; 0 without one) */
 static long long zcard(int d)
 {
-    char *k = st_detect_key(&conf, names[d], "w", "task", "run");
-    const char *c[] = {"ZCARD", k};
-    long long n = redis_int(2, c);
+    char err[256];
+    char *k = st_detect_key(&conf, names[d], "l", "task", "run");
+    const char *c[] = {"GET", k};
+    log_len = -2;
+    st_rpipe_cmd(p, on_log, NULL, 2, c);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
     free(k);
-    return n;
+    ck_assert_int_ne(log_len, -1); /* a log */
+    return log_len < 0 ? 0 : log_len;
 }
 
 /* A run's state grown past the string's limit leaves the hash for the

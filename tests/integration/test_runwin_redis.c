@@ -174,7 +174,7 @@ START_TEST(runwin_emptied_key_keeps_its_ttl)
     batch(p, &ctx, 2, "e2", T + 600000000LL, 0, 0);     /* trims e1 and E1 */
     batch(p, &ctx, 3, "e3", T + 590000000LL, 1, 1);     /* late: HDEL E1 (the hash emptied), HSET E2 */
     char *ekey = st_detect_key(&conf, "rv", "eps", "task", "run");
-    char *wkey = st_detect_key(&conf, "rv", "w", "task", "run");
+    char *wkey = st_detect_key(&conf, "rv", "l", "task", "run");
     char *skey = hkey_of("run");
     long long eps_ttl = key_ttl(p, ekey), w_ttl = key_ttl(p, wkey), s_ttl = key_ttl(p, skey);
     fprintf(stderr, "TTL %s = %lld, TTL %s = %lld, TTL %s = %lld\n", ekey, eps_ttl, wkey,
@@ -224,9 +224,11 @@ static void late_close(struct st_rpipe *p, const char *name)
     char *wkey = st_detect_key(&conf, name, "w", "task", "run");
     char *skey = st_detect_key(&conf, name, "s", "task", "run");
     char *hkey = hkey_of("run");
-    const char *d[] = {"DEL", wkey, skey, hkey};
-    st_rpipe_cmd(p, NULL, NULL, 4, d);
+    char *lkey = st_detect_key(&conf, name, "l", "task", "run");
+    const char *d[] = {"DEL", wkey, skey, hkey, lkey};
+    st_rpipe_cmd(p, NULL, NULL, 5, d);
     free(hkey);
+    free(lkey);
     st_rpipe_exec(p, err, sizeof(err));
     free(wkey);
     free(skey);
@@ -513,10 +515,11 @@ static long long redis_int(struct st_rpipe *p, int argc, const char **argv)
 }
 
 /* Whether Redis holds each part of run "task"/"run" of detector name:
- * "s w eps" as 0/1, s its field of the run's hash */
+ * "s w eps" as 0/1, s its field of the run's hash, w its members' log
+ * (l) -- 2 for the sorted set of the versions before it (w), 3 both */
 static void layout_of(struct st_rpipe *p, const char *name, char out[8])
 {
-    const char *kinds[] = {"s", "w", "eps"};
+    const char *kinds[] = {"s", "l", "eps"};
     for (int i = 0; i < 3; i++) {
         char *k = i ? st_detect_key(&conf, name, kinds[i], "task", "run") : hkey_of("run");
         const char *ex[] = {"EXISTS", k}, *hex[] = {"HEXISTS", k, name};
@@ -524,6 +527,22 @@ static void layout_of(struct st_rpipe *p, const char *name, char out[8])
         out[2 * i + 1] = i < 2 ? ' ' : '\0';
         free(k);
     }
+    char *z = st_detect_key(&conf, name, "w", "task", "run");
+    const char *ex[] = {"EXISTS", z};
+    out[2] = (char)(out[2] + 2 * redis_int(p, 2, ex));
+    free(z);
+}
+
+/* The members the run's log holds (0: no log; -1: not a log) */
+static long log_members(struct st_rpipe *p, const char *name)
+{
+    char err[256];
+    char *k = st_detect_key(&conf, name, "l", "task", "run");
+    const char *get[] = {"GET", k};
+    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    free(k);
+    return str_nil ? 0 : st_runblob_log_count(str_reply.data, str_reply.len);
 }
 
 /* The members of the run's string (-1: no string) */
@@ -547,8 +566,8 @@ static long blob_members(struct st_rpipe *p, const char *name)
 static void drop_run(struct st_rpipe *p, const char *name)
 {
     char err[256];
-    const char *kinds[] = {"s", "w", "eps", "b"};
-    for (int i = 0; i < 4; i++) {
+    const char *kinds[] = {"s", "w", "eps", "b", "l"};
+    for (int i = 0; i < 5; i++) {
         char *k = st_detect_key(&conf, name, kinds[i], "task", "run");
         const char *d[] = {"DEL", k};
         st_rpipe_cmd(p, NULL, NULL, 2, d);
@@ -802,9 +821,7 @@ static char *cross(int crash)
     batch(p, &ctx, 5, "e5", T + 4000000LL, 0, 1); /* past 4 KB */
     layout_of(p, "rx", lay);
     ck_assert_str_eq(lay, "0 1 1"); /* the string gone with the switch */
-    char *wkey = st_detect_key(&conf, "rx", "w", "task", "run");
-    const char *zcard[] = {"ZCARD", wkey};
-    ck_assert_int_eq(redis_int(p, 2, zcard), 5);
+    ck_assert_int_eq(log_members(p, "rx"), 5);
     if (crash == 1) {
         st_runwin_destroy(w);
         w = st_runwin_new(&conf, "rx", win, keep, ST_RUNWIN_EPISODES, 0);
@@ -812,7 +829,7 @@ static char *cross(int crash)
     batch(p, &ctx, 6, "e6", T + 600000000LL, 0, 1); /* then e1..e5 trimmed */
     layout_of(p, "rx", lay);
     ck_assert_str_eq(lay, "0 1 1");
-    ck_assert_int_eq(redis_int(p, 2, zcard), 6);
+    ck_assert_int_eq(log_members(p, "rx"), 6);
     batch(p, &ctx, 7, "e7", T + 601000000LL, 0, 1); /* the trims: two left */
     layout_of(p, "rx", lay);
     ck_assert_str_eq(lay, "1 0 0"); /* the sorted set and hash gone */
@@ -824,7 +841,6 @@ static char *cross(int crash)
     batch(p, &ctx, 8, "e8", T + 602000000LL, 0, 1);
     batch(p, &ctx, 9, "probe", T + 601500000LL, 1, 2); /* late: T+541.5 s .. T+661.5 s */
     char *out = st_strdup(sig.data);
-    free(wkey);
     drop_run(p, "rx");
     late_close(p, "rx");
     return out;
@@ -887,7 +903,7 @@ START_TEST(runwin_previous_layout_loads)
     st_rpipe_cmd(p, NULL, NULL, 3, e2);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
     layout_of(p, "rp", lay);
-    ck_assert_str_eq(lay, "0 1 1");
+    ck_assert_str_eq(lay, "0 2 1"); /* the sorted set, as written before the log */
     struct st_detect_ctx ctx2 = {.redis = p, .conf = &conf};
     batch(p, &ctx2, 1, "e2", T + 1000000, 0, 2);
     fprintf(stderr, "previous layout, loaded:\n%s", sig.data);
@@ -1056,8 +1072,7 @@ START_TEST(runwin_layout_switch_is_all_or_nothing)
     w = st_runwin_new(&conf, "rs", win, keep, ST_RUNWIN_EPISODES, 0);
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
     char *skey = hkey_of("run");
-    char *wkey = st_detect_key(&conf, "rs", "w", "task", "run");
-    const char *zcard[] = {"ZCARD", wkey};
+    char *wkey = st_detect_key(&conf, "rs", "l", "task", "run");
     const char *ids[] = {"e1", "e2", "e3", "e4"};
     for (int i = 0; i < 4; i++)
         batch(p, &ctx, (uint64_t)i + 1, ids[i], T + i * 1000000LL, 0, 1);
@@ -1080,11 +1095,11 @@ START_TEST(runwin_layout_switch_is_all_or_nothing)
     batch(p, &ctx, 6, "e6", T + 600000000LL, 0, 1); /* then e1..e5 trimmed */
     layout_of(p, "rs", lay);
     ck_assert_str_eq(lay, "0 1 1");
-    ck_assert_int_eq(redis_int(p, 2, zcard), 6);
+    ck_assert_int_eq(log_members(p, "rs"), 6);
     batch_aborted(p, &ctx, 7, "e7", T + 601000000LL, wkey);
     layout_of(p, "rs", lay);
     ck_assert_str_eq(lay, "0 1 1");
-    ck_assert_int_eq(redis_int(p, 2, zcard), 6);
+    ck_assert_int_eq(log_members(p, "rs"), 6);
     free(skey);
     free(wkey);
     drop_run(p, "rs");
@@ -1168,7 +1183,7 @@ START_TEST(runwin_both_layouts_load_as_their_union)
     ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
     st_checkpoint_destroy(ck);
     layout_of(p, "ru", lay);
-    ck_assert_str_eq(lay, "1 1 1");
+    ck_assert_str_eq(lay, "1 2 1"); /* the field, the sorted set of the versions before the log */
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
     batch(p, &ctx, 1, "e3", T + 2000000, 0, 2);
     fprintf(stderr, "both layouts, loaded:\n%s", sig.data);
@@ -1284,6 +1299,173 @@ START_TEST(fence_refuses_a_checkpoint_after_another_claim)
 }
 END_TEST
 
+/* --- the members' log (session 8) ------------------------------------- */
+
+/* A large run as the versions before the log left it: its members in
+ * the sorted set <name>:w:<run> (written by hand here). It loads whole;
+ * the next checkpoint leaves only the log, holding every member (the set
+ * deleted in the checkpoint that writes the log whole: never a member in
+ * neither); a reload of that log gives the same window. */
+START_TEST(runwin_old_sorted_set_loads_and_becomes_the_log)
+{
+    char prefix[64], err[256], lay[8];
+    use_payload(1);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_zl:", (int)getpid());
+    struct st_rpipe *p = late_open(prefix, 600, "rz");
+    int64_t T = 1700000000000000LL;
+    char *wkey = st_detect_key(&conf, "rz", "w", "task", "run");
+    char *lkey = st_detect_key(&conf, "rz", "l", "task", "run");
+    struct st_buf m[3];
+    char ts[3][32];
+    const char *zadd[8] = {"ZADD", wkey};
+    for (int i = 0; i < 3; i++) {
+        st_buf_init(&m[i]);
+        st_buf_printf(&m[i], "s\x1f" "e%d\x1f%s", i + 1, big_payload);
+        snprintf(ts[i], sizeof(ts[i]), "%lld", (long long)(T + i * 1000000LL));
+        zadd[2 + 2 * i] = ts[i];
+        zadd[3 + 2 * i] = m[i].data;
+    }
+    const char *ex[] = {"EXPIRE", wkey, "600"};
+    st_rpipe_cmd(p, NULL, NULL, 8, zadd);
+    st_rpipe_cmd(p, NULL, NULL, 3, ex);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    layout_of(p, "rz", lay);
+    ck_assert_str_eq(lay, "0 2 0");
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    batch(p, &ctx, 1, "e4", T + 3000000LL, 0, -1);
+    ck_assert_uint_eq(seen_n, 4); /* e1..e3 loaded from the set, e4 */
+    layout_of(p, "rz", lay);
+    ck_assert_str_eq(lay, "0 1 0"); /* the log alone */
+    ck_assert_int_eq(log_members(p, "rz"), 4);
+    ck_assert_int_gt(key_ttl(p, lkey), 0);
+    /* reloaded from the log alone */
+    st_runwin_destroy(w);
+    w = st_runwin_new(&conf, "rz", 60000000, 150000000, 0, 0);
+    batch(p, &ctx, 2, "e5", T + 4000000LL, 0, -1);
+    ck_assert_uint_eq(seen_n, 5);
+    layout_of(p, "rz", lay);
+    ck_assert_str_eq(lay, "0 1 0");
+    ck_assert_int_eq(log_members(p, "rz"), 5);
+    for (int i = 0; i < 3; i++)
+        st_buf_fini(&m[i]);
+    free(wkey);
+    free(lkey);
+    drop_run(p, "rz");
+    late_close(p, "rz");
+}
+END_TEST
+
+/* the byte length of key (0: none) */
+static long long key_strlen(struct st_rpipe *p, const char *key)
+{
+    const char *c[] = {"STRLEN", key};
+    return redis_int(p, 2, c);
+}
+
+/* A large run fed one member per batch for 300 checkpoints, trimmed at
+ * each (window 60 s, kept 150 s, a member every 10 s: 17 live members of
+ * about 920 bytes): its log is appended to at each checkpoint (the trim,
+ * the new member), and rewritten whole when it would pass twice its live
+ * members' bytes plus 4 KB -- so its length stays under that bound while
+ * 300 members went through it -- and at every checkpoint it holds exactly
+ * the live members. A load of it, after the rewrites, gives them. */
+START_TEST(runwin_log_is_compacted_and_loads_the_same)
+{
+    char prefix[64], id[16];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_cl:", (int)getpid());
+    memset(kb_payload, 'k', 900);
+    payload = kb_payload;
+    struct st_rpipe *p = late_open(prefix, 600, "rc");
+    int64_t T = 1700000000000000LL, step = 10000000LL;
+    char *lkey = st_detect_key(&conf, "rc", "l", "task", "run");
+    size_t klen = strlen("s\x1f" "e0000\x1f") + 900; /* every member's */
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    long long prev = 0, maxlen = 0;
+    int rewrites = 0;
+    const int N = 300;
+    for (int k = 1; k <= N; k++) {
+        snprintf(id, sizeof(id), "e%04d", k);
+        batch(p, &ctx, (uint64_t)k, id, T + k * step, 0, -1);
+        long live = k < 17 ? k : 17;
+        long held = log_members(p, "rc");
+        if (!held) /* small yet: the string (4 members or fewer) */
+            held = blob_members(p, "rc");
+        ck_assert_int_eq(held, live);
+        long long len = key_strlen(p, lkey);
+        long long bound = 2 * live * ((long long)klen + 10) + 4096;
+        ck_assert_msg(len <= bound, "checkpoint %d: log of %lld bytes, bound %lld", k, len,
+                      bound);
+        rewrites += len < prev;
+        prev = len;
+        if (len > maxlen)
+            maxlen = len;
+    }
+    fprintf(stderr, "log: at most %lld bytes, %d rewrites, %ld bytes appended in all\n",
+            maxlen, rewrites, (long)(N * (klen + 10)));
+    ck_assert_int_gt(rewrites, 5);
+    /* loaded by a runwin whose window reaches every member: a late probe
+     * sees them all */
+    st_runwin_destroy(w);
+    w = st_runwin_new(&conf, "rc", 1000 * step, 1000 * step, 0, 0);
+    batch(p, &ctx, (uint64_t)N + 1, "probe", T + 1, 1, 2);
+    struct st_buf want;
+    st_buf_init(&want);
+    st_buf_printf(&want, "%lld probe 900\n", (long long)(T + 1));
+    for (int k = N - 16; k <= N; k++)
+        st_buf_printf(&want, "%lld e%04d 900\n", (long long)(T + k * step), k);
+    char *got = st_strdup(sig.data);
+    char *cut = strstr(got, "episode");
+    if (cut)
+        *cut = '\0';
+    ck_assert_str_eq(got, want.data);
+    free(got);
+    st_buf_fini(&want);
+    free(lkey);
+    drop_run(p, "rc");
+    late_close(p, "rc");
+}
+END_TEST
+
+/* A log that is not ours (a frame kind unknown, cut short) is a data
+ * error of that one state, as a malformed string is: the load succeeds,
+ * the run goes on without it, it is counted, and the next write replaces
+ * it with a readable log. */
+START_TEST(runwin_malformed_log_is_ignored_and_counted)
+{
+    char prefix[64], err[256];
+    use_payload(1);
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_ml%d:", (int)getpid(), _i);
+    struct st_rpipe *p = late_open(prefix, 600, "rl");
+    int64_t T = 1700000000000000LL, prev;
+    struct st_buf b;
+    st_buf_init(&b);
+    st_runblob_log_members(&b, 1, &prev);
+    st_runblob_member(&b, &prev, T, "s\x1f" "e0\x1f{}", 7);
+    if (_i == 0)
+        b.data[0] = 'X';
+    else
+        b.len--;
+    char *lkey = st_detect_key(&conf, "rl", "l", "task", "run");
+    const char *set[] = {"SET", lkey, b.data};
+    size_t lens[] = {3, strlen(lkey), b.len};
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_checkpoint_cmd_lens(ck, 3, set, lens);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    struct st_detect_stats stats = {0};
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .stats = &stats};
+    batch(p, &ctx, 1, "e1", T + 1000000, 0, -1);
+    ck_assert_int_eq(stats.loads, 1);
+    ck_assert_uint_eq(seen_n, 1);
+    ck_assert_int_eq(stats.malformed, 1);
+    ck_assert_int_eq(log_members(p, "rl"), 1); /* replaced, readable */
+    st_buf_fini(&b);
+    free(lkey);
+    drop_run(p, "rl");
+    late_close(p, "rl");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runwin_redis");
@@ -1304,6 +1486,9 @@ int main(void)
     tcase_add_test(tc, runwin_layout_switch_is_all_or_nothing);
     tcase_add_test(tc, runwin_both_layouts_load_as_their_union);
     tcase_add_test(tc, fence_refuses_a_checkpoint_after_another_claim);
+    tcase_add_test(tc, runwin_old_sorted_set_loads_and_becomes_the_log);
+    tcase_add_test(tc, runwin_log_is_compacted_and_loads_the_same);
+    tcase_add_loop_test(tc, runwin_malformed_log_is_ignored_and_counted, 0, 2);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

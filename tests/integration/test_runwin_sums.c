@@ -184,7 +184,7 @@ static void checkpoint(struct st_rpipe *p, struct st_detect_ctx *ctx, long cut)
 static void cleanup(struct st_rpipe *p)
 {
     char err[256];
-    const char *names[] = {"vs", "ms"}, *kinds[] = {"w", "eps", "b", "s"};
+    const char *names[] = {"vs", "ms"}, *kinds[] = {"w", "eps", "b", "s", "l"};
     for (int r = 0; r < NRUNS; r++) {
         struct st_buf b;
         st_buf_init(&b);
@@ -194,7 +194,7 @@ static void cleanup(struct st_rpipe *p)
         st_rpipe_exec(p, err, sizeof(err));
         st_buf_fini(&b);
         for (int i = 0; i < 2; i++)
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < 5; k++) {
                 char *key = st_detect_key(&conf, names[i], kinds[k], "task", run_ids[r]);
                 const char *dd[] = {"DEL", key};
                 st_rpipe_cmd(p, NULL, NULL, 2, dd);

@@ -796,9 +796,11 @@ END_TEST
 static char *state_digest(const struct world *w)
 {
     return world_shf("u=\"$SANDTRAIL_REDIS_URL\"; for k in $({ redis-cli -u \"$u\" --scan "
-                     "--pattern '%s:denial_burst:w:*'; redis-cli -u \"$u\" --scan "
+                     "--pattern '%s:denial_burst:[wl]:*'; redis-cli -u \"$u\" --scan "
                      "--pattern '%s:run:h:*'; } | sort); do echo \"$k\"; "
                      "redis-cli -u \"$u\" --no-raw hget \"$k\" denial_burst 2>/dev/null | "
+                     "grep -v WRONGTYPE; "
+                     "redis-cli -u \"$u\" --no-raw get \"$k\" 2>/dev/null | "
                      "grep -v WRONGTYPE; "
                      "redis-cli -u \"$u\" --no-raw zrange \"$k\" 0 -1 2>/dev/null | "
                      "grep -v WRONGTYPE; done | md5sum",

@@ -3,6 +3,7 @@
  * anywhere, another version or bytes after the end read as malformed. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,6 +155,153 @@ START_TEST(runblob_each_read_checks_its_bounds)
 }
 END_TEST
 
+/* --- the members' log ------------------------------------------------ */
+
+/* what a log read gave: members as "ts key", sorted, distinct */
+struct seen {
+    char items[32][48];
+    int n;
+};
+
+static void collect(void *arg, int64_t ts, const char *key, size_t len)
+{
+    struct seen *s = arg;
+    char one[48];
+    snprintf(one, sizeof(one), "%lld %.*s", (long long)ts, (int)len, key);
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->items[i], one))
+            return;
+    ck_assert_int_lt(s->n, 32);
+    strcpy(s->items[s->n++], one);
+}
+
+static int cmp_item(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* the members held, as one line "ts key,ts key" sorted; NULL when malformed */
+static char *log_set(const char *data, size_t len)
+{
+    static char out[32 * 48];
+    struct seen s = {.n = 0};
+    if (st_runblob_log_read(data, len, collect, &s))
+        return NULL;
+    qsort(s.items, (size_t)s.n, sizeof(s.items[0]), cmp_item);
+    out[0] = '\0';
+    for (int i = 0; i < s.n; i++) {
+        if (i)
+            strcat(out, ",");
+        strcat(out, s.items[i]);
+    }
+    return out;
+}
+
+static void log_add(struct st_buf *b, int n, const int64_t *ts, const char *const *ks)
+{
+    int64_t prev;
+    st_runblob_log_members(b, (uint64_t)n, &prev);
+    for (int i = 0; i < n; i++)
+        st_runblob_member(b, &prev, ts[i], ks[i], strlen(ks[i]));
+}
+
+/* Frames apply in order: a trim removes the members appended before it
+ * with an older time, never one appended after it (a late event's member
+ * added once the trim was sent), nor one at its time. */
+START_TEST(runblob_log_applies_frames_in_order)
+{
+    struct st_buf b;
+    st_buf_init(&b);
+    ck_assert_str_eq(log_set("", 0), ""); /* empty: nothing */
+    log_add(&b, 3, (int64_t[]){10, 20, 30}, (const char *[]){"a", "b", "c"});
+    ck_assert_str_eq(log_set(b.data, b.len), "10 a,20 b,30 c");
+    st_runblob_log_trim(&b, 20);
+    ck_assert_str_eq(log_set(b.data, b.len), "20 b,30 c");
+    log_add(&b, 2, (int64_t[]){5, 40}, (const char *[]){"late", "d"});
+    ck_assert_str_eq(log_set(b.data, b.len), "20 b,30 c,40 d,5 late");
+    /* a later trim reaches the late one, and a smaller trim after a larger
+     * one takes nothing back */
+    st_runblob_log_trim(&b, 35);
+    st_runblob_log_trim(&b, 1);
+    ck_assert_str_eq(log_set(b.data, b.len), "40 d");
+    /* a member appended again after the trim that removed it is held */
+    log_add(&b, 1, (int64_t[]){10}, (const char *[]){"a"});
+    ck_assert_str_eq(log_set(b.data, b.len), "10 a,40 d");
+    ck_assert_int_eq(st_runblob_log_count(b.data, b.len), 2);
+    log_add(&b, 2, (int64_t[]){40, 40}, (const char *[]){"d", "e"});
+    ck_assert_int_eq(st_runblob_log_count(b.data, b.len), 3);
+    ck_assert_int_eq(st_runblob_log_count(b.data, b.len - 1), -1);
+    st_buf_fini(&b);
+}
+END_TEST
+
+/* A checkpoint's append (a trim, then members below and above it) sent
+ * twice -- a redo -- holds what it held sent once; a member in two frames
+ * comes once. */
+START_TEST(runblob_log_twice_is_once)
+{
+    struct st_buf one, two;
+    st_buf_init(&one);
+    st_buf_init(&two);
+    log_add(&one, 3, (int64_t[]){10, 20, 30}, (const char *[]){"a", "b", "c"});
+    st_buf_add(&two, one.data, one.len);
+    struct st_buf step;
+    st_buf_init(&step);
+    st_runblob_log_trim(&step, 25);
+    log_add(&step, 2, (int64_t[]){15, 40}, (const char *[]){"late", "c"});
+    st_buf_add(&one, step.data, step.len);
+    st_buf_add(&two, step.data, step.len);
+    st_buf_add(&two, step.data, step.len);
+    char *a = strdup(log_set(one.data, one.len));
+    ck_assert_str_eq(a, "15 late,30 c,40 c");
+    ck_assert_str_eq(log_set(two.data, two.len), a);
+    free(a);
+    st_buf_fini(&one);
+    st_buf_fini(&two);
+    st_buf_fini(&step);
+}
+END_TEST
+
+static int calls;
+static void count_call(void *arg, int64_t ts, const char *key, size_t len)
+{
+    (void)arg, (void)ts, (void)key, (void)len;
+    calls++;
+}
+
+/* A log cut inside a frame, a kind unknown, a member holding a NUL: -1,
+ * with no member handed out (the whole log is checked first). A cut
+ * between frames is a shorter log, and reads. */
+START_TEST(runblob_log_refuses_what_is_not_a_log)
+{
+    struct st_buf b;
+    st_buf_init(&b);
+    log_add(&b, 2, (int64_t[]){1700000000000000LL, 1700000000000001LL},
+            (const char *[]){"s\x1f" "e1\x1f{}", "s\x1f" "e2\x1f{}"});
+    size_t end1 = b.len;
+    st_runblob_log_trim(&b, 1700000000000001LL);
+    size_t end2 = b.len;
+    log_add(&b, 1, (int64_t[]){-3}, (const char *[]){"x"});
+    for (size_t cut = 0; cut <= b.len; cut++) {
+        calls = 0;
+        int rc = st_runblob_log_read(b.data, cut, count_call, NULL);
+        int boundary = cut == 0 || cut == end1 || cut == end2 || cut == b.len;
+        ck_assert_msg(rc == (boundary ? 0 : -1), "cut at %zu: %d", cut, rc);
+        if (rc)
+            ck_assert_int_eq(calls, 0);
+    }
+    b.data[end2] = 'X'; /* the third frame's kind */
+    calls = 0;
+    ck_assert_int_eq(st_runblob_log_read(b.data, b.len, count_call, NULL), -1);
+    ck_assert_int_eq(calls, 0);
+    b.data[end2] = ST_RUNBLOB_LOG_MEMBERS;
+    b.data[b.len - 1] = '\0'; /* the last member's one byte */
+    ck_assert_int_eq(st_runblob_log_read(b.data, b.len, count_call, NULL), -1);
+    ck_assert_int_eq(calls, 0);
+    st_buf_fini(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("runblob");
@@ -161,6 +309,9 @@ int main(void)
     tcase_add_test(tc, runblob_reads_back_what_it_wrote);
     tcase_add_test(tc, runblob_refuses_what_is_not_exactly_one);
     tcase_add_test(tc, runblob_each_read_checks_its_bounds);
+    tcase_add_test(tc, runblob_log_applies_frames_in_order);
+    tcase_add_test(tc, runblob_log_twice_is_once);
+    tcase_add_test(tc, runblob_log_refuses_what_is_not_a_log);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
