@@ -41,8 +41,8 @@
  * afterwards it is new, with no read. Why state.ttl_s is enough: every
  * state key gets an EXPIRE of state.ttl_s whenever it is created by a
  * process (st_detect_expire_due: due when never sent) and at most every
- * tenth of the TTL while written, and no write clears a TTL (ZADD, HSET,
- * HDEL, ZREMRANGEBYSCORE keep it); so a key written without an index entry
+ * tenth of the TTL while written, and no write clears a TTL (APPEND, HSET,
+ * HDEL keep it; a large run's log rewritten whole is SET with EX); so a key written without an index entry
  * before the marker either was given no EXPIRE after it, and is gone
  * state.ttl_s after it, or was given one after it, by an analyzer that
  * writes index entries, and is then indexed (the entry goes before the

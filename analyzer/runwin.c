@@ -1296,6 +1296,16 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
             size_t lens[] = {6, w->lkey.len, b->len};
             st_checkpoint_cmd_lens(ctx->ckpt, 3, app, lens);
             r->lbytes += (uint32_t)b->len;
+            if (!r->nunsaved && !r->fed) {
+                /* a trim alone of a run not fed since: should the log be
+                 * gone from Redis (lost writes, a DEL by hand), the APPEND
+                 * made it again, and no EXPIRE follows (not fed): every
+                 * key a process creates gets one (runidx.h) */
+                const char *expire[] = {"EXPIRE", LKEY(), ttl};
+                st_checkpoint_cmd(ctx->ckpt, 3, expire);
+                r->w_exp_s = (int64_t)time(NULL);
+                expired = 1;
+            }
         }
         if (trim) {
             r->trim_below = INT64_MIN;
@@ -1574,7 +1584,8 @@ static void run_write(struct st_runwin *w, struct run *r, struct st_detect_ctx *
                       struct cmd *c, const char *ttl, int hold)
 {
     size_t bytes = state_bytes(r);
-    int blob = r->layout == LAYOUT_SETS ? bytes < BLOB_MIN : bytes <= BLOB_MAX;
+    /* (an old sorted set beside the log is the sets layout too) */
+    int blob = (r->layout & ~LAYOUT_ZSET) == LAYOUT_SETS ? bytes < BLOB_MIN : bytes <= BLOB_MAX;
     if (blob) {
         run_checkpoint_blob(w, r, ctx, c, ttl, hold);
     } else if (r->layout & (LAYOUT_BLOB | LAYOUT_OLD)) {
