@@ -268,6 +268,10 @@ static int write_parts(struct st_sink *s, PGconn **pg, int after, struct st_sink
     if ((!*pg || PQstatus(*pg) != CONNECTION_OK) &&
         (rc = sink_connect(s, pg, after, errstr, errsz)))
         return rc;
+    for (size_t i = 0; i < NPARTS; i++)
+        if (s->on[i] && parts[i].after == after && OP(s, i, before) &&
+            (rc = OP(s, i, before)(s->state[i], b->part[i], *pg, errstr, errsz)))
+            goto fail;
     if (st_pg_exec(*pg, "BEGIN", err, sizeof(err))) {
         snprintf(errstr, errsz, "could not begin a transaction: %s", err);
         rc = ST_SINK_RETRY;

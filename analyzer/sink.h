@@ -67,7 +67,8 @@ struct st_sink_txn {
  *   stage, skip, seal: the thread filling the batch (the main thread),
  *   except skip of a refused message, which the writer calls on the batch
  *   it writes (anything skip touches outside the batch must allow that);
- *   prepare, write, isolate, end: the thread writing (the store thread).
+ *   prepare, before, write, isolate, end: the thread writing (the store
+ *   thread).
  *   The two may run at once on different batches. */
 struct st_sink_part_ops {
     const char *name;
@@ -80,6 +81,13 @@ struct st_sink_part_ops {
     /* Called once per connection, outside any transaction (temp tables,
      * prepared statements). */
     int (*prepare)(void *state, PGconn *pg, char *errstr, size_t errsz);
+    /* Called before the batch's transaction opens, on its connection,
+     * outside any transaction (each statement commits on its own): for
+     * what the write needs made first whose lock must not be held for the
+     * whole transaction (the events' day partitions: ACCESS EXCLUSIVE on
+     * events). Must be harmless when the transaction then fails. Returns
+     * ST_SINK_OK or ST_SINK_RETRY with errstr set. */
+    int (*before)(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz);
     /* Copies what the part needs of one event for the next write. */
     void (*stage)(void *state, void *batch, const struct st_sink_event *se);
     /* A consumed message that will not be stored (not a valid event, or

@@ -257,8 +257,14 @@ static void events_skip(void *state, void *batch, const rd_kafka_message_t *msg,
     }
 }
 
-/* Makes the partitions of the staged rows' new days, inside the batch's
- * transaction (rolled back with it). */
+/* Makes the partitions of the staged rows' new days. CREATE TABLE ...
+ * PARTITION OF locks events ACCESS EXCLUSIVE until its transaction ends:
+ * the write makes them before the batch's transaction (events_before), so
+ * that readers of events (the detect role's refresh, the dashboards) wait
+ * for that statement only, not for the batch's COPY and commit (once a
+ * day, and at the start of a drain). A partition made for a batch that
+ * then fails stays, empty: harmless. The isolation of a refused batch
+ * calls it inside its transaction, after the write made them. */
 static int ensure_partitions(struct events_part *p, struct events_batch *b, PGconn *pg,
                              char *errstr, size_t errsz)
 {
@@ -286,6 +292,11 @@ static int ensure_partitions(struct events_part *p, struct events_batch *b, PGco
     st_buf_fini(&arr);
     /* a refusal here is about the database, not about the rows */
     return rc ? ST_SINK_RETRY : ST_SINK_OK;
+}
+
+static int events_before(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz)
+{
+    return ensure_partitions(state, batch, pg, errstr, errsz);
 }
 
 static void events_end(void *state, void *batch, int committed)
@@ -347,9 +358,7 @@ static int events_write(void *state, void *batch, PGconn *pg, struct st_sink_txn
         tx->events_all_new = 1; /* none staged: none can be a duplicate */
         return ST_SINK_OK;
     }
-    int rc = ensure_partitions(state, p, pg, errstr, errsz);
-    if (rc)
-        return rc;
+    int rc;
     if (st_pg_exec(pg, "SAVEPOINT copy_direct", err, sizeof(err))) {
         snprintf(errstr, errsz, "could not set a savepoint: %s", err);
         return ST_SINK_RETRY;
@@ -413,6 +422,7 @@ const struct st_sink_part_ops st_sink_events = {
     .prepare = events_prepare,
     .stage = events_stage,
     .skip = events_skip,
+    .before = events_before,
     .write = events_write,
     .isolate = events_isolate,
     .end = events_end,

@@ -37,6 +37,8 @@
 
 #include "buf.h"
 #include "kafka.h"
+#include "rpipe.h"
+#include "runblob.h"
 #include "world.h"
 
 #define ANALYZER BIN "/analyzer/sandtrail-analyzer"
@@ -257,12 +259,95 @@ static void produce(const struct world *w, const char *stream, int counts[PARTS]
     rd_kafka_destroy(rk);
 }
 
+/* One member of a log, as a line "time member" (the member's bytes
+ * printed as they are: ours hold no newline). */
+static void log_line(void *arg, int64_t ts, const char *key, size_t len)
+{
+    st_buf_printf(arg, "%lld %.*s\n", (long long)ts, (int)len, key);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static struct st_buf log_reply;
+static int on_log_get(const redisReply *r, void *arg)
+{
+    (void)arg;
+    st_buf_reset(&log_reply);
+    if (r->type != REDIS_REPLY_STRING ||
+        st_runblob_log_read(r->str, r->len, log_line, &log_reply))
+        st_buf_adds(&log_reply, "(not a log)\n");
+    return 0;
+}
+
+/* The members a large run's log (<name>:l:<run>) loads to, one "time
+ * member" line each, sorted and without repeats: its bytes depend on
+ * where checkpoints fell (frames, rewrites), which the number of workers
+ * changes; what a load gives does not. */
+static void log_members(struct st_buf *out, const char *key)
+{
+    char err[256];
+    struct st_rpipe *p = st_rpipe_new(getenv("SANDTRAIL_REDIS_URL"), NULL, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    const char *get[] = {"GET", key};
+    st_buf_init(&log_reply);
+    st_rpipe_cmd(p, on_log_get, NULL, 2, get);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    st_rpipe_destroy(p);
+    char **lines = NULL;
+    size_t n = 0;
+    for (char *l = log_reply.data; l && *l;) {
+        char *nl = strchr(l, '\n');
+        *nl = '\0';
+        lines = realloc(lines, (n + 1) * sizeof(*lines));
+        lines[n++] = l;
+        l = nl + 1;
+    }
+    if (n)
+        qsort(lines, n, sizeof(*lines), cmp_str);
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || strcmp(lines[i - 1], lines[i]))
+            st_buf_printf(out, "%s\n", lines[i]);
+    free(lines);
+    st_buf_fini(&log_reply);
+}
+
+static char *redis_state_raw(const struct world *w);
+
 /* Every key under the world's prefix, the prefix cut, with its type and
  * contents (hash fields sorted; strings quoted, escaped: a run's state is
- * binary); no TTLs, no scores of the run index (runs:<partition>, its
- * members sorted), which follow the wall clock, and no owner epochs
- * (epoch:<topic>:<partition>, fence.h), which count assignments. */
+ * binary; a large run's log as the members it loads to); no TTLs, no
+ * scores of the run index (runs:<partition>, its members sorted), which
+ * follow the wall clock, and no owner epochs (epoch:<topic>:<partition>,
+ * fence.h), which count assignments. */
 static char *redis_state(const struct world *w)
+{
+    char *raw = redis_state_raw(w);
+    struct st_buf out;
+    st_buf_init(&out);
+    for (char *l = raw; *l;) {
+        char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        st_buf_printf(&out, "%.*s\n", (int)len, l);
+        char key[512];
+        /* "== <key> string" then "LOG": the log's members instead */
+        if (len > 3 && !strncmp(l, "== ", 3) && nl && !strncmp(nl + 1, "LOG\n", 4) &&
+            len < sizeof(key)) {
+            const char *sp = memchr(l + 3, ' ', len - 3);
+            ck_assert_ptr_nonnull(sp);
+            snprintf(key, sizeof(key), "%s:%.*s", w->name, (int)(sp - (l + 3)), l + 3);
+            log_members(&out, key);
+            nl += 4; /* the LOG line */
+        }
+        l = nl ? nl + 1 : l + len;
+    }
+    free(raw);
+    return out.data ? out.data : strdup("");
+}
+
+static char *redis_state_raw(const struct world *w)
 {
     return world_shf(
         "u=\"$SANDTRAIL_REDIS_URL\"; "
@@ -275,6 +360,7 @@ static char *redis_state(const struct world *w)
         "run:h:*:hash) redis-cli --no-raw -u \"$u\" hgetall \"$k\" | "
         "sed 's/^ *[0-9]*) //' | paste - - | sort;; "
         "*:hash) redis-cli -u \"$u\" hgetall \"$k\" | paste - - | sort;; "
+        "*:l:*:string) echo LOG;; "
         "*:string) redis-cli --no-raw -u \"$u\" get \"$k\";; "
         "esac; done",
         w->name, w->name, w->name, w->name);
