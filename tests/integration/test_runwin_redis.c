@@ -101,8 +101,10 @@ static int on_ttl(const redisReply *r, void *arg)
     return 0;
 }
 
-static void batch(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
-                  const char *id, int64_t ts, int late, int episode)
+/* One batch of one event of run "task"/run_id, checkpointed and
+ * committed. */
+static void batch_of(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
+                     const char *run_id, const char *id, int64_t ts, int late, int episode)
 {
     char err[256];
     struct st_event ev = {0};
@@ -110,7 +112,7 @@ static void batch(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
     ev.ts_us = ts;
     ev.source_name = "s";
     ev.task_id = "task";
-    ev.run_id = "run";
+    ev.run_id = run_id;
     struct st_checkpoint *ck = st_checkpoint_new();
     ctx->ckpt = ck;
     ctx->late = late;
@@ -130,6 +132,12 @@ static void batch(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
     last_sent = st_rpipe_sent(p) - before;
     st_runwin_after_commit(w, ctx);
     st_checkpoint_destroy(ck);
+}
+
+static void batch(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq,
+                  const char *id, int64_t ts, int late, int episode)
+{
+    batch_of(p, ctx, seq, "run", id, ts, late, episode);
 }
 
 /* The hash of run "task"/run (a new string) */
@@ -1426,6 +1434,54 @@ START_TEST(runwin_log_is_compacted_and_loads_the_same)
 }
 END_TEST
 
+/* Every key a process creates gets an EXPIRE (runidx.h). A large run's
+ * log lost from Redis (writes Redis lost, a DEL by hand) while the run is
+ * in memory is made again by the run's next APPEND; when that APPEND
+ * carries only a trim (the run not fed since), an EXPIRE goes with it. */
+START_TEST(runwin_log_made_again_by_a_trim_gets_a_ttl)
+{
+    char prefix[64], id[16];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_lt:", (int)getpid());
+    memset(kb_payload, 'k', 900);
+    payload = kb_payload;
+    struct st_rpipe *p = late_open(prefix, 600, "rt");
+    int64_t T = 1700000000000000LL, step = 10000000LL;
+    char *lkey = st_detect_key(&conf, "rt", "l", "task", "run");
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf};
+    (void)step;
+    batch(p, &ctx, 1, "e1", T + 200000000LL, 0, -1);
+    for (int k = 2; k <= 8; k++) { /* past 4 KB: the log */
+        snprintf(id, sizeof(id), "e%d", k);
+        batch(p, &ctx, (uint64_t)k, id, T + (220 + k) * 1000000LL, 0, -1);
+    }
+    ck_assert_int_eq(log_members(p, "rt"), 8);
+    /* after its commit e1 alone is trimmed (kept 150 s behind 360 s): the
+     * log stays far below its rewrite, so the trim goes as an APPEND */
+    batch(p, &ctx, 9, "e9", T + 360000000LL, 0, -1);
+    ck_assert_int_eq(log_members(p, "rt"), 9); /* the trim not sent yet */
+    char err[256];
+    const char *del[] = {"DEL", lkey};
+    st_rpipe_cmd(p, NULL, NULL, 2, del);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    /* another run's batch: the checkpoint sends the trim alone */
+    batch_of(p, &ctx, 10, "other", "o1", T + 360000000LL, 0, -1);
+    long long ttl = key_ttl(p, lkey);
+    fprintf(stderr, "TTL %s = %lld\n", lkey, ttl);
+    ck_assert_msg(ttl > 0, "the log made again by a trim has no TTL (%lld)", ttl);
+    ck_assert_int_eq(log_members(p, "rt"), 0); /* a trim frame alone */
+    free(lkey);
+    drop_run(p, "rt");
+    char *o = st_detect_key(&conf, "rt", "l", "task", "other");
+    char *oh = hkey_of("other");
+    const char *d2[] = {"DEL", o, oh};
+    st_rpipe_cmd(p, NULL, NULL, 3, d2);
+    st_rpipe_exec(p, err, sizeof(err));
+    free(o);
+    free(oh);
+    late_close(p, "rt");
+}
+END_TEST
+
 /* A log that is not ours (a frame kind unknown, cut short) is a data
  * error of that one state, as a malformed string is: the load succeeds,
  * the run goes on without it, it is counted, and the next write replaces
@@ -1488,6 +1544,7 @@ int main(void)
     tcase_add_test(tc, fence_refuses_a_checkpoint_after_another_claim);
     tcase_add_test(tc, runwin_old_sorted_set_loads_and_becomes_the_log);
     tcase_add_test(tc, runwin_log_is_compacted_and_loads_the_same);
+    tcase_add_test(tc, runwin_log_made_again_by_a_trim_gets_a_ttl);
     tcase_add_loop_test(tc, runwin_malformed_log_is_ignored_and_counted, 0, 2);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
