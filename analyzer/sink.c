@@ -271,7 +271,7 @@ static int write_parts(struct st_sink *s, PGconn **pg, int after, struct st_sink
     for (size_t i = 0; i < NPARTS; i++)
         if (s->on[i] && parts[i].after == after && OP(s, i, before) &&
             (rc = OP(s, i, before)(s->state[i], b->part[i], *pg, errstr, errsz)))
-            goto fail;
+            goto fail_outside; /* no transaction open yet */
     if (st_pg_exec(*pg, "BEGIN", err, sizeof(err))) {
         snprintf(errstr, errsz, "could not begin a transaction: %s", err);
         rc = ST_SINK_RETRY;
@@ -289,6 +289,7 @@ static int write_parts(struct st_sink *s, PGconn **pg, int after, struct st_sink
     return ST_SINK_OK;
 fail:
     st_pg_exec(*pg, "ROLLBACK", err, sizeof(err));
+fail_outside:
     if (PQstatus(*pg) != CONNECTION_OK) {
         PQfinish(*pg);
         *pg = NULL;

@@ -928,6 +928,24 @@ START_TEST(runwin_previous_layout_loads)
 }
 END_TEST
 
+/* Writes b's bytes to key as a checkpoint would (SET), then feeds run
+ * "task"/run one event at ts, whose prefetch loads them (one load, its
+ * round trip asserted); stats gets the load's counts. */
+static void load_over(struct st_rpipe *p, const char *key, const struct st_buf *b,
+                      int64_t ts, struct st_detect_stats *stats)
+{
+    char err[256];
+    const char *set[] = {"SET", key, b->data};
+    size_t lens[] = {3, strlen(key), b->len};
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_checkpoint_cmd_lens(ck, 3, set, lens);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .stats = stats};
+    batch(p, &ctx, 1, "e1", ts, 0, -1);
+    ck_assert_int_eq(stats->loads, 1);
+}
+
 /* A string that is not ours: 0 another version, 1 cut short, 2 a byte
  * after its end; 3 the same string intact (it loads). A malformed one is a
  * data error of that one state: the load succeeds (no failed round trip,
@@ -936,7 +954,7 @@ END_TEST
  * (stats.malformed), and the next write replaces it. */
 START_TEST(runwin_malformed_string_is_ignored_and_counted)
 {
-    char prefix[64], err[256];
+    char prefix[64];
     use_payload(0);
     snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_m%d:", (int)getpid(), _i);
     struct st_rpipe *p = late_open(prefix, 600, "rm");
@@ -956,18 +974,10 @@ START_TEST(runwin_malformed_string_is_ignored_and_counted)
     else if (_i == 2)
         st_buf_addc(&b, 0);
     char *skey = st_detect_key(&conf, "rm", "s", "task", "run");
-    const char *set[] = {"SET", skey, b.data};
-    size_t lens[] = {3, strlen(skey), b.len};
-    struct st_checkpoint *ck = st_checkpoint_new();
-    st_checkpoint_cmd_lens(ck, 3, set, lens);
-    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
-    st_checkpoint_destroy(ck);
     struct st_detect_stats stats = {0};
-    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .stats = &stats};
-    batch(p, &ctx, 1, "e1", T + 1000000, 0, -1); /* asserts the load's round trip */
+    load_over(p, skey, &b, T + 1000000, &stats);
     fprintf(stderr, "string %d: window %zu, malformed %lld\n", _i, seen_n,
             (long long)stats.malformed);
-    ck_assert_int_eq(stats.loads, 1);
     if (_i == 3) {
         ck_assert_uint_eq(seen_n, 2);
         ck_assert_int_eq(stats.malformed, 0);
@@ -1488,7 +1498,7 @@ END_TEST
  * it with a readable log. */
 START_TEST(runwin_malformed_log_is_ignored_and_counted)
 {
-    char prefix[64], err[256];
+    char prefix[64];
     use_payload(1);
     snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_ml%d:", (int)getpid(), _i);
     struct st_rpipe *p = late_open(prefix, 600, "rl");
@@ -1502,16 +1512,8 @@ START_TEST(runwin_malformed_log_is_ignored_and_counted)
     else
         b.len--;
     char *lkey = st_detect_key(&conf, "rl", "l", "task", "run");
-    const char *set[] = {"SET", lkey, b.data};
-    size_t lens[] = {3, strlen(lkey), b.len};
-    struct st_checkpoint *ck = st_checkpoint_new();
-    st_checkpoint_cmd_lens(ck, 3, set, lens);
-    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
-    st_checkpoint_destroy(ck);
     struct st_detect_stats stats = {0};
-    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .stats = &stats};
-    batch(p, &ctx, 1, "e1", T + 1000000, 0, -1);
-    ck_assert_int_eq(stats.loads, 1);
+    load_over(p, lkey, &b, T + 1000000, &stats);
     ck_assert_uint_eq(seen_n, 1);
     ck_assert_int_eq(stats.malformed, 1);
     ck_assert_int_eq(log_members(p, "rl"), 1); /* replaced, readable */
@@ -1526,7 +1528,7 @@ int main(void)
 {
     Suite *s = suite_create("runwin_redis");
     TCase *tc = tcase_create("core");
-    /* _i: 0 the string layout, 1 the sorted set layout */
+    /* _i: 0 the string layout, 1 the large runs' layout (the log) */
     tcase_add_loop_test(tc, runwin_emptied_key_keeps_its_ttl, 0, 2);
     tcase_add_loop_test(tc, runwin_reloaded_run_gives_a_late_event_the_same_window, 0, 2);
     tcase_add_loop_test(tc, runwin_pending_writes_survive_eviction_and_revoke, 0, 2);
