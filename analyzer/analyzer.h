@@ -19,6 +19,8 @@ struct st_analyzer_conf {
     char *group_instance_id;
     int64_t session_timeout_ms;
     char *pg_dsn;
+    int64_t copy_connections;  /* pg.copy_connections (sinks/events.c) */
+    int64_t copy_split_events; /* pg.copy_split_events */
     char *redis_url;
     char *redis_password_file;
     char *redis_prefix;
@@ -61,6 +63,7 @@ struct st_analyzer_conf {
     int64_t health_max_lag;   /* health.max_lag */
     int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
     int64_t fail_pg_commits;     /* fault.fail_pg_commits (tests) */
+    int64_t crash_after_copy_splits; /* fault.crash_after_copy_splits (tests) */
     int64_t stall_checkpoint_ms; /* fault.stall_checkpoint_ms (tests; fence.h) */
     struct st_overrides overrides; /* override.task|platform.* */
     char config_hash[17];     /* of the detect.* properties and overrides */

@@ -109,6 +109,15 @@ static const struct st_conf_prop analyzer_props[] = {
      "host=127.0.0.1 port=15433 user=sandtrail dbname=sandtrail",
      "PostgreSQL connection string (libpq): TLS and login are libpq's options, e.g. "
      "sslmode=verify-full sslrootcert=FILE passfile=FILE; the password is never logged"},
+    {"pg.copy_connections", NULL, ST_CONF_INT, A(copy_connections), 1, 8, "2",
+     "connections a batch of pg.copy_split_events or more stores its events over at "
+     "once, each share (by event id) in a transaction of its own committed before the "
+     "batch's transaction, so that as many PostgreSQL backends parse and index them "
+     "(docs/architecture.md, \"A large batch's events over several connections\"); "
+     "1: every batch's events in the batch's transaction"},
+    {"pg.copy_split_events", NULL, ST_CONF_INT, A(copy_split_events), 1, 1000000, "1000",
+     "a batch with fewer events stores them in its own transaction, over one "
+     "connection (see pg.copy_connections)"},
     {"redis.url", "SANDTRAIL_REDIS_URL", ST_CONF_STR, A(redis_url), 0, 0,
      "redis://127.0.0.1:16380/0",
      "Redis holding detector windows: redis://[user[:password]@]host:port[/db] "
@@ -252,6 +261,10 @@ static const struct st_conf_prop analyzer_props[] = {
      "tests only: the first this many PostgreSQL transactions fail, after the "
      "batch's detection and before its Redis checkpoint, as an unavailable "
      "database would (0 = never)"},
+    {"fault.crash_after_copy_splits", NULL, ST_CONF_INT, A(crash_after_copy_splits), 0,
+     1000000, "0",
+     "tests only: exit abruptly once this many batches' events were stored over "
+     "pg.copy_connections, before each such batch's own transaction (0 = never)"},
     {"fault.stall_checkpoint_ms", NULL, ST_CONF_INT, A(stall_checkpoint_ms), 0, 600000,
      "0",
      "tests only: every detectors' checkpoint waits this long between its owner-epoch "

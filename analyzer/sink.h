@@ -82,11 +82,14 @@ struct st_sink_part_ops {
      * prepared statements). */
     int (*prepare)(void *state, PGconn *pg, char *errstr, size_t errsz);
     /* Called before the batch's transaction opens, on its connection,
-     * outside any transaction (each statement commits on its own): for
-     * what the write needs made first whose lock must not be held for the
-     * whole transaction (the events' day partitions: ACCESS EXCLUSIVE on
-     * events). Must be harmless when the transaction then fails. Returns
-     * ST_SINK_OK or ST_SINK_RETRY with errstr set. */
+     * outside any transaction (each statement, or transaction of its own,
+     * commits on its own): for what the write needs made first whose lock
+     * must not be held for the whole transaction (the events' day
+     * partitions: ACCESS EXCLUSIVE on events), or what may be stored
+     * ahead of it (a large batch's events, over several connections).
+     * Must be harmless when the transaction then fails (the batch is
+     * written again). Returns ST_SINK_OK or an error class with errstr
+     * set (ST_SINK_DATA: as from write). */
     int (*before)(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz);
     /* Copies what the part needs of one event for the next write. */
     void (*stage)(void *state, void *batch, const struct st_sink_event *se);

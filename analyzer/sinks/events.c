@@ -4,38 +4,63 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "log.h"
 #include "pg.h"
 #include "sinks/events.h"
+#include "sinks/pgside.h"
 #include "timeutil.h"
 
-/* Where one staged row lies in the COPY text. */
+/* Most connections a large batch's events are COPYed over at once
+ * (pg.copy_connections). */
+#define MAX_SHARES 8
+
+/* Where one staged row lies: its share's COPY data, and where in it. */
 struct row {
     int32_t partition;
     int64_t offset;
+    int share;
     size_t start, len;
 };
 
-/* One batch's rows in COPY binary format (without header and trailer) and
- * where each lies, and the UTC
- * days (of event time) they fall on, so that their partitions exist before
- * the COPY (sql/005_partitions.sql). Owned by the batch, reset on commit. */
+/* One batch's rows in COPY binary format (without header and trailer), in
+ * shares: a row goes to the share its primary key hashes to, so that two
+ * shares never hold the same event (stored over two connections at once,
+ * neither waits for the other's uncommitted row). Where each row lies, and
+ * the UTC days (of event time) they fall on, so that their partitions
+ * exist before the COPY (sql/005_partitions.sql). Owned by the batch, reset
+ * on commit. stored: this try's events_before stored every share in
+ * transactions of their own (all_new: each went straight into events). */
 struct events_batch {
-    struct st_buf copy;
+    struct st_buf copy[MAX_SHARES];
+    int nshares;
     struct row *rows;
     size_t nrows, caprows;
     int64_t *days;     /* distinct days of the staged rows */
     size_t ndays, capdays;
     int64_t last_day;  /* the last staged row's day (most rows share it) */
+    int stored, all_new;
 };
 
-/* @locality the writing thread (write, end): days whose partition a
- * committed batch made sure of, sorted. */
+/* One share's COPY on a side connection (pgside.h): what it stores and
+ * what it found. */
+struct share_job {
+    const struct st_buf *copy;
+    int all_new;
+};
+
+/* @locality the writing thread (before, write, end, isolate): days whose
+ * partition a committed batch made sure of, sorted; the side connections
+ * (nshares - 1 of them; set at creation) and the fault counter. */
 struct events_part {
     int64_t *known;
     size_t nknown, capknown;
+    int nshares;        /* pg.copy_connections */
+    int64_t split_min;  /* pg.copy_split_events */
+    struct st_pgside *side[MAX_SHARES - 1];
+    int64_t crash_after_splits, splits; /* fault.crash_after_copy_splits */
 };
 
 static const char *sql_partitions = "SELECT sandtrail_event_partitions($1::date[])";
@@ -149,10 +174,25 @@ static void copy_row(struct st_buf *b, const struct st_sink_event *se)
     copy_bytes(b, m->payload, m->len);
 }
 
+static int events_prepare(void *state, PGconn *pg, char *errstr, size_t errsz);
+static void events_destroy(void *state);
+
 static void *events_create(const struct st_analyzer_conf *conf, char *errstr,
                            size_t errsz)
 {
-    return st_calloc(1, sizeof(struct events_part));
+    struct events_part *p = st_calloc(1, sizeof(*p));
+    p->nshares = conf->copy_connections < 1 ? 1
+                 : conf->copy_connections > MAX_SHARES ? MAX_SHARES
+                                                      : (int)conf->copy_connections;
+    p->split_min = conf->copy_split_events;
+    p->crash_after_splits = conf->crash_after_copy_splits;
+    for (int i = 0; i + 1 < p->nshares; i++) {
+        if (!(p->side[i] = st_pgside_new(conf->pg_dsn, events_prepare, p, errstr, errsz))) {
+            events_destroy(p);
+            return NULL;
+        }
+    }
+    return p;
 }
 
 static void events_destroy(void *state)
@@ -160,13 +200,18 @@ static void events_destroy(void *state)
     struct events_part *p = state;
     if (!p)
         return;
+    for (int i = 0; i + 1 < p->nshares; i++)
+        st_pgside_destroy(p->side[i]);
     free(p->known);
     free(p);
 }
 
 static void *events_batch_new(void *state)
 {
-    return st_calloc(1, sizeof(struct events_batch));
+    struct events_part *p = state;
+    struct events_batch *b = st_calloc(1, sizeof(*b));
+    b->nshares = p->nshares;
+    return b;
 }
 
 static void events_batch_destroy(void *batch)
@@ -174,7 +219,8 @@ static void events_batch_destroy(void *batch)
     struct events_batch *b = batch;
     if (!b)
         return;
-    st_buf_fini(&b->copy);
+    for (int i = 0; i < MAX_SHARES; i++)
+        st_buf_fini(&b->copy[i]);
     free(b->rows);
     free(b->days);
     free(b);
@@ -220,6 +266,20 @@ static void note_day(struct events_batch *p, int64_t ts_us)
     p->days[p->ndays++] = d;
 }
 
+/* The share of an event: FNV-1a over its primary key's identity (source
+ * and event id; a resent event has the same ts), so that an event and its
+ * copies fall in the same share. */
+static int share_of(const struct st_event *ev, int nshares)
+{
+    uint64_t h = UINT64_C(1469598103934665603);
+    for (const char *c = ev->source_name ? ev->source_name : ""; *c; c++)
+        h = (h ^ (unsigned char)*c) * UINT64_C(1099511628211);
+    h = (h ^ 0xff) * UINT64_C(1099511628211); /* a byte neither string holds */
+    for (const char *c = ev->event_id ? ev->event_id : ""; *c; c++)
+        h = (h ^ (unsigned char)*c) * UINT64_C(1099511628211);
+    return (int)(h % (uint64_t)nshares);
+}
+
 static void events_stage(void *state, void *batch, const struct st_sink_event *se)
 {
     struct events_batch *p = batch;
@@ -230,9 +290,11 @@ static void events_stage(void *state, void *batch, const struct st_sink_event *s
     struct row *r = &p->rows[p->nrows++];
     r->partition = se->msg->partition;
     r->offset = se->msg->offset;
-    r->start = p->copy.len;
-    copy_row(&p->copy, se);
-    r->len = p->copy.len - r->start;
+    r->share = p->nshares > 1 ? share_of(se->ev, p->nshares) : 0;
+    struct st_buf *copy = &p->copy[r->share];
+    r->start = copy->len;
+    copy_row(copy, se);
+    r->len = copy->len - r->start;
     note_day(p, se->ev->ts_us);
 }
 
@@ -246,13 +308,15 @@ static void events_skip(void *state, void *batch, const rd_kafka_message_t *msg,
         if (r->partition != msg->partition || r->offset != msg->offset)
             continue;
         size_t start = r->start, len = r->len;
-        memmove(p->copy.data + start, p->copy.data + start + len,
-                p->copy.len - start - len);
-        p->copy.len -= len;
+        int share = r->share;
+        struct st_buf *copy = &p->copy[share];
+        memmove(copy->data + start, copy->data + start + len, copy->len - start - len);
+        copy->len -= len;
         memmove(r, r + 1, (p->nrows - i - 1) * sizeof(*r));
         p->nrows--;
         for (size_t k = i; k < p->nrows; k++)
-            p->rows[k].start -= len;
+            if (p->rows[k].share == share)
+                p->rows[k].start -= len;
         return;
     }
 }
@@ -294,18 +358,162 @@ static int ensure_partitions(struct events_part *p, struct events_batch *b, PGco
     return rc ? ST_SINK_RETRY : ST_SINK_OK;
 }
 
+/* Some COPY binary rows, as they lie in a share's buffer. */
+struct piece {
+    const char *data;
+    size_t len;
+};
+
+/* Sends pieces as the rows of one COPY statement sql. Returns 0, 1 when the
+ * primary key refused them (a row stored before: a replay), or an error
+ * class with errstr set. */
+static int copy_rows(const struct piece *pc, int n, PGconn *pg, const char *sql,
+                     char *errstr, size_t errsz)
+{
+    PGresult *res = PQexec(pg, sql);
+    if (PQresultStatus(res) != PGRES_COPY_IN)
+        return st_sink_result(res, "could not start COPY of events", errstr, errsz);
+    PQclear(res);
+    int ok = PQputCopyData(pg, copy_header, sizeof(copy_header)) == 1;
+    for (int i = 0; ok && i < n; i++)
+        ok = pc[i].len == 0 || PQputCopyData(pg, pc[i].data, (int)pc[i].len) == 1;
+    if (!ok || PQputCopyData(pg, copy_trailer, sizeof(copy_trailer)) != 1 ||
+        PQputCopyEnd(pg, NULL) != 1) {
+        snprintf(errstr, errsz, "COPY of events failed: %s", PQerrorMessage(pg));
+        return ST_SINK_RETRY;
+    }
+    res = PQgetResult(pg);
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    int dup = PQresultStatus(res) == PGRES_FATAL_ERROR && state &&
+              strcmp(state, "23505") == 0;
+    int rc = st_sink_result(res, "COPY of events failed", errstr, errsz);
+    while ((res = PQgetResult(pg)))
+        PQclear(res);
+    return dup ? 1 : rc;
+}
+
+/* Stores pieces inside the open transaction. Rows usually are new: COPY
+ * them straight into events (*all_new = 1). Only a replay brings rows
+ * already there; then the COPY fails on the primary key, and the rows go
+ * through the staging table and INSERT ... ON CONFLICT DO NOTHING instead.
+ * The savepoint keeps the transaction usable. */
+static int store_rows(PGconn *pg, const struct piece *pc, int n, int *all_new,
+                      char *errstr, size_t errsz)
+{
+    char err[512];
+    int rc;
+    *all_new = 0;
+    if (st_pg_exec(pg, "SAVEPOINT copy_direct", err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not set a savepoint: %s", err);
+        return ST_SINK_RETRY;
+    }
+    rc = copy_rows(pc, n, pg, sql_copy_direct, errstr, errsz);
+    if (rc == 0)
+        *all_new = 1;
+    if (rc <= 0)
+        return rc;
+    if (st_pg_exec(pg, "ROLLBACK TO SAVEPOINT copy_direct", err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not roll back to the savepoint: %s", err);
+        return ST_SINK_RETRY;
+    }
+    if ((rc = copy_rows(pc, n, pg, sql_copy, errstr, errsz)))
+        return rc < 0 ? rc : ST_SINK_DATA;
+    return st_sink_result(PQexec(pg, sql_move), "could not insert events", errstr, errsz);
+}
+
+/* One share in a transaction of its own (a pgside job, or the writer's own
+ * share in events_before): stored and committed, or rolled back. */
+static int store_share(void *arg, PGconn *pg, char *errstr, size_t errsz)
+{
+    struct share_job *j = arg;
+    struct piece pc = {j->copy->data, j->copy->len};
+    char err[512];
+    j->all_new = 0;
+    if (st_pg_exec(pg, "BEGIN", err, sizeof(err))) {
+        snprintf(errstr, errsz, "could not begin a transaction: %s", err);
+        return ST_SINK_RETRY;
+    }
+    int rc = store_rows(pg, &pc, 1, &j->all_new, errstr, errsz);
+    if (rc == ST_SINK_OK)
+        rc = st_sink_result(PQexec(pg, "COMMIT"), "could not commit a share of the events",
+                            errstr, errsz);
+    /* a failed COMMIT ended the transaction: no ROLLBACK (libpq would warn
+     * on stderr) */
+    if (rc && PQtransactionStatus(pg) == PQTRANS_INERROR)
+        st_pg_exec(pg, "ROLLBACK", err, sizeof(err));
+    return rc;
+}
+
+/* The worse of two results: a retry before a refusal of data (a lost
+ * connection says nothing about the rows; the next try tells). */
+static int worse(int a, int b)
+{
+    if (a == ST_SINK_RETRY || b == ST_SINK_RETRY)
+        return ST_SINK_RETRY;
+    return a ? a : b;
+}
+
+/* Makes the partitions, then, for a batch of pg.copy_split_events or more
+ * (and pg.copy_connections above 1), stores its events before the batch's
+ * transaction: each share in a transaction of its own, the first on the
+ * writer's connection, the others on the side connections, all at once, so
+ * that as many backends parse and index rows as there are shares. The
+ * batch's transaction then holds the parts that describe them (evidence,
+ * findings), which commit only after every share did: a crash in between
+ * leaves events stored whose batch is redone, and the redo's COPY meets
+ * them on the primary key (the staging path: stored once). The writer
+ * waits for the sides outside any transaction of its own, and no two
+ * shares hold the same event, so none of these transactions waits for
+ * another's uncommitted rows in a way PostgreSQL cannot see. */
 static int events_before(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz)
 {
-    return ensure_partitions(state, batch, pg, errstr, errsz);
+    struct events_part *p = state;
+    struct events_batch *b = batch;
+    b->stored = 0;
+    int rc = ensure_partitions(p, b, pg, errstr, errsz);
+    if (rc || b->nshares < 2 || (int64_t)b->nrows < p->split_min)
+        return rc;
+    struct share_job jobs[MAX_SHARES];
+    for (int i = 0; i < b->nshares; i++)
+        jobs[i] = (struct share_job){&b->copy[i], 1};
+    for (int i = 1; i < b->nshares; i++)
+        if (b->copy[i].len)
+            st_pgside_start(p->side[i - 1], store_share, &jobs[i]);
+    if (b->copy[0].len)
+        rc = store_share(&jobs[0], pg, errstr, errsz);
+    for (int i = 1; i < b->nshares; i++) {
+        char err[1024];
+        int r = b->copy[i].len ? st_pgside_wait(p->side[i - 1], err, sizeof(err))
+                               : ST_SINK_OK;
+        if (r && worse(rc, r) != rc) {
+            snprintf(errstr, errsz, "%s", err);
+            rc = r;
+        }
+    }
+    if (rc)
+        return rc;
+    b->stored = 1;
+    b->all_new = 1;
+    for (int i = 0; i < b->nshares; i++)
+        b->all_new &= jobs[i].all_new;
+    if (p->crash_after_splits && ++p->splits >= p->crash_after_splits) {
+        st_warn("fault injection: exiting after the events of split batch %" PRId64
+                " were stored, before its transaction",
+                p->splits);
+        _exit(3);
+    }
+    return ST_SINK_OK;
 }
 
 static void events_end(void *state, void *batch, int committed)
 {
     struct events_part *p = state;
     struct events_batch *b = batch;
+    b->stored = 0;
     if (!committed)
         return;
-    st_buf_reset(&b->copy);
+    for (int i = 0; i < b->nshares; i++)
+        st_buf_reset(&b->copy[i]);
     b->nrows = 0;
     for (size_t i = 0; i < b->ndays; i++) {
         if (p->nknown && bsearch(&b->days[i], p->known, p->nknown, sizeof(*p->known),
@@ -321,60 +529,24 @@ static void events_end(void *state, void *batch, int committed)
     b->ndays = 0;
 }
 
-static int copy_rows(const char *data, size_t len, PGconn *pg, const char *sql,
-                     char *errstr, size_t errsz)
-{
-    PGresult *res = PQexec(pg, sql);
-    if (PQresultStatus(res) != PGRES_COPY_IN)
-        return st_sink_result(res, "could not start COPY of events", errstr, errsz);
-    PQclear(res);
-    if (PQputCopyData(pg, copy_header, sizeof(copy_header)) != 1 ||
-        PQputCopyData(pg, data, (int)len) != 1 ||
-        PQputCopyData(pg, copy_trailer, sizeof(copy_trailer)) != 1 ||
-        PQputCopyEnd(pg, NULL) != 1) {
-        snprintf(errstr, errsz, "COPY of events failed: %s", PQerrorMessage(pg));
-        return ST_SINK_RETRY;
-    }
-    res = PQgetResult(pg);
-    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    int dup = PQresultStatus(res) == PGRES_FATAL_ERROR && state &&
-              strcmp(state, "23505") == 0;
-    int rc = st_sink_result(res, "COPY of events failed", errstr, errsz);
-    while ((res = PQgetResult(pg)))
-        PQclear(res);
-    return dup ? 1 : rc;
-}
-
-/* Rows usually are new: COPY them straight into events. Only a replay
- * brings rows already there; then the COPY fails on the primary key, and the
- * batch goes through the staging table and INSERT ... ON CONFLICT DO
- * NOTHING instead. The savepoint keeps the transaction usable. */
 static int events_write(void *state, void *batch, PGconn *pg, struct st_sink_txn *tx,
                         char *errstr, size_t errsz)
 {
     struct events_batch *p = batch;
-    char err[512];
-    if (p->copy.len == 0) {
+    if (p->stored) { /* by events_before, in transactions of their own */
+        tx->events_all_new = p->all_new;
+        return ST_SINK_OK;
+    }
+    struct piece pc[MAX_SHARES];
+    int n = 0;
+    for (int i = 0; i < p->nshares; i++)
+        if (p->copy[i].len)
+            pc[n++] = (struct piece){p->copy[i].data, p->copy[i].len};
+    if (n == 0) {
         tx->events_all_new = 1; /* none staged: none can be a duplicate */
         return ST_SINK_OK;
     }
-    int rc;
-    if (st_pg_exec(pg, "SAVEPOINT copy_direct", err, sizeof(err))) {
-        snprintf(errstr, errsz, "could not set a savepoint: %s", err);
-        return ST_SINK_RETRY;
-    }
-    rc = copy_rows(p->copy.data, p->copy.len, pg, sql_copy_direct, errstr, errsz);
-    if (rc == 0)
-        tx->events_all_new = 1;
-    if (rc <= 0)
-        return rc;
-    if (st_pg_exec(pg, "ROLLBACK TO SAVEPOINT copy_direct", err, sizeof(err))) {
-        snprintf(errstr, errsz, "could not roll back to the savepoint: %s", err);
-        return ST_SINK_RETRY;
-    }
-    if ((rc = copy_rows(p->copy.data, p->copy.len, pg, sql_copy, errstr, errsz)))
-        return rc < 0 ? rc : ST_SINK_DATA;
-    return st_sink_result(PQexec(pg, sql_move), "could not insert events", errstr, errsz);
+    return store_rows(pg, pc, n, &tx->events_all_new, errstr, errsz);
 }
 
 /* Each row alone, through the staging table as a replay would go, in a
@@ -394,8 +566,8 @@ static int events_isolate(void *state, void *batch, PGconn *pg, st_sink_refused_
             snprintf(errstr, errsz, "could not set a savepoint: %s", err);
             return ST_SINK_RETRY;
         }
-        int rc = copy_rows(p->copy.data + r->start, r->len, pg, sql_copy, why,
-                           sizeof(why));
+        struct piece pc = {p->copy[r->share].data + r->start, r->len};
+        int rc = copy_rows(&pc, 1, pg, sql_copy, why, sizeof(why));
         if (rc == 0)
             rc = st_sink_result(PQexec(pg, sql_move), "could not insert events", why,
                                 sizeof(why));
