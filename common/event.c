@@ -8,6 +8,7 @@
 #include "arena.h"
 #include "event.h"
 #include "log.h"
+#include "redact.h"
 #include "timeutil.h"
 
 static const struct st_type_info types[ST_TYPE__COUNT] = {
@@ -349,6 +350,8 @@ int st_event_parse(struct st_event *ev, const char *buf, size_t len,
         st_event_fini(ev);
         return -1;
     }
+    ev->may_mark = memmem(buf, len, ST_REDACT_MARKER_OPEN, strlen(ST_REDACT_MARKER_OPEN)) ||
+                   memmem(buf, len, "\\u", 2);
     return 0;
 }
 
@@ -370,6 +373,7 @@ int st_event_from_doc(struct st_event *ev, cJSON *doc, struct st_reject *rej)
         st_event_fini(ev);
         return -1;
     }
+    ev->may_mark = 1; /* no text to look at */
     return 0;
 }
 

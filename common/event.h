@@ -62,6 +62,11 @@ struct st_event {
     const char *content;       /* NULL when absent */
     const cJSON *identity;     /* NULL when absent */
     const cJSON *attrs;        /* NULL when absent */
+    /* 0 when the text it was parsed from holds no redaction marker's
+     * opening and no \u escape (which could spell one): then no string
+     * of it holds a marker (redact.h), and a detector looking for markers
+     * need not walk it. 1 otherwise, and for an event made from a tree. */
+    int may_mark;
 };
 
 /* Parses and validates one event from buf[0..len) (one NDJSON line, without

@@ -218,7 +218,8 @@ static void tw_prefetch(void *state, struct st_detect_ctx *ctx, const struct st_
     if (ev->type != ST_TYPE_FILE_WRITE && ev->type != ST_TYPE_COMMIT &&
         ev->type != ST_TYPE_UPLOAD && ev->type != ST_TYPE_REQUEST)
         return;
-    if (!has_marker(ev->doc))
+    /* most events' text holds no marker at all (st_event_parse's look) */
+    if (!ev->may_mark || !has_marker(ev->doc))
         return;
     st_buf_init(&path);
     scan(ev->doc, &path, marks, &n);

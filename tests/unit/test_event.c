@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "event.h"
+#include "redact.h"
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -143,6 +144,47 @@ START_TEST(event_decision_and_target)
 }
 END_TEST
 
+/* token_write skips the walk of an event whose text cannot hold a
+ * redaction marker: the flag must be 1 whenever some string could. */
+static int may_mark_of(const char *attrs)
+{
+    char buf[1024];
+    snprintf(buf, sizeof(buf),
+             "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"m-1\","
+             "\"ts\":\"2026-11-29T07:00:02Z\",\"source\":{\"kind\":\"proxy\","
+             "\"name\":\"squid\"},\"task_id\":\"T\",\"run_id\":\"R\","
+             "\"type\":\"request\",\"attrs\":%s}",
+             attrs);
+    struct st_event ev;
+    struct st_reject rej;
+    ck_assert_msg(st_event_parse(&ev, buf, strlen(buf), &rej) == 0, "%s: %s", buf, rej.msg);
+    int m = ev.may_mark;
+    st_event_fini(&ev);
+    return m;
+}
+
+START_TEST(event_may_mark_whenever_a_string_could_hold_a_marker)
+{
+    ck_assert_int_eq(may_mark_of("{\"host\":\"h.example\",\"path\":\"/[x]\"}"), 0);
+    ck_assert_int_eq(may_mark_of("{\"host\":\"h\",\"path\":\"/?t=" ST_REDACT_MARKER_OPEN "bearer:0a1b]\"}"), 1);
+    /* the marker's opening spelled with an escape: the text does not show
+     * it, the parsed string does */
+    ck_assert_int_eq(may_mark_of("{\"host\":\"h\",\"path\":\"/?t=\\u005bREDACTED:bearer:0a1b]\"}"), 1);
+    ck_assert_int_eq(may_mark_of("{\"host\":\"h\",\"path\":\"caf\\u00e9\"}"), 1);
+    /* a tree has no text: always looked at */
+    struct st_reject rej;
+    cJSON *doc = cJSON_Parse("{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"m-2\","
+                             "\"ts\":\"2026-11-29T07:00:02Z\",\"source\":{\"kind\":"
+                             "\"proxy\",\"name\":\"squid\"},\"task_id\":\"T\","
+                             "\"run_id\":\"R\",\"type\":\"request\","
+                             "\"attrs\":{\"host\":\"h\"}}");
+    struct st_event ev;
+    ck_assert_int_eq(st_event_from_doc(&ev, doc, &rej), 0);
+    ck_assert_int_eq(ev.may_mark, 1);
+    st_event_fini(&ev);
+}
+END_TEST
+
 START_TEST(event_rejects_malformed_json)
 {
     ck_assert_str_eq(parse_str(VALID_PREFIX), ST_REASON_JSON); /* unterminated */
@@ -273,6 +315,7 @@ int main(void)
     tcase_add_test(tc, event_rejects_every_invalid_example_with_its_reason);
     tcase_add_test(tc, event_parses_fields_and_keeps_unknown_members);
     tcase_add_test(tc, event_decision_and_target);
+    tcase_add_test(tc, event_may_mark_whenever_a_string_could_hold_a_marker);
     tcase_add_test(tc, event_rejects_malformed_json);
     tcase_add_test(tc, event_rejects_invalid_utf8);
     tcase_add_test(tc, event_rejects_nul_bytes);
