@@ -170,6 +170,11 @@ static const struct st_conf_prop analyzer_props[] = {
      "detector state of a run (or credential, destination) not used for this long "
      "(wall clock) is dropped from memory once Redis holds it, and read back on "
      "its next event; must be below state.ttl_s (0: after every batch, tests)"},
+    {"state.blob_max_bytes", NULL, ST_CONF_INT, A(state_blob_max), 256, 1048576, "1024",
+     "a run's state of a windowed detector up to this size is written whole at each "
+     "checkpoint (a field of the run's hash in Redis); a larger one as an append-only "
+     "log of its members, written incrementally, until trims take it below half "
+     "(docs/architecture.md, \"A large run's members as a log\")"},
     {"state.checkpoint_ms", "SANDTRAIL_CHECKPOINT_MS", ST_CONF_INT, A(checkpoint_ms), 0,
      3600000, "1000",
      "a change of the detectors' state is written to Redis this long after it was made "

@@ -3,7 +3,7 @@
  *
  * Keys, per run (st_detect_key), in one of two layouts:
  *   <prefix>run:h:<run>       hash, field <name>: the whole state
- *                             (runblob.h), while it is small (BLOB_MAX),
+ *                             (runblob.h), while small (state.blob_max_bytes),
  *                             beside the run's other detectors' (runhash.h);
  *                             or
  *   <prefix><name>:l:<run>    string, the log of the members (runblob.h):
@@ -118,22 +118,25 @@ enum { LAYOUT_NONE = 0, LAYOUT_BLOB = 1, LAYOUT_SETS = 2, LAYOUT_OLD = 4, LAYOUT
  * per member (78% of Redis's CPU on a dense stream of 30,000 events/s). */
 #define LOG_SLACK 4096
 
-/* A state whose estimated string (state_bytes) is at most BLOB_MAX bytes is
- * written whole as one string; above, as the log and hashes,
- * incrementally. Why 4 KB: a write costs Redis mostly per command
- * (parsing, the key's lookup, the AOF append, the reply: microseconds
- * each), a string's bytes far less (copied in memory and to the AOF at
- * well under a microsecond per KB), and the incremental layout costs a
- * run 1 to 5 commands per write (APPEND or SET of the log, HSET, HDEL,
- * EXPIREs) against the string's one. Most runs are far below it (the
- * denial stream's hold 1 to 8 members of under 100 bytes); a run above
- * it is a busy one, fed at every checkpoint, whose whole rewrite each
- * second would put its whole window into the AOF again instead of its
- * new members. BLOB_MIN: a large run goes back to a string only once its
- * trims took it below half the limit, so that a run near it, trimmed and
- * refilled, does not switch (a MULTI of 4 to 9 commands) every checkpoint. */
-#define BLOB_MAX 4096
-#define BLOB_MIN 2048
+/* A state whose estimated string (state_bytes) is at most
+ * state.blob_max_bytes (conf->state_blob_max) is written whole as one
+ * string; above, as the log and hashes, incrementally. The trade: a write
+ * costs Redis mostly per command (parsing, the key's lookup, the AOF
+ * append, the reply: microseconds each), a string's bytes less (copied in
+ * memory and to the AOF), and the incremental layout costs a run 1 to 5
+ * commands per write (APPEND or SET of the log, HSET, HDEL, EXPIREs)
+ * against the string's one. Most runs are far below it (the denial
+ * stream's hold 1 to 8 members of under 100 bytes, the mixed stream's
+ * under 1 KB); a run above it is a busy one, fed at every checkpoint,
+ * whose whole rewrite each second would copy its whole window again (to
+ * the analyzer's buffer, Redis and its AOF) instead of its new members.
+ * 1 KB by default since session 9: on the live stream of 30,000 events/s
+ * (10,000 runs of about 180 members) 4 KB strings cost Redis 2.2-2.5 s
+ * and the analyzer 10.4 s of CPU, 1 KB 1.6-1.9 s and 8.3-9.7 s, same
+ * findings (docs/architecture.md, "Redis on the live stream"). A large
+ * run goes back to a string only once its trims took it below half the
+ * limit, so that a run near it, trimmed and refilled, does not switch (a
+ * MULTI of 4 to 9 commands) every checkpoint. */
 
 /* One run's state. Counts are 32-bit and flags one byte, so that the
  * struct is 256 bytes (a malloc size class; 328 before, allocated as 384):
@@ -1547,7 +1550,7 @@ out:
     r->fed = 0;
 }
 
-/* A run grown past BLOB_MAX whose state Redis holds as a string (its
+/* A run grown past state.blob_max_bytes whose state Redis holds as a string (its
  * field, or the old string): in a MULTI, the deletion of the string (and
  * of any key of the other layout a load found beside it), then the whole
  * state as the sorted set and hashes, each with its EXPIRE. Trims and held
@@ -1579,13 +1582,15 @@ static void run_checkpoint_to_sets(struct st_runwin *w, struct run *r,
     r->layout = LAYOUT_SETS;
 }
 
-/* A run's checkpoint in the layout its size asks for (BLOB_MAX, BLOB_MIN) */
+/* A run's checkpoint in the layout its size asks for (state.blob_max_bytes,
+ * half of it on the way down) */
 static void run_write(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx,
                       struct cmd *c, const char *ttl, int hold)
 {
     size_t bytes = state_bytes(r);
     /* (an old sorted set beside the log is the sets layout too) */
-    int blob = (r->layout & ~LAYOUT_ZSET) == LAYOUT_SETS ? bytes < BLOB_MIN : bytes <= BLOB_MAX;
+    size_t max = (size_t)ctx->conf->state_blob_max;
+    int blob = (r->layout & ~LAYOUT_ZSET) == LAYOUT_SETS ? bytes < max / 2 : bytes <= max;
     if (blob) {
         run_checkpoint_blob(w, r, ctx, c, ttl, hold);
     } else if (r->layout & (LAYOUT_BLOB | LAYOUT_OLD)) {

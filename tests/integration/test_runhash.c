@@ -68,6 +68,7 @@ static void open_all(const char *tag)
     memset(&conf, 0, sizeof(conf));
     conf.redis_prefix = prefix;
     conf.state_ttl_s = 86400;
+    conf.state_blob_max = 4096; /* the sizes below are made for it */
     conf.state_evict_s = 600;
     const char *url = getenv("SANDTRAIL_REDIS_URL");
     ck_assert_msg(url != NULL, "the services' environment: scripts/services env");

@@ -170,6 +170,7 @@ START_TEST(runwin_emptied_key_keeps_its_ttl)
     memset(&conf, 0, sizeof(conf));
     conf.redis_prefix = prefix;
     conf.state_ttl_s = 86400;
+    conf.state_blob_max = 4096; /* the sizes below are made for it */
     conf.state_evict_s = 600;
     const char *url = getenv("SANDTRAIL_REDIS_URL");
     ck_assert_ptr_nonnull(url);
@@ -215,6 +216,7 @@ static struct st_rpipe *late_open(char *prefix, int64_t evict_s, const char *nam
     memset(&conf, 0, sizeof(conf));
     conf.redis_prefix = prefix;
     conf.state_ttl_s = 86400;
+    conf.state_blob_max = 4096; /* the sizes below are made for it */
     conf.state_evict_s = evict_s;
     const char *url = getenv("SANDTRAIL_REDIS_URL");
     ck_assert_msg(url != NULL, "the services' environment: scripts/services env");

@@ -213,6 +213,7 @@ START_TEST(runwin_sums_and_marks_match_the_window)
     memset(&conf, 0, sizeof(conf));
     conf.redis_prefix = prefix;
     conf.state_ttl_s = 86400;
+    conf.state_blob_max = 4096; /* the sizes below are made for it */
     conf.state_evict_s = 100;
     const char *url = getenv("SANDTRAIL_REDIS_URL");
     ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
