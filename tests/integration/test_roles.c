@@ -313,7 +313,7 @@ END_TEST
 /* Every batch split (pg.copy_split_events=1): its events stored over
  * pg.copy_connections=2, a transaction per share, committed before the
  * batch's own transaction (evidence, dead-letter skips). */
-#define SPLIT " -X batch.behind_events=400 -X pg.copy_split_events=1 -X pg.copy_connections=2"
+#define SPLIT " -X pg.copy_split_events=1 -X pg.copy_connections=2"
 
 /* Runs the store role on w's topic in group <w>-<group> with extra options;
  * its exit status, its stderr in *log (caller frees). */
@@ -323,7 +323,8 @@ static int store_logged(const struct world *w, const char *group, const char *ex
     char path[96];
     snprintf(path, sizeof(path), "/tmp/st_roles_split_%d.log", (int)getpid());
     int st = run(w, w->name, w->name,
-                 ANALYZER OPTS " -X analyzer.role=store -X kafka.group=%s-%s %s 2>%s",
+                 "timeout 60 " ANALYZER OPTS " -X analyzer.role=store -X kafka.group=%s-%s"
+                 " %s 2>%s",
                  w->name, group, extra, path);
     *log = world_slurp(path);
     unlink(path);
@@ -336,7 +337,8 @@ static const char *q_once = "SELECT count(*), count(DISTINCT (source_name, event
 
 /* The store role crashes right after a split batch's shares committed,
  * before the batch's transaction, twice (the second time after redoing the
- * first's batch, whose events were all stored): each redo meets those
+ * first's batch, whose events were all stored): each redo, in larger
+ * batches (stored events and new ones in the same shares), meets those
  * events on the primary key and stores each once, and the rows, the signed
  * evidence and the dead-letter records are the unsplit all role's. Then a
  * new group replays the whole topic, split: the events are all there
@@ -346,7 +348,9 @@ START_TEST(roles_store_crash_between_split_shares_equal_all)
     struct world ref, pair;
     char *log, *n;
     setup(&ref, &pair, "rolesplit");
-    int st = store_logged(&pair, "store", SPLIT " -X fault.crash_after_copy_splits=1", &log);
+    int st = store_logged(&pair, "store",
+                          SPLIT " -X batch.behind_events=400 -X fault.crash_after_copy_splits=1",
+                          &log);
     ck_assert_msg(st == 3, "exit %d: %.2000s", st, log);
     ck_assert_msg(strstr(log, "after the events of split batch 1 were stored"), "%.2000s",
                   log);
@@ -356,12 +360,14 @@ START_TEST(roles_store_crash_between_split_shares_equal_all)
                        " (SELECT count(*) FROM evidence_skips) FROM events");
     ck_assert_str_eq(n, "t|0\n");
     free(n);
-    st = store_logged(&pair, "store", SPLIT " -X fault.crash_after_copy_splits=2", &log);
+    st = store_logged(&pair, "store",
+                      SPLIT " -X batch.behind_events=1000 -X fault.crash_after_copy_splits=2",
+                      &log);
     ck_assert_msg(st == 3, "exit %d: %.2000s", st, log);
     ck_assert_msg(strstr(log, "after the events of split batch 2 were stored"), "%.2000s",
                   log);
     free(log);
-    st = store_logged(&pair, "store", SPLIT, &log);
+    st = store_logged(&pair, "store", SPLIT " -X batch.behind_events=1000", &log);
     ck_assert_msg(st == 0, "exit %d: %.2000s", st, log);
     free(log);
     n = rows(pair.dsn, q_once);
