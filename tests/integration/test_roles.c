@@ -344,22 +344,28 @@ static int split_run(const struct world *w, const char *role, const char *run_na
 static const char *q_once = "SELECT count(*), count(DISTINCT (source_name, event_id))"
                             " FROM events";
 
-/* The store role (_i = 0) or the all role (1) crashes right after a split
- * batch's shares committed, before the batch's transaction, twice (the
- * second time after redoing the first's batch, whose events were all
- * stored): each redo, in larger batches (100 events, then 400: stored
- * events and new ones in the same shares), meets those events on the
- * primary key and stores each once, and the rows, the signed evidence (the all role's findings too)
- * and the dead-letter records are those of the unsplit all role. Then a
- * new group (and Redis prefix) replays the whole topic, split: its events
- * are all there already; nothing is stored twice, nothing refused, nothing
- * changes. */
+/* The store role (_i = 0: after a detect analyzer drained the topic) or
+ * the all role (1) crashes right after a split batch's shares committed,
+ * before the batch's transaction, twice (the second time after redoing the
+ * first's batch, whose events were all stored): each redo, in larger
+ * batches (100 events, then 400: stored events and new ones in the same
+ * shares), meets those events on the primary key and stores each once, and
+ * the rows, the signed evidence, the findings and the dead-letter records
+ * are those of the unsplit all role. Then a new group (and Redis prefix)
+ * replays the whole topic, split: its events are all there already;
+ * nothing is stored twice, nothing refused, nothing changes. */
 START_TEST(roles_crash_between_split_shares_equal_unsplit)
 {
     struct world ref, pair;
     const char *role = storing_roles[_i];
     char *log, *n;
     setup(&ref, &pair, _i ? "splitall" : "splitstore");
+    /* the store role after a detect analyzer that ran first: its refresh
+     * completes findings written while none of their events was stored */
+    if (_i == 0)
+        ck_assert_int_eq(run(&pair, pair.name, pair.name, DETECT(pair) " 2>/dev/null",
+                             pair.name),
+                         0);
     int st = split_run(&pair, role, "a",
                        SPLIT " -X batch.max_events=100 -X batch.behind_events=100"
                              " -X fault.crash_after_copy_splits=1",
@@ -386,7 +392,7 @@ START_TEST(roles_crash_between_split_shares_equal_unsplit)
     n = rows(pair.dsn, q_once);
     ck_assert_str_eq(n, "3000|3000\n");
     free(n);
-    assert_same_rows(&ref, &pair, _i);
+    assert_same_rows(&ref, &pair, 1);
     int nref, npair;
     char *dref = dead_letters(ref.dlq, &nref), *dpair = dead_letters(pair.dlq, &npair);
     ck_assert_int_eq(npair, 2);
@@ -405,7 +411,7 @@ START_TEST(roles_crash_between_split_shares_equal_unsplit)
     dpair = dead_letters(pair.dlq, &npair);
     ck_assert_msg(!strstr(dpair, "store_refused"), "%s", dpair);
     free(dpair);
-    assert_same_rows(&ref, &pair, _i);
+    assert_same_rows(&ref, &pair, 1);
     world_drop(&ref);
     world_drop(&pair);
 }
