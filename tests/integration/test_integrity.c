@@ -23,6 +23,7 @@
 #include "world.h"
 
 #define ANALYZER BIN "/analyzer/sandtrail-analyzer"
+#define CLI BIN "/cli/sandtrail"
 #define SECRET "ghp_R4nd0mT0k3nV4lu3F0rT3st1ngAbCdEf1234"
 
 static rd_kafka_t *producer(const struct world *w)
@@ -90,6 +91,15 @@ static long count(const struct world *w, const char *sql)
     return n;
 }
 
+/* `sandtrail evidence audit` of w's database finds every offset accounted
+ * for and every stored row as signed. */
+static void assert_audit_intact(const struct world *w)
+{
+    char *out = world_shf("SANDTRAIL_PG_DSN='%s' " CLI " evidence audit 2>&1; echo $?", w->dsn);
+    ck_assert_msg(strstr(out, "intact") && strstr(out, "\n0\n"), "%s", out);
+    free(out);
+}
+
 /* The offset the world's group committed for partition 0 (-1: none). */
 static int64_t committed(const struct world *w)
 {
@@ -150,13 +160,26 @@ START_TEST(integrity_invalid_messages_go_to_the_dead_letter_topic)
 }
 END_TEST
 
+/* How the batches of a loop test's run _i store their events: in the
+ * batch's transaction (pg.copy_connections=1), or split (every batch's
+ * events over two connections, a transaction per share committed before
+ * the batch's own). */
+static const char *const store_modes[] = {
+    "-X pg.copy_connections=1",
+    "-X pg.copy_connections=2 -X pg.copy_split_events=1",
+};
+
 /* Item 2: PostgreSQL refuses one event of a batch for its data (here a
  * constraint the database gained): that event is dead-lettered with
- * PostgreSQL's error, the rest of the batch is stored and detected on. */
+ * PostgreSQL's error, the rest of the batch is stored once and detected
+ * on, and the evidence names the refused offset. Split, the share that
+ * holds the event is refused, the other commits before the refusal is
+ * isolated: the batch written again meets those rows on the primary key. */
 START_TEST(integrity_refused_event_is_dead_lettered_and_the_rest_stored)
 {
     struct world w;
-    world_init(&w, "refused");
+    const char *mode = store_modes[_i];
+    world_init(&w, _i ? "refsplit" : "refused");
     int64_t t = now_ms();
     rd_kafka_t *rk = producer(&w);
     produce(rk, &w, event("first", (t - 600000) * 1000, "run-0", "a.example", "allow"),
@@ -178,9 +201,14 @@ START_TEST(integrity_refused_event_is_dead_lettered_and_the_rest_stored)
     }
     produce_done(rk);
 
-    ck_assert_int_eq(drain(&w, ""), 0);
+    ck_assert_int_eq(drain(&w, mode), 0);
     ck_assert_int_eq(count(&w, "SELECT count(*) FROM events"), 12);
+    ck_assert_int_eq(count(&w, "SELECT count(DISTINCT event_id) FROM events"), 12);
     ck_assert_int_eq(count(&w, "SELECT count(*) FROM events WHERE event_id = 'poison'"), 0);
+    char *skips = rows(w.dsn, "SELECT kafka_partition, kafka_offset, last_offset, reason"
+                              " FROM evidence_skips");
+    ck_assert_str_eq(skips, "0|6|6|store_refused\n");
+    free(skips);
     ck_assert_int_eq(count(&w, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'"
                                " AND run_id = 'run-1'"),
                      1);
@@ -192,6 +220,49 @@ START_TEST(integrity_refused_event_is_dead_lettered_and_the_rest_stored)
     ck_assert_ptr_nonnull(strstr(dlq, "\"partition\":0,\"offset\":6,"));
     free(dlq);
     ck_assert_int_eq(committed(&w), 13);
+    assert_audit_intact(&w);
+    world_drop(&w);
+}
+END_TEST
+
+/* The same event delivered twice in one batch (the same bytes resent, at
+ * offsets 3 and 4): stored once, at its first offset, the second offset
+ * accounted for as a duplicate by the evidence, nothing dead-lettered.
+ * Split, both copies fall in the same share (by their primary key): its
+ * COPY meets the conflict and goes through the staging table. */
+START_TEST(integrity_event_twice_in_a_batch_is_stored_once)
+{
+    struct world w;
+    world_init(&w, _i ? "twicesplit" : "twice");
+    int64_t t = now_ms();
+    rd_kafka_t *rk = producer(&w);
+    for (int i = 0; i < 12; i++) {
+        char id[16], host[32];
+        snprintf(id, sizeof(id), "d-%d", i);
+        snprintf(host, sizeof(host), "h%d.example", i);
+        const char *line = event(id, (t + i * 1000) * 1000, "run-1", host, "deny");
+        produce(rk, &w, line, t + i * 1000);
+        if (i == 3)
+            produce(rk, &w, line, t + i * 1000 + 10);
+    }
+    produce_done(rk);
+
+    ck_assert_int_eq(drain(&w, store_modes[_i]), 0);
+    char *r = rows(w.dsn, "SELECT count(*), count(DISTINCT event_id),"
+                          " min(kafka_offset) FILTER (WHERE event_id = 'd-3') FROM events");
+    ck_assert_str_eq(r, "12|12|3\n");
+    free(r);
+    r = rows(w.dsn, "SELECT kafka_partition, kafka_offset, last_offset, reason"
+                    " FROM evidence_skips");
+    ck_assert_str_eq(r, "0|4|4|duplicate\n");
+    free(r);
+    ck_assert_int_eq(count(&w, "SELECT count(*) FROM findings WHERE detector = 'denial_burst'"),
+                     1);
+    int n;
+    free(topic_dump(w.dlq, &n));
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(committed(&w), 13);
+    assert_audit_intact(&w);
     world_drop(&w);
 }
 END_TEST
@@ -518,7 +589,9 @@ int main(void)
     TCase *tc = tcase_create("services");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, integrity_invalid_messages_go_to_the_dead_letter_topic);
-    tcase_add_test(tc, integrity_refused_event_is_dead_lettered_and_the_rest_stored);
+    tcase_add_loop_test(tc, integrity_refused_event_is_dead_lettered_and_the_rest_stored, 0,
+                        2);
+    tcase_add_loop_test(tc, integrity_event_twice_in_a_batch_is_stored_once, 0, 2);
     tcase_add_test(tc, integrity_forged_future_time_hides_no_burst);
     tcase_add_test(tc, integrity_forged_time_stalls_no_commit);
     tcase_add_test(tc, integrity_idle_analyzer_holds_no_transaction_open);

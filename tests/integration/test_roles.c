@@ -92,7 +92,9 @@ static void bursts(const char *path, unsigned seed, int n, int from)
     fclose(f);
 }
 
-/* ref's topic: 1,500 events, two messages that are not events, 1,500 more.
+/* ref's topic: 1,500 events, two messages that are not events, 1,500 more,
+ * drained by the all role with every batch's events in its own transaction
+ * (pg.copy_connections=1: the reference the split batches are held to).
  * pair reads the same topic and has its own dead-letter topic. */
 static void setup(struct world *ref, struct world *pair, const char *tag)
 {
@@ -118,7 +120,8 @@ static void setup(struct world *ref, struct world *pair, const char *tag)
                      0);
     unlink(input);
     ck_assert_int_eq(run(ref, ref->name, ref->name,
-                         ANALYZER OPTS " 2>/dev/null -X analyzer.role=all"),
+                         ANALYZER OPTS " 2>/dev/null -X analyzer.role=all"
+                                       " -X pg.copy_connections=1"),
                      0);
     char *n = rows(ref->dsn, "SELECT (SELECT count(*) FROM events),"
                              " (SELECT count(DISTINCT detector) FROM findings)");
@@ -143,6 +146,9 @@ static char *dead_letters(const char *topic, int *count)
     return out;
 }
 
+/* `sandtrail evidence audit` of a database: what it says, then its exit status. */
+#define AUDIT "SANDTRAIL_PG_DSN='%s' " CLI " evidence audit 2>&1; echo $?"
+
 static void assert_same(const struct world *ref, const struct world *pair)
 {
     char diff[800];
@@ -155,7 +161,6 @@ static void assert_same(const struct world *ref, const struct world *pair)
         free(x);
         free(y);
     }
-#define AUDIT "SANDTRAIL_PG_DSN='%s' " CLI " evidence audit 2>&1; echo $?"
     char *audit_ref = world_shf(AUDIT, ref->dsn);
     char *audit_pair = world_shf(AUDIT, pair->dsn);
     ck_assert_msg(strstr(audit_ref, "intact"), "%s", audit_ref);
@@ -251,20 +256,31 @@ static long store_batches(const struct world *w, const char *extra)
     return batches;
 }
 
-/* The same rows, evidence and dead-letter records as ref's. */
-static void assert_same_stored(const struct world *ref, const struct world *w)
+/* queries[] the roles write: the store role's rows and evidence (events,
+ * checkpoints, skips); the all role's, every table. */
+static void assert_same_rows(const struct world *ref, const struct world *w, int all)
 {
     char diff[800];
-    static const int stored[] = {0, 4, 5}; /* events, checkpoints, skips */
-    for (size_t i = 0; i < sizeof(stored) / sizeof(stored[0]); i++) {
-        char *x = rows(ref->dsn, queries[stored[i]]), *y = rows(w->dsn, queries[stored[i]]);
-        ck_assert_msg(strlen(x) > 0, "query %d returned nothing", stored[i]);
+    for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++) {
+        if (!all && i != 0 && i != 4 && i != 5)
+            continue;
+        char *x = rows(ref->dsn, queries[i]), *y = rows(w->dsn, queries[i]);
+        ck_assert_msg(strlen(x) > 0, "query %zu returned nothing", i);
         if (strcmp(x, y) != 0)
             world_first_difference("all", x, y, diff, sizeof(diff));
-        ck_assert_msg(strcmp(x, y) == 0, "query %d differs at %s", stored[i], diff);
+        ck_assert_msg(strcmp(x, y) == 0, "query %zu differs at %s", i, diff);
         free(x);
         free(y);
     }
+    char *audit = world_shf(AUDIT, w->dsn);
+    ck_assert_msg(strstr(audit, "intact") && strstr(audit, "\n0\n"), "%s", audit);
+    free(audit);
+}
+
+/* The same rows, evidence and dead-letter records as ref's. */
+static void assert_same_stored(const struct world *ref, const struct world *w)
+{
+    assert_same_rows(ref, w, 0);
     int nref, nw;
     char *dref = dead_letters(ref->dlq, &nref), *dw = dead_letters(w->dlq, &nw);
     ck_assert_int_eq(nw, 2);
@@ -296,6 +312,108 @@ START_TEST(roles_store_behind_writes_fewer_larger_transactions)
     world_drop(&ref);
     world_drop(&small);
     world_drop(&large);
+}
+END_TEST
+
+/* Every batch split (pg.copy_split_events=1): its events stored over
+ * pg.copy_connections=2, a transaction per share, committed before the
+ * batch's own transaction (evidence, findings, dead-letter skips). */
+#define SPLIT " -X pg.copy_split_events=1 -X pg.copy_connections=2"
+
+/* The roles that store events, by loop index. */
+static const char *const storing_roles[] = {"store", "all"};
+
+/* Runs role on w's topic in group and Redis prefix <w>-<role>-<run> with
+ * extra options; its exit status, its stderr in *log (caller frees). */
+static int split_run(const struct world *w, const char *role, const char *run_name,
+                     const char *extra, char **log)
+{
+    char path[96], group[128];
+    snprintf(path, sizeof(path), "/tmp/st_roles_split_%d.log", (int)getpid());
+    snprintf(group, sizeof(group), "%s-%s-%s", w->name, role, run_name);
+    int st = run(w, group, group,
+                 "timeout 60 " ANALYZER OPTS " -X analyzer.role=%s -X kafka.group=%s"
+                 " %s 2>%s",
+                 role, group, extra, path);
+    *log = world_slurp(path);
+    unlink(path);
+    return st;
+}
+
+/* The stored events: "rows|distinct keys" */
+static const char *q_once = "SELECT count(*), count(DISTINCT (source_name, event_id))"
+                            " FROM events";
+
+/* The store role (_i = 0: after a detect analyzer drained the topic) or
+ * the all role (1) crashes right after a split batch's shares committed,
+ * before the batch's transaction, twice (the second time after redoing the
+ * first's batch, whose events were all stored): each redo, in larger
+ * batches (100 events, then 400: stored events and new ones in the same
+ * shares), meets those events on the primary key and stores each once, and
+ * the rows, the signed evidence, the findings and the dead-letter records
+ * are those of the unsplit all role. Then a new group (and Redis prefix)
+ * replays the whole topic, split: its events are all there already;
+ * nothing is stored twice, nothing refused, nothing changes. */
+START_TEST(roles_crash_between_split_shares_equal_unsplit)
+{
+    struct world ref, pair;
+    const char *role = storing_roles[_i];
+    char *log, *n;
+    setup(&ref, &pair, _i ? "splitall" : "splitstore");
+    /* the store role after a detect analyzer that ran first: its refresh
+     * completes findings written while none of their events was stored */
+    if (_i == 0)
+        ck_assert_int_eq(run(&pair, pair.name, pair.name, DETECT(pair) " 2>/dev/null",
+                             pair.name),
+                         0);
+    int st = split_run(&pair, role, "a",
+                       SPLIT " -X batch.max_events=100 -X batch.behind_events=100"
+                             " -X fault.crash_after_copy_splits=1",
+                       &log);
+    ck_assert_msg(st == 3, "exit %d: %.2000s", st, log);
+    ck_assert_msg(strstr(log, "after the events of split batch 1 were stored"), "%.2000s",
+                  log);
+    free(log);
+    /* the first batch's events are stored; the batch itself is not */
+    n = rows(pair.dsn, "SELECT count(*) BETWEEN 1 AND 100,"
+                       " (SELECT count(*) FROM evidence_skips) FROM events");
+    ck_assert_str_eq(n, "t|0\n");
+    free(n);
+    st = split_run(&pair, role, "a",
+                   SPLIT " -X batch.behind_events=400 -X fault.crash_after_copy_splits=2",
+                   &log);
+    ck_assert_msg(st == 3, "exit %d: %.2000s", st, log);
+    ck_assert_msg(strstr(log, "after the events of split batch 2 were stored"), "%.2000s",
+                  log);
+    free(log);
+    st = split_run(&pair, role, "a", SPLIT " -X batch.behind_events=400", &log);
+    ck_assert_msg(st == 0, "exit %d: %.2000s", st, log);
+    free(log);
+    n = rows(pair.dsn, q_once);
+    ck_assert_str_eq(n, "3000|3000\n");
+    free(n);
+    assert_same_rows(&ref, &pair, 1);
+    int nref, npair;
+    char *dref = dead_letters(ref.dlq, &nref), *dpair = dead_letters(pair.dlq, &npair);
+    ck_assert_int_eq(npair, 2);
+    ck_assert_str_eq(dpair, dref);
+    free(dref);
+    free(dpair);
+
+    /* the replay: a new group from offset 0 */
+    st = split_run(&pair, role, "replay", SPLIT, &log);
+    ck_assert_msg(st == 0, "exit %d: %.2000s", st, log);
+    ck_assert_msg(strstr(log, " events=3000 invalid=2 refused=0 "), "%.2000s", log);
+    free(log);
+    n = rows(pair.dsn, q_once);
+    ck_assert_str_eq(n, "3000|3000\n");
+    free(n);
+    dpair = dead_letters(pair.dlq, &npair);
+    ck_assert_msg(!strstr(dpair, "store_refused"), "%s", dpair);
+    free(dpair);
+    assert_same_rows(&ref, &pair, 1);
+    world_drop(&ref);
+    world_drop(&pair);
 }
 END_TEST
 
@@ -416,6 +534,7 @@ int main(void)
     tcase_add_test(tc, roles_store_and_detect_side_by_side_equal_all);
     tcase_add_test(tc, roles_detect_crash_then_store_equal_all);
     tcase_add_test(tc, roles_store_behind_writes_fewer_larger_transactions);
+    tcase_add_loop_test(tc, roles_crash_between_split_shares_equal_unsplit, 0, 2);
     tcase_add_test(tc, roles_store_caught_up_stores_an_event_at_once);
     tcase_add_test(tc, roles_drain_ends_without_the_broker_wait);
     suite_add_tcase(s, tc);
