@@ -1589,7 +1589,8 @@ static void run_write(struct st_runwin *w, struct run *r, struct st_detect_ctx *
 {
     size_t bytes = state_bytes(r);
     /* (an old sorted set beside the log is the sets layout too) */
-    size_t max = (size_t)ctx->conf->state_blob_max;
+    /* (a configuration not made by main.c's table: its default) */
+    size_t max = ctx->conf->state_blob_max > 0 ? (size_t)ctx->conf->state_blob_max : 1024;
     int blob = (r->layout & ~LAYOUT_ZSET) == LAYOUT_SETS ? bytes < max / 2 : bytes <= max;
     if (blob) {
         run_checkpoint_blob(w, r, ctx, c, ttl, hold);

@@ -247,7 +247,9 @@ int st_sink_isolate(struct st_sink *s, struct st_sink_batch *b, st_sink_refused_
         if (!parts[i].after && OP(s, i, isolate))
             rc = OP(s, i, isolate)(s->state[i], b->part[i], s->pg, cb, arg, errstr,
                                    errsz);
-    st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
+    if (PQtransactionStatus(s->pg) == PQTRANS_INTRANS ||
+        PQtransactionStatus(s->pg) == PQTRANS_INERROR)
+        st_pg_exec(s->pg, "ROLLBACK", err, sizeof(err));
     if (PQstatus(s->pg) != CONNECTION_OK) {
         PQfinish(s->pg);
         s->pg = NULL;
@@ -288,7 +290,11 @@ static int write_parts(struct st_sink *s, PGconn **pg, int after, struct st_sink
     end_all(s, b, after, 1);
     return ST_SINK_OK;
 fail:
-    st_pg_exec(*pg, "ROLLBACK", err, sizeof(err));
+    /* not after a failed BEGIN or COMMIT (no transaction left: libpq
+     * would print the server's warning on stderr) */
+    if (PQtransactionStatus(*pg) == PQTRANS_INTRANS ||
+        PQtransactionStatus(*pg) == PQTRANS_INERROR)
+        st_pg_exec(*pg, "ROLLBACK", err, sizeof(err));
 fail_outside:
     if (PQstatus(*pg) != CONNECTION_OK) {
         PQfinish(*pg);

@@ -53,9 +53,10 @@ typedef void (*st_sink_refused_cb)(void *arg, int32_t partition, int64_t offset,
 struct st_sink_txn {
     const struct st_findings *fs;
     /* set by the events part: every event staged in the batch was inserted
-     * at its own offset by this transaction (the COPY straight into
-     * events took them all: none was stored before), so the evidence part
-     * need not ask which ones were duplicates */
+     * at its own offset by this try (the COPY straight into events, in
+     * this transaction or in the shares' transactions its `before` just
+     * committed, took them all: none was stored before), so the evidence
+     * part need not ask which ones were duplicates */
     int events_all_new;
 };
 

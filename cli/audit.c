@@ -663,7 +663,9 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
             continue; /* stored before evidence was kept: not covered */
         if (w->next_offset < 0 || o >= w->next_offset) {
             fault(w, "added after the fact: %s at %s[%d] offset %" PRId64
-                     ", past every offset the analyzer stored",
+                     ", past every offset the analyzer stored evidence for (or stored"
+                     " by a batch whose evidence is not committed yet: audit again once"
+                     " the analyzer has caught up)",
                   name, w->topic, (int)w->partition, o);
             continue;
         }

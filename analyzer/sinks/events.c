@@ -421,6 +421,25 @@ static int store_rows(PGconn *pg, const struct piece *pc, int n, int *all_new,
     return st_sink_result(PQexec(pg, sql_move), "could not insert events", errstr, errsz);
 }
 
+/* After a failed try: ends whatever the try left open on pg, so that the
+ * connection is idle again or known lost. A COPY the client could not
+ * finish is ended with an error; a transaction still open is rolled back;
+ * a failed COMMIT ended its transaction already (no ROLLBACK then: libpq
+ * would print the server's warning on stderr). */
+static void end_open(PGconn *pg)
+{
+    char err[512];
+    PGresult *res;
+    if (PQtransactionStatus(pg) == PQTRANS_ACTIVE) {
+        PQputCopyEnd(pg, "the analyzer gave up this COPY");
+        while ((res = PQgetResult(pg)))
+            PQclear(res);
+    }
+    PGTransactionStatusType st = PQtransactionStatus(pg);
+    if (st == PQTRANS_INTRANS || st == PQTRANS_INERROR)
+        st_pg_exec(pg, "ROLLBACK", err, sizeof(err));
+}
+
 /* One share in a transaction of its own (a pgside job, or the writer's own
  * share in events_before): stored and committed, or rolled back. */
 static int store_share(void *arg, PGconn *pg, char *errstr, size_t errsz)
@@ -437,10 +456,8 @@ static int store_share(void *arg, PGconn *pg, char *errstr, size_t errsz)
     if (rc == ST_SINK_OK)
         rc = st_sink_result(PQexec(pg, "COMMIT"), "could not commit a share of the events",
                             errstr, errsz);
-    /* a failed COMMIT ended the transaction: no ROLLBACK (libpq would warn
-     * on stderr) */
-    if (rc && PQtransactionStatus(pg) == PQTRANS_INERROR)
-        st_pg_exec(pg, "ROLLBACK", err, sizeof(err));
+    if (rc)
+        end_open(pg);
     return rc;
 }
 
@@ -485,6 +502,15 @@ static int events_before(void *state, void *batch, PGconn *pg, char *errstr, siz
         char err[1024];
         int r = b->copy[i].len ? st_pgside_wait(p->side[i - 1], err, sizeof(err))
                                : ST_SINK_OK;
+        if (r == ST_SINK_RETRY && rc == ST_SINK_OK) {
+            /* the side could not (a connection refused: max_connections,
+             * or dropped while idle): the writer's connection, which
+             * works, stores that share too, now */
+            st_warn("a share of the batch's events failed on a side connection, stored "
+                    "on the writer's: %s",
+                    err);
+            r = store_share(&jobs[i], pg, err, sizeof(err));
+        }
         if (r && worse(rc, r) != rc) {
             snprintf(errstr, errsz, "%s", err);
             rc = r;

@@ -66,7 +66,9 @@ static void *side_main(void *arg)
             rc = side_connect(s, err, sizeof(err));
         if (rc == ST_SINK_OK)
             rc = job(jarg, s->pg, err, sizeof(err));
-        if (s->pg && PQstatus(s->pg) != CONNECTION_OK) {
+        /* a job that failed leaves the connection idle, or it goes */
+        if (s->pg && (PQstatus(s->pg) != CONNECTION_OK ||
+                      (rc && PQtransactionStatus(s->pg) != PQTRANS_IDLE))) {
             PQfinish(s->pg);
             s->pg = NULL;
             rc = ST_SINK_RETRY;
