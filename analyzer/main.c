@@ -270,6 +270,9 @@ static const struct st_conf_prop analyzer_props[] = {
      1000000, "0",
      "tests only: exit abruptly once this many batches' events were stored over "
      "pg.copy_connections, before each such batch's own transaction (0 = never)"},
+    {"fault.fail_copy_sides", NULL, ST_CONF_INT, A(fail_copy_sides), 0, 1000000000, "0",
+     "tests only: the first this many shares of split batches fail on their side "
+     "connection as a refused connection would (0 = never)"},
     {"fault.stall_checkpoint_ms", NULL, ST_CONF_INT, A(stall_checkpoint_ms), 0, 600000,
      "0",
      "tests only: every detectors' checkpoint waits this long between its owner-epoch "

@@ -61,6 +61,7 @@ struct events_part {
     int64_t split_min;  /* pg.copy_split_events */
     struct st_pgside *side[MAX_SHARES - 1];
     int64_t crash_after_splits, splits; /* fault.crash_after_copy_splits */
+    int64_t fail_sides;                 /* fault.fail_copy_sides: left to fail */
 };
 
 static const char *sql_partitions = "SELECT sandtrail_event_partitions($1::date[])";
@@ -186,6 +187,7 @@ static void *events_create(const struct st_analyzer_conf *conf, char *errstr,
                                                       : (int)conf->copy_connections;
     p->split_min = conf->copy_split_events;
     p->crash_after_splits = conf->crash_after_copy_splits;
+    p->fail_sides = conf->fail_copy_sides;
     for (int i = 0; i + 1 < p->nshares; i++) {
         if (!(p->side[i] = st_pgside_new(conf->pg_dsn, events_prepare, p, errstr, errsz))) {
             events_destroy(p);
@@ -491,21 +493,36 @@ static int events_before(void *state, void *batch, PGconn *pg, char *errstr, siz
     if (rc || b->nshares < 2 || (int64_t)b->nrows < p->split_min)
         return rc;
     struct share_job jobs[MAX_SHARES];
+    int refused[MAX_SHARES] = {0}; /* fault.fail_copy_sides */
     for (int i = 0; i < b->nshares; i++)
         jobs[i] = (struct share_job){&b->copy[i], 1};
-    for (int i = 1; i < b->nshares; i++)
-        if (b->copy[i].len)
-            st_pgside_start(p->side[i - 1], store_share, &jobs[i]);
+    for (int i = 1; i < b->nshares; i++) {
+        if (!b->copy[i].len)
+            continue;
+        if (p->fail_sides > 0) {
+            p->fail_sides--;
+            refused[i] = 1;
+            continue;
+        }
+        st_pgside_start(p->side[i - 1], store_share, &jobs[i]);
+    }
     if (b->copy[0].len)
         rc = store_share(&jobs[0], pg, errstr, errsz);
     for (int i = 1; i < b->nshares; i++) {
         char err[1024];
-        int r = b->copy[i].len ? st_pgside_wait(p->side[i - 1], err, sizeof(err))
-                               : ST_SINK_OK;
-        if (r == ST_SINK_RETRY && rc == ST_SINK_OK) {
+        int r = ST_SINK_OK;
+        if (refused[i]) {
+            snprintf(err, sizeof(err), "fault injection: a side connection refused");
+            r = ST_SINK_RETRY;
+        } else if (b->copy[i].len) {
+            r = st_pgside_wait(p->side[i - 1], err, sizeof(err));
+        }
+        if (r == ST_SINK_RETRY && rc != ST_SINK_RETRY) {
             /* the side could not (a connection refused: max_connections,
              * or dropped while idle): the writer's connection, which
-             * works, stores that share too, now */
+             * works (its own share stored or refused for its data), stores
+             * that share too, now -- else a side that never connects would
+             * hide a refusal behind retries for ever */
             st_warn("a share of the batch's events failed on a side connection, stored "
                     "on the writer's: %s",
                     err);

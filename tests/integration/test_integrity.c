@@ -167,6 +167,8 @@ END_TEST
 static const char *const store_modes[] = {
     "-X pg.copy_connections=1",
     "-X pg.copy_connections=2 -X pg.copy_split_events=1",
+    /* split, every side connection refused: the writer's stores its share */
+    "-X pg.copy_connections=2 -X pg.copy_split_events=1 -X fault.fail_copy_sides=1000000",
 };
 
 /* Item 2: PostgreSQL refuses one event of a batch for its data (here a
@@ -179,7 +181,7 @@ START_TEST(integrity_refused_event_is_dead_lettered_and_the_rest_stored)
 {
     struct world w;
     const char *mode = store_modes[_i];
-    world_init(&w, _i ? "refsplit" : "refused");
+    world_init(&w, (const char *[]){"refused", "refsplit", "refside"}[_i]);
     int64_t t = now_ms();
     rd_kafka_t *rk = producer(&w);
     produce(rk, &w, event("first", (t - 600000) * 1000, "run-0", "a.example", "allow"),
@@ -233,7 +235,7 @@ END_TEST
 START_TEST(integrity_event_twice_in_a_batch_is_stored_once)
 {
     struct world w;
-    world_init(&w, _i ? "twicesplit" : "twice");
+    world_init(&w, (const char *[]){"twice", "twicesplit", "twiceside"}[_i]);
     int64_t t = now_ms();
     rd_kafka_t *rk = producer(&w);
     for (int i = 0; i < 12; i++) {
@@ -590,8 +592,8 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, integrity_invalid_messages_go_to_the_dead_letter_topic);
     tcase_add_loop_test(tc, integrity_refused_event_is_dead_lettered_and_the_rest_stored, 0,
-                        2);
-    tcase_add_loop_test(tc, integrity_event_twice_in_a_batch_is_stored_once, 0, 2);
+                        3);
+    tcase_add_loop_test(tc, integrity_event_twice_in_a_batch_is_stored_once, 0, 3);
     tcase_add_test(tc, integrity_forged_future_time_hides_no_burst);
     tcase_add_test(tc, integrity_forged_time_stalls_no_commit);
     tcase_add_test(tc, integrity_idle_analyzer_holds_no_transaction_open);
