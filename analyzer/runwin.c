@@ -131,8 +131,8 @@ enum { LAYOUT_NONE = 0, LAYOUT_BLOB = 1, LAYOUT_SETS = 2, LAYOUT_OLD = 4, LAYOUT
  * whose whole rewrite each second would copy its whole window again (to
  * the analyzer's buffer, Redis and its AOF) instead of its new members.
  * 1 KB by default since session 9: on the live stream of 30,000 events/s
- * (10,000 runs of about 180 members) 4 KB strings cost Redis 2.2-2.5 s
- * and the analyzer 10.4 s of CPU, 1 KB 1.6-1.9 s and 8.3-9.7 s, same
+ * (10,000 runs of about 180 members) 4 KB strings cost Redis 2.1-2.5 s
+ * and the analyzer 9.9-10.5 s of CPU, 1 KB 1.5-1.9 s and 8.3-9.7 s, same
  * findings (docs/architecture.md, "Redis on the live stream"). A large
  * run goes back to a string only once its trims took it below half the
  * limit, so that a run near it, trimmed and refilled, does not switch (a
