@@ -139,13 +139,7 @@ int64_t st_runidx_size(const struct st_runidx *x)
 
 uint64_t st_runidx_hash(const char *task_id, const char *run_id)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)task_id; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL;
-    h = (h ^ 0x1f) * 0x100000001b3ULL;
-    for (const unsigned char *p = (const unsigned char *)run_id; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL;
-    return h;
+    return st_hash_pair(task_id, run_id);
 }
 
 static struct pidx *part_get(struct st_runidx *x, int32_t partition, int create)

@@ -109,3 +109,14 @@ void st_buf_addi64(struct st_buf *b, int64_t v)
     st_buf_reserve(b, ST_I64_LEN);
     b->len += st_fmt_i64(b->data + b->len, v);
 }
+
+uint64_t st_hash_pair(const char *a, const char *b)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)a; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    h = (h ^ 0x1f) * 0x100000001b3ULL;
+    for (const unsigned char *p = (const unsigned char *)b; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    return h;
+}

@@ -27,6 +27,10 @@ void st_buf_addi64(struct st_buf *b, int64_t v);
  * returns its length. */
 #define ST_I64_LEN 21
 size_t st_fmt_i64(char *out, int64_t v);
+
+/* FNV-1a (64-bit) of a, the byte 0x1f, then b: a pair of strings hashed as
+ * one key (a run: task and run id; an event: source and event id). */
+uint64_t st_hash_pair(const char *a, const char *b);
 void st_buf_printf(struct st_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

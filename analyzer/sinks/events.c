@@ -268,18 +268,12 @@ static void note_day(struct events_batch *p, int64_t ts_us)
     p->days[p->ndays++] = d;
 }
 
-/* The share of an event: FNV-1a over its primary key's identity (source
- * and event id; a resent event has the same ts), so that an event and its
- * copies fall in the same share. */
+/* The share of an event: by the hash of its primary key's identity
+ * (source and event id; a resent event has the same ts), so that an event
+ * and its copies fall in the same share. */
 static int share_of(const struct st_event *ev, int nshares)
 {
-    uint64_t h = UINT64_C(1469598103934665603);
-    for (const char *c = ev->source_name ? ev->source_name : ""; *c; c++)
-        h = (h ^ (unsigned char)*c) * UINT64_C(1099511628211);
-    h = (h ^ 0xff) * UINT64_C(1099511628211); /* a byte neither string holds */
-    for (const char *c = ev->event_id ? ev->event_id : ""; *c; c++)
-        h = (h ^ (unsigned char)*c) * UINT64_C(1099511628211);
-    return (int)(h % (uint64_t)nshares);
+    return (int)(st_hash_pair(ev->source_name, ev->event_id) % (uint64_t)nshares);
 }
 
 static void events_stage(void *state, void *batch, const struct st_sink_event *se)
