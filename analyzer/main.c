@@ -69,9 +69,6 @@
 
 #define A(field) offsetof(struct st_analyzer_conf, field)
 
-/* batch.behind_events of analyzer.role=store when unset (0) */
-#define ST_STORE_BEHIND_EVENTS 10000
-
 static const struct st_conf_prop analyzer_props[] = {
     {"analyzer.role", "SANDTRAIL_ANALYZER_ROLE", ST_CONF_STR, A(role_name), 0, 0, "all",
      "all: store every event and detect, in one transaction per batch; store: "
@@ -148,16 +145,16 @@ static const struct st_conf_prop analyzer_props[] = {
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
     {"batch.max_events", NULL, ST_CONF_INT, A(batch_max_events), 1, 100000, "1000",
      "most events processed in one transaction (while behind: batch.behind_events)"},
-    {"batch.behind_events", NULL, ST_CONF_INT, A(batch_behind_events), 0, 100000, "0",
+    {"batch.behind_events", NULL, ST_CONF_INT, A(batch_behind_events), 0, 100000, "10000",
      "most events in one transaction while the analyzer is behind: a batch that "
      "fills batch.max_events while at least as many more wait in its partitions "
-     "goes on up to this many (fewer, larger transactions while catching up; a "
-     "caught-up batch still closes at batch.max_events or batch.max_ms). Up to three "
-     "batches are held at a time, each with up to this many messages and their rows. "
-     "0: by role, 10000 for analyzer.role=store; for all and detect batch.max_events "
-     "(off), as their batches also hold each event parsed until it is stored (about "
-     "4 KB an event). At or below batch.max_events: off (docs/architecture.md, "
-     "\"Larger transactions while behind\")"},
+     "goes on up to this many (fewer, larger transactions and checkpoints while "
+     "catching up; a caught-up batch still closes at batch.max_events or "
+     "batch.max_ms). Up to three batches are held at a time, each with up to this "
+     "many messages and their rows, and in the all and detect roles each event "
+     "parsed (about 4 KB an event) until it is stored. At or below "
+     "batch.max_events (0, say): off (docs/architecture.md, \"Larger transactions while "
+     "behind\")"},
     {"batch.max_ms", NULL, ST_CONF_INT, A(batch_max_ms), 1, 60000, "200",
      "longest wait to fill a batch"},
     {"drain.assign_timeout_ms", NULL, ST_CONF_INT, A(assign_timeout_ms), 1000,
@@ -292,14 +289,11 @@ static volatile sig_atomic_t stop;
  * batches; this, 55). */
 #define ST_RELEASE_MAX 16384
 
-/* The most events of a batch polled while behind (batch.behind_events, 0
- * resolved by role), never below batch.max_events. The configuration keeps
- * the 0 (a reload compares it as given). */
+/* The most events of a batch polled while behind (batch.behind_events),
+ * never below batch.max_events. */
 static int batch_most(const struct st_analyzer_conf *c)
 {
     int64_t behind = c->batch_behind_events;
-    if (behind == 0)
-        behind = c->role == ST_ROLE_STORE ? ST_STORE_BEHIND_EVENTS : c->batch_max_events;
     return (int)(behind > c->batch_max_events ? behind : c->batch_max_events);
 }
 

@@ -414,7 +414,7 @@ static void assert_same(const char *what, const char *a, const char *b)
 static void drain(const struct world *w, int workers, const char *log)
 {
     ck_assert_int_eq(run(w, w->name, w->name,
-                         "timeout 180 " ANALYZER " --drain -X batch.max_events=64 "
+                         "timeout 180 " ANALYZER " --drain -X batch.max_events=64 -X batch.behind_events=0 "
                          "-X detect.parse_split_min=40 -X detect.workers=%d 2>%s",
                          workers, log),
                      0);

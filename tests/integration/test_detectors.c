@@ -78,7 +78,7 @@ static char *feed_and_drain(struct world *w, const char *input)
                      0);
     ck_assert_int_eq(run(w, w->name, w->name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
-                             " -X batch.max_events=16"),
+                             " -X batch.max_events=16 -X batch.behind_events=0"),
                      0);
     return rows(w->dsn, q_full);
 }

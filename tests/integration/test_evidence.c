@@ -12,7 +12,7 @@
 #include "world.h"
 
 #define FIXTURE SANDTRAIL_SOURCE_DIR "/tests/data/demo.ndjson"
-#define ANALYZER BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=4" \
+#define ANALYZER BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=4 -X batch.behind_events=0" \
                      " -X evidence.checkpoint_events=7 2>/dev/null"
 
 

@@ -135,7 +135,7 @@ static void assert_same_tables(const struct world *a, const struct world *b)
 
 /* lateness 0: each event is released as it comes, so the batches are the
  * first three events, then the rest */
-#define SEVEN_OPTS " -X detect.lateness_s=0 -X batch.max_events=3"
+#define SEVEN_OPTS " -X detect.lateness_s=0 -X batch.max_events=3 -X batch.behind_events=0"
 
 /* Sets up the 7-event case: a clean world analyzes all seven; the other
  * has committed the first three and has the rest waiting in the topic. */
@@ -422,7 +422,7 @@ static void catch_up(const char *path, unsigned seed, int n)
 }
 
 #define CATCH_UP_OPTS                                                                  \
-    " -X batch.max_events=1000 -X detect.denial_burst.threshold=4"                     \
+    " -X batch.max_events=1000 -X batch.behind_events=0 -X detect.denial_burst.threshold=4"                     \
     " -X detect.volume_anomaly.window_s=120 -X detect.volume_anomaly.max_requests=25"
 
 /* kill -9 and crashes at several points of a drain (after the Redis

@@ -500,7 +500,7 @@ START_TEST(integrity_volume_state_is_trimmed)
                 t + i * 60000LL);
     }
     produce_done(rk);
-    ck_assert_int_eq(drain(&w, "-X batch.max_events=50"), 0);
+    ck_assert_int_eq(drain(&w, "-X batch.max_events=50 -X batch.behind_events=0"), 0);
 
     char key[256];
     redisContext *rc = redisConnect("127.0.0.1", atoi(strrchr(getenv("SANDTRAIL_REDIS_URL"),
@@ -575,7 +575,7 @@ START_TEST(integrity_allowlist_drift_evidence_is_bounded)
         produce(rk, &w, line, t + i * 100);
     }
     produce_done(rk);
-    ck_assert_int_eq(drain(&w, "-X batch.max_events=10"), 0);
+    ck_assert_int_eq(drain(&w, "-X batch.max_events=10 -X batch.behind_events=0"), 0);
     char *r = rows(w.dsn, "SELECT event_count FROM findings WHERE detector = 'scope_drift'");
     ck_assert_str_eq(r, "4\n");
     free(r);

@@ -197,19 +197,19 @@ START_TEST(pipeline_crash_and_restart_equals_clean_run)
 
     ck_assert_int_eq(run(&clean, clean.name, clean.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
-                             " -X batch.max_events=4"),
+                             " -X batch.max_events=4 -X batch.behind_events=0"),
                      0);
     ck_assert_int_eq(run(&crashed, crashed.name, crashed.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
-                             " -X batch.max_events=4 -X fault.crash_after_pg_commits=3"),
+                             " -X batch.max_events=4 -X batch.behind_events=0 -X fault.crash_after_pg_commits=3"),
                      3);
     ck_assert_int_eq(run(&crashed, crashed.name, crashed.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
-                             " -X batch.max_events=4 -X fault.crash_after_pg_commits=5"),
+                             " -X batch.max_events=4 -X batch.behind_events=0 -X fault.crash_after_pg_commits=5"),
                      3);
     ck_assert_int_eq(run(&crashed, crashed.name, crashed.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
-                             " -X batch.max_events=4"),
+                             " -X batch.max_events=4 -X batch.behind_events=0"),
                      0);
 
     const char *qs[] = {q_events, q_findings, q_finding_events};
@@ -243,7 +243,7 @@ START_TEST(pipeline_replay_from_zero_changes_nothing)
     snprintf(group2, sizeof(group2), "%s-replay", w.name);
     ck_assert_int_eq(run(&w, group2, w.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
-                             " -X batch.max_events=7"),
+                             " -X batch.max_events=7 -X batch.behind_events=0"),
                      0);
     char *after_f = rows(w.dsn, q_findings), *after_e = rows(w.dsn, q_events);
     ck_assert_str_eq(before_f, after_f);
@@ -278,16 +278,16 @@ START_TEST(pipeline_two_analyzers_one_killed_equal_one_clean)
                      0);
     ck_assert_int_eq(run(&clean, clean.name, clean.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
-                             " -X batch.max_events=50"),
+                             " -X batch.max_events=50 -X batch.behind_events=0"),
                      0);
     /* a: crashes after 3 commits, then comes back with the same instance id;
      * b: runs beside it throughout */
     run(&pair, pair.name, pair.name,
-        "( " BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=50"
+        "( " BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=50 -X batch.behind_events=0"
         " -X kafka.group.instance_id=a -X fault.crash_after_pg_commits=3 2>/dev/null;"
-        "  " BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=50"
+        "  " BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=50 -X batch.behind_events=0"
         " -X kafka.group.instance_id=a 2>/dev/null ) &"
-        " " BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=50"
+        " " BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=50 -X batch.behind_events=0"
         " -X kafka.group.instance_id=b 2>/dev/null; wait");
     /* whoever finished first may have left partitions to the other: drain
      * once more to be sure everything was seen, as an operator would */
@@ -349,14 +349,14 @@ START_TEST(pipeline_redis_outage_loses_and_duplicates_nothing)
         BIN "/collector/sandtrail-collector --input %s 2>/dev/null", input);
     ck_assert_int_eq(run(&clean, clean.name, clean.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
-                             " -X batch.max_events=8"),
+                             " -X batch.max_events=8 -X batch.behind_events=0"),
                      0);
     /* the drain in the background; Redis stops for three seconds once the
      * analyzer has connected to it and before its first batch (it is still
      * joining its group then: a drain done faster than any fixed pause
      * would otherwise see no outage) */
     run(&outage, outage.name, outage.name,
-        BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=8"
+        BIN "/analyzer/sandtrail-analyzer --drain -X batch.max_events=8 -X batch.behind_events=0"
             " -X redis.url=redis://127.0.0.1:%d/0 2>%s & echo \\$! > %s.pid",
         port, log, log);
     snprintf(cmd, sizeof(cmd),

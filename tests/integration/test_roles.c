@@ -204,21 +204,25 @@ END_TEST
  * stored: the store role's refresh completes them), and crashes twice
  * after a PostgreSQL commit before the Kafka commit; then the store crashes
  * once right after its events' commit, before the refresh that follows it
- * (sink.c's parts[]): the redone batch refreshes them. */
+ * (sink.c's parts[]): the redone batch refreshes them. The detect
+ * analyzer's batches stay at 400 events (batch.behind_events=0), so that
+ * its crashes fall mid-stream. */
 START_TEST(roles_detect_crash_then_store_equal_all)
 {
     struct world ref, pair;
     setup(&ref, &pair, "rolecrash");
     ck_assert_int_eq(run(&pair, pair.name, pair.name,
-                         DETECT(pair) " 2>/dev/null -X fault.crash_after_pg_commits=2",
+                         DETECT(pair) " 2>/dev/null -X batch.behind_events=0"
+                                       " -X fault.crash_after_pg_commits=2",
                          pair.name),
                      3);
     ck_assert_int_eq(run(&pair, pair.name, pair.name,
-                         DETECT(pair) " 2>/dev/null -X fault.crash_after_pg_commits=3",
+                         DETECT(pair) " 2>/dev/null -X batch.behind_events=0"
+                                       " -X fault.crash_after_pg_commits=3",
                          pair.name),
                      3);
-    ck_assert_int_eq(run(&pair, pair.name, pair.name, DETECT(pair) " 2>/dev/null",
-                         pair.name),
+    ck_assert_int_eq(run(&pair, pair.name, pair.name,
+                         DETECT(pair) " 2>/dev/null -X batch.behind_events=0", pair.name),
                      0);
     char *n = rows(pair.dsn, "SELECT (SELECT count(*) FROM events),"
                              " (SELECT count(*) > 0 FROM findings),"
@@ -241,14 +245,17 @@ START_TEST(roles_detect_crash_then_store_equal_all)
 }
 END_TEST
 
-/* The store role's transactions (batches= in its last log line) when it
- * drains the topic with batch.max_events=100 and extra options, into w. */
-static long store_batches(const struct world *w, const char *extra)
+/* The transactions (batches= in its last log line) of an analyzer of role
+ * ("store" or "all") that drains the topic with batch.max_events=100 and
+ * extra options, into w. */
+static long role_batches(const struct world *w, const char *role, const char *extra)
 {
     char log[96];
-    snprintf(log, sizeof(log), "/tmp/st_roles_store_%d.log", (int)getpid());
+    snprintf(log, sizeof(log), "/tmp/st_roles_batches_%d.log", (int)getpid());
     ck_assert_int_eq(run(w, w->name, w->name,
-                         STORE(w) " -X batch.max_events=100 %s 2>%s", w->name, extra, log),
+                         ANALYZER OPTS " -X analyzer.role=%s -X kafka.group=%s-%s"
+                                       " -X batch.max_events=100 %s 2>%s",
+                         role, w->name, role, extra, log),
                      0);
     char *n = world_shf("sed -n 's/.* batches=\\([0-9]*\\) .*/\\1/p' %s; rm -f %s", log, log);
     long batches = atol(n);
@@ -290,9 +297,8 @@ static void assert_same_stored(const struct world *ref, const struct world *w)
 }
 
 /* Behind (the whole topic waits), the store role's batch grows past
- * batch.max_events up to batch.behind_events (by default 10000 for this
- * role): a few large transactions instead of one per 100 events, with the
- * same rows, the same signed evidence checkpoints and the same dead-letter
+ * batch.max_events up to batch.behind_events (by default 10000): a few
+ * large transactions instead of one per 100 events, with the same rows, the same signed evidence checkpoints and the same dead-letter
  * records (checkpoints are cut per leaf, not per batch). */
 START_TEST(roles_store_behind_writes_fewer_larger_transactions)
 {
@@ -300,15 +306,41 @@ START_TEST(roles_store_behind_writes_fewer_larger_transactions)
     setup(&ref, &small, "rolebig");
     world_init(&large, "rolebig3");
     snprintf(large.topic, sizeof(large.topic), "%s", ref.topic);
-    long nsmall = store_batches(&small, "-X batch.behind_events=100");
-    long nlarge = store_batches(&large, "");
+    long nsmall = role_batches(&small, "store", "-X batch.behind_events=100");
+    long nlarge = role_batches(&large, "store", "");
     fprintf(stderr, "store role behind: %ld transactions, %ld with batch.behind_events=100\n",
             nlarge, nsmall);
     ck_assert_msg(nsmall >= 30, "batch.behind_events=100: %ld transactions", nsmall);
-    ck_assert_msg(nlarge >= 1 && nlarge <= 3, "batch.behind_events by role: %ld transactions",
+    ck_assert_msg(nlarge >= 1 && nlarge <= 3, "batch.behind_events by default: %ld transactions",
                   nlarge);
     assert_same_stored(&ref, &small);
     assert_same_stored(&ref, &large);
+    world_drop(&ref);
+    world_drop(&small);
+    world_drop(&large);
+}
+END_TEST
+
+/* The same for the all role, which also detects: batches of 100 events
+ * (batch.behind_events=100) and a few large ones (the default) leave the
+ * same events, findings, finding_events, notifications and signed evidence
+ * as the reference (setup: one analyzer, one connection). Event time, not
+ * batch boundaries, decides what a detector finds. */
+START_TEST(roles_all_behind_writes_fewer_larger_transactions)
+{
+    struct world ref, small, large;
+    setup(&ref, &small, "allbig");
+    world_init(&large, "allbig3");
+    snprintf(large.topic, sizeof(large.topic), "%s", ref.topic);
+    long nsmall = role_batches(&small, "all", "-X batch.behind_events=100");
+    long nlarge = role_batches(&large, "all", "");
+    fprintf(stderr, "all role behind: %ld transactions, %ld with batch.behind_events=100\n",
+            nlarge, nsmall);
+    ck_assert_msg(nsmall >= 30, "batch.behind_events=100: %ld transactions", nsmall);
+    ck_assert_msg(nlarge >= 1 && nlarge <= 3, "batch.behind_events by default: %ld transactions",
+                  nlarge);
+    assert_same_rows(&ref, &small, 1);
+    assert_same_rows(&ref, &large, 1);
     world_drop(&ref);
     world_drop(&small);
     world_drop(&large);
@@ -534,6 +566,7 @@ int main(void)
     tcase_add_test(tc, roles_store_and_detect_side_by_side_equal_all);
     tcase_add_test(tc, roles_detect_crash_then_store_equal_all);
     tcase_add_test(tc, roles_store_behind_writes_fewer_larger_transactions);
+    tcase_add_test(tc, roles_all_behind_writes_fewer_larger_transactions);
     tcase_add_loop_test(tc, roles_crash_between_split_shares_equal_unsplit, 0, 2);
     tcase_add_test(tc, roles_store_caught_up_stores_an_event_at_once);
     tcase_add_test(tc, roles_drain_ends_without_the_broker_wait);

@@ -248,7 +248,7 @@ START_TEST(state_evicted_run_extends_its_episode)
     char log[128];
     pair_init(&w, &clean, log, sizeof(log), "evict");
     int64_t t = st_time_now_us() / 1000 - 3600000;
-    const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2";
+    const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2 -X batch.behind_events=0";
 
     produce_requests(&w, "run-e", "d", 0, 14, t, 3, "deny");
     produce_requests(&clean, "run-e", "d", 0, 14, t, 3, "deny");
@@ -284,7 +284,7 @@ START_TEST(state_redis_commands_do_not_grow_with_events)
     int64_t t = st_time_now_us() / 1000 - 7200000;
 
     produce_requests(&w, "run-c", "r", 0, 3000, t, 1, "allow");
-    drain(&w, "-X detect.lateness_s=0 -X batch.max_events=500", log);
+    drain(&w, "-X detect.lateness_s=0 -X batch.max_events=500 -X batch.behind_events=0", log);
     long events = logged(log, "events"), batches = logged(log, "batches");
     long cmds = logged(log, "redis_commands");
     ck_assert_int_eq(events, 3000);
@@ -667,9 +667,9 @@ END_TEST
 START_TEST(state_checkpoint_interval_coalesces_writes)
 {
     struct world w[3];
-    const char *opts[3] = {"-X batch.max_events=2 -X state.checkpoint_ms=0",
-                           "-X batch.max_events=2 -X state.checkpoint_ms=600000",
-                           "-X batch.max_events=1000 -X state.checkpoint_ms=600000"};
+    const char *opts[3] = {"-X batch.max_events=2 -X batch.behind_events=0 -X state.checkpoint_ms=0",
+                           "-X batch.max_events=2 -X batch.behind_events=0 -X state.checkpoint_ms=600000",
+                           "-X batch.max_events=1000 -X batch.behind_events=0 -X state.checkpoint_ms=600000"};
     long cmds[3], batches[3];
     int64_t secs[3];
     char log[4096], o[256];
@@ -737,7 +737,7 @@ START_TEST(state_crash_before_the_interval_checkpoint_redoes_its_batches)
     char log[128];
     pair_init(&w, &clean, log, sizeof(log), "ckcrash");
     int64_t t = st_time_now_us() / 1000 - 3600000;
-    const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2 "
+    const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2 -X batch.behind_events=0 "
                        "-X state.checkpoint_ms=600000";
 
     produce_runs(&w, "k", 2, 0, 12, t);
@@ -772,7 +772,7 @@ START_TEST(state_eviction_waits_for_the_interval_checkpoint)
     char log[128];
     pair_init(&w, &clean, log, sizeof(log), "ckevict");
     int64_t t = st_time_now_us() / 1000 - 3600000;
-    const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2";
+    const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2 -X batch.behind_events=0";
 
     produce_requests(&w, "run-p", "d", 0, 14, t, 3, "deny");
     produce_requests(&clean, "run-p", "d", 0, 14, t, 3, "deny");
@@ -1000,7 +1000,7 @@ START_TEST(state_rolling_crash_after_any_batch_redoes_from_the_cut)
     pair_init(&w, &clean, log, sizeof(log), tag);
     int64_t t = st_time_now_us() / 1000 - 3600000;
     snprintf(opts, sizeof(opts),
-             "-X detect.lateness_s=0 -X batch.max_events=2 -X state.checkpoint_ms=%d",
+             "-X detect.lateness_s=0 -X batch.max_events=2 -X batch.behind_events=0 -X state.checkpoint_ms=%d",
              roll_ms[_i]);
 
     /* two runs one after the other in time: no event late (late events
@@ -1066,7 +1066,7 @@ START_TEST(state_crash_keeps_late_events_late)
      * rolling write-back: each clock travels with its offsets in the
      * marks) */
     snprintf(opts, sizeof(opts),
-             "-X detect.lateness_s=0 -X batch.max_events=2 -X state.checkpoint_ms=%d", _i);
+             "-X detect.lateness_s=0 -X batch.max_events=2 -X batch.behind_events=0 -X state.checkpoint_ms=%d", _i);
 
     for (int i = 0; i < 2; i++) {
         struct world *x = i ? &clean : &w;
