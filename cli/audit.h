@@ -30,7 +30,9 @@ struct walk {
     int64_t *leaf_offset;
     size_t nleaves, cap;
     int64_t next_offset;          /* evidence_state (-1: none) */
+    int64_t ahead_below;          /* events_ahead (sql/010; -1: none) */
     long faults;
+    long ahead;                   /* rows stored ahead of their evidence */
     struct st_buf *out;           /* fault lines */
 };
 

@@ -252,6 +252,11 @@ int st_cli_export(int argc, char **argv, const char *dsn)
         goto fail;
     if (!(pg = st_pg_connect(dsn, errstr, sizeof(errstr))))
         goto fail;
+    /* one snapshot for every read: the run's rows, their evidence and the
+     * context are of the same moment (audit.c) */
+    if (st_pg_exec(pg, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", errstr,
+                   sizeof(errstr)))
+        goto fail;
     if (archive) {
         if (!mkdtemp(tmpdir)) {
             snprintf(errstr, sizeof(errstr), "could not make a temporary folder");

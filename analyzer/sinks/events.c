@@ -41,7 +41,16 @@ struct events_batch {
     int64_t *days;     /* distinct days of the staged rows */
     size_t ndays, capdays;
     int64_t last_day;  /* the last staged row's day (most rows share it) */
+    struct ahead *ahead; /* per partition staged, for events_ahead (sql/010) */
+    size_t nahead, capahead;
     int stored, all_new;
+};
+
+/* A partition's offsets a batch stages: every one below `below`. */
+struct ahead {
+    char *topic;
+    int32_t partition;
+    int64_t below;
 };
 
 /* One share's COPY on a side connection (pgside.h): what it stores and
@@ -225,6 +234,9 @@ static void events_batch_destroy(void *batch)
         st_buf_fini(&b->copy[i]);
     free(b->rows);
     free(b->days);
+    for (size_t i = 0; i < b->nahead; i++)
+        free(b->ahead[i].topic);
+    free(b->ahead);
     free(b);
 }
 
@@ -268,6 +280,27 @@ static void note_day(struct events_batch *p, int64_t ts_us)
     p->days[p->ndays++] = d;
 }
 
+/* Raises the staged offsets' bound of the message's partition past it. */
+static void note_ahead(struct events_batch *p, const rd_kafka_message_t *msg)
+{
+    const char *topic = rd_kafka_topic_name(msg->rkt);
+    struct ahead *a = NULL;
+    /* the last one first: a batch's messages come a partition at a time */
+    for (size_t i = p->nahead; i-- > 0 && !a;)
+        if (p->ahead[i].partition == msg->partition && !strcmp(p->ahead[i].topic, topic))
+            a = &p->ahead[i];
+    if (!a) {
+        if (p->nahead == p->capahead) {
+            p->capahead = p->capahead ? p->capahead * 2 : 4;
+            p->ahead = st_realloc(p->ahead, p->capahead * sizeof(*p->ahead));
+        }
+        a = &p->ahead[p->nahead++];
+        *a = (struct ahead){st_strdup(topic), msg->partition, 0};
+    }
+    if (msg->offset + 1 > a->below)
+        a->below = msg->offset + 1;
+}
+
 /* The share of an event: by the hash of its primary key's identity
  * (source and event id; a resent event has the same ts), so that an event
  * and its copies fall in the same share. */
@@ -292,6 +325,7 @@ static void events_stage(void *state, void *batch, const struct st_sink_event *s
     copy_row(copy, se);
     r->len = copy->len - r->start;
     note_day(p, se->ev->ts_us);
+    note_ahead(p, se->msg);
 }
 
 /* A refused message: its staged row, if any, leaves the batch. */
@@ -436,6 +470,44 @@ static void end_open(PGconn *pg)
         st_pg_exec(pg, "ROLLBACK", err, sizeof(err));
 }
 
+/* Before a split batch's shares: raises events_ahead.below (sql/010) past
+ * the batch's offsets, in a statement of its own, so that an audit that
+ * sees the shares' rows before the batch's evidence (or after a crash in
+ * between) reports them as stored ahead of it, not as added after the
+ * fact. It commits before the shares do, so it is durable when they are. */
+static int mark_ahead(const struct events_batch *b, PGconn *pg, char *errstr, size_t errsz)
+{
+    struct st_buf topics, parts, belows;
+    st_buf_init(&topics);
+    st_buf_init(&parts);
+    st_buf_init(&belows);
+    for (size_t i = 0; i < b->nahead; i++) {
+        char n[24];
+        st_pg_array_add(&topics, b->ahead[i].topic);
+        snprintf(n, sizeof(n), "%" PRId32, b->ahead[i].partition);
+        st_pg_array_add(&parts, n);
+        snprintf(n, sizeof(n), "%" PRId64, b->ahead[i].below);
+        st_pg_array_add(&belows, n);
+    }
+    st_pg_array_end(&topics);
+    st_pg_array_end(&parts);
+    st_pg_array_end(&belows);
+    const char *v[3] = {topics.data, parts.data, belows.data};
+    int rc = st_sink_result(
+        PQexecParams(pg,
+                     "INSERT INTO events_ahead (kafka_topic, kafka_partition, below)"
+                     " SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])"
+                     " ON CONFLICT (kafka_topic, kafka_partition) DO UPDATE"
+                     " SET below = GREATEST(events_ahead.below, EXCLUDED.below)",
+                     3, NULL, v, NULL, NULL, 0),
+        "could not mark the batch's events as stored ahead of their evidence", errstr,
+        errsz);
+    st_buf_fini(&topics);
+    st_buf_fini(&parts);
+    st_buf_fini(&belows);
+    return rc == ST_SINK_DATA ? ST_SINK_RETRY : rc; /* nothing of the events in it */
+}
+
 /* One share in a transaction of its own (a pgside job, or the writer's own
  * share in events_before): stored and committed, or rolled back. */
 static int store_share(void *arg, PGconn *pg, char *errstr, size_t errsz)
@@ -485,6 +557,8 @@ static int events_before(void *state, void *batch, PGconn *pg, char *errstr, siz
     b->stored = 0;
     int rc = ensure_partitions(p, b, pg, errstr, errsz);
     if (rc || b->nshares < 2 || (int64_t)b->nrows < p->split_min)
+        return rc;
+    if ((rc = mark_ahead(b, pg, errstr, errsz)))
         return rc;
     struct share_job jobs[MAX_SHARES];
     int refused[MAX_SHARES] = {0}; /* fault.fail_copy_sides */
@@ -552,6 +626,9 @@ static void events_end(void *state, void *batch, int committed)
     for (int i = 0; i < b->nshares; i++)
         st_buf_reset(&b->copy[i]);
     b->nrows = 0;
+    for (size_t i = 0; i < b->nahead; i++)
+        free(b->ahead[i].topic);
+    b->nahead = 0;
     for (size_t i = 0; i < b->ndays; i++) {
         if (p->nknown && bsearch(&b->days[i], p->known, p->nknown, sizeof(*p->known),
                                  cmp_day))
