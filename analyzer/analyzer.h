@@ -31,6 +31,7 @@ struct st_analyzer_conf {
     char *log_format; /* log.format */
     int64_t batch_max_events;
     int64_t batch_behind_events; /* batch.behind_events (consume.h) */
+    int64_t batch_behind_ms;     /* batch.behind_ms (consume.h) */
     int drain; /* --drain (no property): the consumer's end-of-partition wait */
     int64_t batch_max_ms;
     int64_t detect_workers; /* workers.h */

@@ -358,17 +358,27 @@ static int drop_revoked(struct st_consumer *c, rd_kafka_message_t **msgs, int n)
  * and its new owner reads them again from the committed offset. Kept, they
  * would be detected here after the revoke, and the next checkpoint would
  * write absolute values over state the new owner writes. */
+/* Whether m was written to Kafka at least behind_ms ago (or carries no
+ * timestamp). */
+static int old_enough(const rd_kafka_message_t *m, int64_t behind_ms)
+{
+    rd_kafka_timestamp_type_t type;
+    int64_t ts = rd_kafka_message_timestamp(m, &type);
+    return behind_ms <= 0 || ts < 0 || st_time_now_us() / 1000 - ts >= behind_ms;
+}
+
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
-                           int max, int behind_max, int timeout_ms)
+                           int max, int behind_max, int64_t behind_ms, int timeout_ms)
 {
     int64_t deadline = st_time_mono_ms() + timeout_ms;
     int n = 0;
     unsigned revokes = c->revokes;
 
     for (;;) {
-        /* full: behind (another full batch already waits in Kafka), it
-         * grows once, up to behind_max */
-        if (n >= max && (behind_max <= max || st_consumer_backlog(c) < max))
+        /* full: behind (another full batch already waits in Kafka, and its
+         * last message is old), it grows once, up to behind_max */
+        if (n >= max && (behind_max <= max || st_consumer_backlog(c) < max ||
+                         !old_enough(msgs[n - 1], behind_ms)))
             break;
         if (n >= max)
             max = behind_max;

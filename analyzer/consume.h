@@ -23,14 +23,18 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
 void st_consumer_destroy(struct st_consumer *c);
 
 /* Fills msgs with up to max messages, waiting at most timeout_ms in all;
- * when max are polled and at least max more wait in the assigned
- * partitions (st_consumer_backlog: the consumer is behind), goes on up to
- * behind_max (msgs holds that many; behind_max <= max: never). A caught-up
- * consumer returns what it has at once. The caller destroys each message
- * with rd_kafka_message_destroy. Returns the count, or -1 on a fatal
- * consumer error. */
+ * when max are polled, at least max more wait in the assigned partitions
+ * (st_consumer_backlog) and the last one polled was written to Kafka at
+ * least behind_ms ago (by its timestamp; one without: at once), the
+ * consumer is behind: the poll goes on up to behind_max (msgs holds that
+ * many; behind_max <= max: never). So an analyzer near real time keeps
+ * its batches, and its latency, small; one working through a backlog
+ * writes fewer, larger transactions. A caught-up consumer returns what it
+ * has at once. The caller destroys each message with
+ * rd_kafka_message_destroy. Returns the count, or -1 on a fatal consumer
+ * error. */
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
-                           int max, int behind_max, int timeout_ms);
+                           int max, int behind_max, int64_t behind_ms, int timeout_ms);
 
 /* Commits, synchronously, offsets[i] for partitions[i] of the subscribed
  * topic (entries with a negative offset are skipped), each with clocks[i],

@@ -155,6 +155,11 @@ static const struct st_conf_prop analyzer_props[] = {
      "parsed (about 4 KB an event) until it is stored. At or below "
      "batch.max_events (0, say): off (docs/architecture.md, \"Larger transactions while "
      "behind\")"},
+    {"batch.behind_ms", NULL, ST_CONF_INT, A(batch_behind_ms), 0, 3600000, "2000",
+     "a batch grows past batch.max_events (see batch.behind_events) only while "
+     "its newest message was written to Kafka at least this long ago: an analyzer "
+     "near real time keeps its batches, and the latency of its findings, small "
+     "(0: whenever as many events again wait)"},
     {"batch.max_ms", NULL, ST_CONF_INT, A(batch_max_ms), 1, 60000, "200",
      "longest wait to fill a batch"},
     {"drain.assign_timeout_ms", NULL, ST_CONF_INT, A(assign_timeout_ms), 1000,
@@ -1168,6 +1173,7 @@ static int run(struct analyzer *a, int drain)
         struct st_store_batch *b = sl->b;
         /* events left to release (a bounded release, below): no wait */
         int n = st_consumer_poll_batch(a->consumer, b->msgs, max, behind,
+                                      a->conf.batch_behind_ms,
                                       more ? 0 : (int)a->conf.batch_max_ms);
         if (n < 0) {
             rc = -1;

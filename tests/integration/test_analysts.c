@@ -191,7 +191,9 @@ START_TEST(roles_analyst_reads_and_triages_only_through_the_function)
 END_TEST
 
 /* The analyzer runs as a member of sandtrail_writer, after the owner has
- * migrated; the writer can add events but never change or remove one. */
+ * migrated; the writer can add events but never change or remove one.
+ * Every batch is split (pg.copy_split_events=1), so the writer also marks
+ * events stored ahead of their evidence (events_ahead, sql/010). */
 START_TEST(roles_writer_runs_the_analyzer_and_cannot_edit_events)
 {
     struct world w;
@@ -204,10 +206,12 @@ START_TEST(roles_writer_runs_the_analyzer_and_cannot_edit_events)
                          BIN "/collector/sandtrail-collector --input " DEMO " 2>/dev/null"),
                      1);
     ck_assert_int_eq(run(&w, w.name, w.name,
-                         "%s " BIN "/analyzer/sandtrail-analyzer --drain --no-migrate",
+                         "%s " BIN "/analyzer/sandtrail-analyzer --drain --no-migrate"
+                                   " -X pg.copy_split_events=1",
                          env),
                      0);
     ASSERT_ROWS(w.dsn, "SELECT count(*) FROM events", "40\n");
+    ASSERT_ROWS(w.dsn, "SELECT count(*) > 0 FROM events_ahead", "t\n");
     ASSERT_ROWS(w.dsn, "SELECT detector FROM findings ORDER BY 1",
                 "denial_burst\nretry_across_paths\n");
     ASSERT_ROWS(w.dsn, "SELECT kind, count(*) FROM notifications GROUP BY 1",

@@ -99,7 +99,7 @@ static int consumer_b(void *arg)
     rd_kafka_message_t *msgs[256];
     int64_t until = st_time_mono_ms() + 30000;
     while (st_time_mono_ms() < until && atomic_load(&b_assigned) >= 0) {
-        int n = st_consumer_poll_batch(b, msgs, 256, 0, 100);
+        int n = st_consumer_poll_batch(b, msgs, 256, 0, 0, 100);
         for (int i = 0; i < n; i++)
             rd_kafka_message_destroy(msgs[i]);
         if (st_consumer_assigned(b) > 0 && atomic_load(&b_assigned) == 0)
@@ -125,7 +125,7 @@ START_TEST(consume_batch_drops_messages_of_a_partition_revoked_during_its_poll)
     /* A takes every partition */
     int64_t until = st_time_mono_ms() + 30000;
     while (st_consumer_assigned(a) < NPARTS && st_time_mono_ms() < until) {
-        int n = st_consumer_poll_batch(a, msgs, 1, 0, 100);
+        int n = st_consumer_poll_batch(a, msgs, 1, 0, 0, 100);
         for (int i = 0; i < n; i++)
             rd_kafka_message_destroy(msgs[i]);
     }
@@ -137,7 +137,7 @@ START_TEST(consume_batch_drops_messages_of_a_partition_revoked_during_its_poll)
     ck_assert_msg(b != NULL, "%s", err);
     thrd_t bt;
     ck_assert_int_eq(thrd_create(&bt, consumer_b, b), thrd_success);
-    int n = st_consumer_poll_batch(a, msgs, 1000000, 0, 10000);
+    int n = st_consumer_poll_batch(a, msgs, 1000000, 0, 0, 10000);
     int32_t held[NPARTS];
     int nheld = st_consumer_partitions(a, held, NPARTS);
     int foreign = 0, seen[NPARTS] = {0};
@@ -205,7 +205,7 @@ START_TEST(consume_a_lost_assignment_stays_lost_after_its_revoke)
     rd_kafka_message_t *msgs[256];
     int64_t until = st_time_mono_ms() + 30000;
     while (st_consumer_assigned(a) < NPARTS && st_time_mono_ms() < until) {
-        int n = st_consumer_poll_batch(a, msgs, 256, 0, 100);
+        int n = st_consumer_poll_batch(a, msgs, 256, 0, 0, 100);
         for (int i = 0; i < n; i++)
             rd_kafka_message_destroy(msgs[i]);
     }
@@ -215,7 +215,7 @@ START_TEST(consume_a_lost_assignment_stays_lost_after_its_revoke)
     sleep(9); /* past max.poll.interval.ms: librdkafka leaves the group */
     until = st_time_mono_ms() + 20000;
     while (!lost_seen && st_time_mono_ms() < until) {
-        int n = st_consumer_poll_batch(a, msgs, 256, 0, 100);
+        int n = st_consumer_poll_batch(a, msgs, 256, 0, 0, 100);
         for (int i = 0; i < n; i++)
             rd_kafka_message_destroy(msgs[i]);
     }

@@ -19,9 +19,11 @@
 #define CLI BIN "/cli/sandtrail"
 
 /* denial_burst, retry_across_paths and volume_anomaly all fire; several
- * batches; a checkpoint every 500 leaves */
+ * batches; a checkpoint every 500 leaves; a batch grows while as many
+ * events again wait, however recent (batch.behind_ms=0) */
 #define OPTS                                                                           \
-    " --drain -X batch.max_events=400 -X detect.denial_burst.threshold=4"             \
+    " --drain -X batch.max_events=400 -X batch.behind_ms=0"                           \
+    " -X detect.denial_burst.threshold=4"                                              \
     " -X detect.volume_anomaly.window_s=120 -X detect.volume_anomaly.max_requests=25" \
     " -X evidence.checkpoint_events=500 -X detect.lateness_s=5"
 
@@ -325,25 +327,35 @@ END_TEST
  * (batch.behind_events=100) and a few large ones (the default) leave the
  * same events, findings, finding_events, notifications and signed evidence
  * as the reference (setup: one analyzer, one connection). Event time, not
- * batch boundaries, decides what a detector finds. */
+ * batch boundaries, decides what a detector finds. And a batch grows only
+ * past messages older than batch.behind_ms: with an hour, these (written
+ * a minute ago at most) keep every batch at 100 events. */
 START_TEST(roles_all_behind_writes_fewer_larger_transactions)
 {
-    struct world ref, small, large;
+    struct world ref, small, large, recent;
     setup(&ref, &small, "allbig");
     world_init(&large, "allbig3");
+    world_init(&recent, "allbig4");
     snprintf(large.topic, sizeof(large.topic), "%s", ref.topic);
+    snprintf(recent.topic, sizeof(recent.topic), "%s", ref.topic);
     long nsmall = role_batches(&small, "all", "-X batch.behind_events=100");
     long nlarge = role_batches(&large, "all", "");
-    fprintf(stderr, "all role behind: %ld transactions, %ld with batch.behind_events=100\n",
-            nlarge, nsmall);
+    long nrecent = role_batches(&recent, "all", "-X batch.behind_ms=3600000");
+    fprintf(stderr,
+            "all role behind: %ld transactions, %ld with batch.behind_events=100, %ld with"
+            " batch.behind_ms=3600000\n",
+            nlarge, nsmall, nrecent);
     ck_assert_msg(nsmall >= 30, "batch.behind_events=100: %ld transactions", nsmall);
     ck_assert_msg(nlarge >= 1 && nlarge <= 3, "batch.behind_events by default: %ld transactions",
                   nlarge);
+    ck_assert_msg(nrecent >= 30, "batch.behind_ms=3600000: %ld transactions", nrecent);
     assert_same_rows(&ref, &small, 1);
     assert_same_rows(&ref, &large, 1);
+    assert_same_rows(&ref, &recent, 1);
     world_drop(&ref);
     world_drop(&small);
     world_drop(&large);
+    world_drop(&recent);
 }
 END_TEST
 
