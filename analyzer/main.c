@@ -67,6 +67,14 @@
 #define SANDTRAIL_SQL_DIR "sql"
 #endif
 
+/* batch.behind_ms of analyzer.role=all and detect when unset (-1): an
+ * analyzer up to this far behind a live stream keeps its batches small (at
+ * 30,000 events/s the all role's lag reaches 2-3 s and clears by itself;
+ * growing past 2 s put its findings' p99 at 1.8 s: docs/architecture.md,
+ * "Larger transactions while behind") */
+#define ST_BEHIND_MS 5000
+#define ST_BEHIND_MS_S "5000"
+
 #define A(field) offsetof(struct st_analyzer_conf, field)
 
 static const struct st_conf_prop analyzer_props[] = {
@@ -155,11 +163,13 @@ static const struct st_conf_prop analyzer_props[] = {
      "parsed (about 4 KB an event) until it is stored. At or below "
      "batch.max_events (0, say): off (docs/architecture.md, \"Larger transactions while "
      "behind\")"},
-    {"batch.behind_ms", NULL, ST_CONF_INT, A(batch_behind_ms), 0, 3600000, "2000",
+    {"batch.behind_ms", NULL, ST_CONF_INT, A(batch_behind_ms), -1, 3600000, "-1",
      "a batch grows past batch.max_events (see batch.behind_events) only while "
      "its newest message was written to Kafka at least this long ago: an analyzer "
-     "near real time keeps its batches, and the latency of its findings, small "
-     "(0: whenever as many events again wait)"},
+     "near real time keeps its batches, and the latency of its findings, small. "
+     "0: whenever as many events again wait; -1: by role, 0 for analyzer.role=store "
+     "(no findings to delay; larger batches keep it up with a live stream) and "
+     ST_BEHIND_MS_S " for all and detect"},
     {"batch.max_ms", NULL, ST_CONF_INT, A(batch_max_ms), 1, 60000, "200",
      "longest wait to fill a batch"},
     {"drain.assign_timeout_ms", NULL, ST_CONF_INT, A(assign_timeout_ms), 1000,
@@ -300,6 +310,15 @@ static int batch_most(const struct st_analyzer_conf *c)
 {
     int64_t behind = c->batch_behind_events;
     return (int)(behind > c->batch_max_events ? behind : c->batch_max_events);
+}
+
+/* How old a batch's newest message must be for the batch to grow
+ * (batch.behind_ms, -1 resolved by role). */
+static int64_t behind_ms(const struct st_analyzer_conf *c)
+{
+    if (c->batch_behind_ms >= 0)
+        return c->batch_behind_ms;
+    return c->role == ST_ROLE_STORE ? 0 : ST_BEHIND_MS;
 }
 
 /* names outside the table: kafka.rdkafka.* then override.* */
@@ -1173,7 +1192,7 @@ static int run(struct analyzer *a, int drain)
         struct st_store_batch *b = sl->b;
         /* events left to release (a bounded release, below): no wait */
         int n = st_consumer_poll_batch(a->consumer, b->msgs, max, behind,
-                                      a->conf.batch_behind_ms,
+                                      behind_ms(&a->conf),
                                       more ? 0 : (int)a->conf.batch_max_ms);
         if (n < 0) {
             rc = -1;
@@ -1457,9 +1476,9 @@ int main(int argc, char **argv)
     }
 
     st_info("consuming \"%s\" as group \"%s\" (analyzer.role=%s, batch.max_events=%" PRId64
-            ", batch.behind_events=%" PRId64 ")%s",
+            ", batch.behind_events=%" PRId64 ", batch.behind_ms=%" PRId64 ")%s",
             a.conf.topic_events, a.conf.group, st_role_name(a.conf.role),
-            a.conf.batch_max_events, (int64_t)batch_most(&a.conf),
+            a.conf.batch_max_events, (int64_t)batch_most(&a.conf), behind_ms(&a.conf),
             drain ? " until caught up" : "");
     status = run(&a, drain) ? 1 : 0;
     log_totals(&a);
