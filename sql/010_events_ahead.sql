@@ -5,8 +5,9 @@
 -- that holds their evidence (analyzer/sinks/events.c; docs/architecture.md,
 -- "A large batch's events over several connections"). Until that
 -- transaction commits (or, after a crash, until the batch is redone) those
--- rows lie past evidence_state.next_offset. Before its shares, the analyzer
--- raises `below` past the batch's last offset of each partition, so that
+-- rows lie past evidence_state.next_offset. Each share, in its own
+-- transaction, raises `below` past the batch's last offset of each
+-- partition, so that
 -- `sandtrail evidence audit` reports rows in [next_offset, below) as stored
 -- ahead of their evidence (not covered yet) rather than as added after the
 -- fact. `below` only grows; rows past it are still faults.

@@ -57,6 +57,7 @@ struct ahead {
  * what it found. */
 struct share_job {
     const struct st_buf *copy;
+    const struct events_batch *batch; /* its marks (mark_ahead) */
     int all_new;
 };
 
@@ -470,11 +471,13 @@ static void end_open(PGconn *pg)
         st_pg_exec(pg, "ROLLBACK", err, sizeof(err));
 }
 
-/* Before a split batch's shares: raises events_ahead.below (sql/010) past
- * the batch's offsets, in a statement of its own, so that an audit that
- * sees the shares' rows before the batch's evidence (or after a crash in
- * between) reports them as stored ahead of it, not as added after the
- * fact. It commits before the shares do, so it is durable when they are. */
+/* In each share's transaction, after its rows: raises events_ahead.below
+ * (sql/010) past the batch's offsets, so that an audit that sees the
+ * shares' rows before the batch's evidence (or after a crash in between)
+ * reports them as stored ahead of it, not as added after the fact. The
+ * mark commits with the rows. Two shares' marks of a partition take the
+ * same row: the later waits for the earlier's COMMIT, which follows its
+ * mark at once (a lock wait PostgreSQL sees, never a cycle). */
 static int mark_ahead(const struct events_batch *b, PGconn *pg, char *errstr, size_t errsz)
 {
     struct st_buf topics, parts, belows;
@@ -522,6 +525,8 @@ static int store_share(void *arg, PGconn *pg, char *errstr, size_t errsz)
     }
     int rc = store_rows(pg, &pc, 1, &j->all_new, errstr, errsz);
     if (rc == ST_SINK_OK)
+        rc = mark_ahead(j->batch, pg, errstr, errsz);
+    if (rc == ST_SINK_OK)
         rc = st_sink_result(PQexec(pg, "COMMIT"), "could not commit a share of the events",
                             errstr, errsz);
     if (rc)
@@ -558,12 +563,10 @@ static int events_before(void *state, void *batch, PGconn *pg, char *errstr, siz
     int rc = ensure_partitions(p, b, pg, errstr, errsz);
     if (rc || b->nshares < 2 || (int64_t)b->nrows < p->split_min)
         return rc;
-    if ((rc = mark_ahead(b, pg, errstr, errsz)))
-        return rc;
     struct share_job jobs[MAX_SHARES];
     int refused[MAX_SHARES] = {0}; /* fault.fail_copy_sides */
     for (int i = 0; i < b->nshares; i++)
-        jobs[i] = (struct share_job){&b->copy[i], 1};
+        jobs[i] = (struct share_job){&b->copy[i], b, 1};
     for (int i = 1; i < b->nshares; i++) {
         if (!b->copy[i].len)
             continue;
