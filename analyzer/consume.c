@@ -338,6 +338,15 @@ int st_consumer_partitions(const struct st_consumer *c, int32_t *out, int max)
     return n;
 }
 
+/* Whether m was written to Kafka at least behind_ms ago (or carries no
+ * timestamp). */
+static int old_enough(const rd_kafka_message_t *m, int64_t behind_ms)
+{
+    rd_kafka_timestamp_type_t type;
+    int64_t ts = rd_kafka_message_timestamp(m, &type);
+    return behind_ms <= 0 || ts < 0 || st_time_now_us() / 1000 - ts >= behind_ms;
+}
+
 /* Drops msgs[0..n) of partitions no longer assigned; returns the count
  * kept, in order. */
 static int drop_revoked(struct st_consumer *c, rd_kafka_message_t **msgs, int n)
@@ -358,15 +367,6 @@ static int drop_revoked(struct st_consumer *c, rd_kafka_message_t **msgs, int n)
  * and its new owner reads them again from the committed offset. Kept, they
  * would be detected here after the revoke, and the next checkpoint would
  * write absolute values over state the new owner writes. */
-/* Whether m was written to Kafka at least behind_ms ago (or carries no
- * timestamp). */
-static int old_enough(const rd_kafka_message_t *m, int64_t behind_ms)
-{
-    rd_kafka_timestamp_type_t type;
-    int64_t ts = rd_kafka_message_timestamp(m, &type);
-    return behind_ms <= 0 || ts < 0 || st_time_now_us() / 1000 - ts >= behind_ms;
-}
-
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
                            int max, int behind_max, int64_t behind_ms, int timeout_ms)
 {

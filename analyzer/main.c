@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ahead.h"
 #include "analyzer.h"
 #include "buf.h"
 #include "checkpoint.h"
@@ -151,9 +152,10 @@ static const struct st_conf_prop analyzer_props[] = {
      "never event content"},
     {"metrics.listen", "SANDTRAIL_ANALYZER_METRICS", ST_CONF_STR, A(metrics_listen), 0,
      0, "", "host:port serving Prometheus metrics at /metrics (empty: off)"},
-    {"batch.max_events", NULL, ST_CONF_INT, A(batch_max_events), 1, 100000, "1000",
+    {"batch.max_events", NULL, ST_CONF_INT, A(batch_max_events), 1, ST_BATCH_MOST_EVENTS, "1000",
      "most events processed in one transaction (while behind: batch.behind_events)"},
-    {"batch.behind_events", NULL, ST_CONF_INT, A(batch_behind_events), 0, 100000, "10000",
+    {"batch.behind_events", NULL, ST_CONF_INT, A(batch_behind_events), 0,
+     ST_BATCH_MOST_EVENTS, "10000",
      "most events in one transaction while the analyzer is behind: a batch that "
      "fills batch.max_events while at least as many more wait in its partitions "
      "goes on up to this many (fewer, larger transactions and checkpoints while "

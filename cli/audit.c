@@ -15,6 +15,7 @@
 
 #include <libpq-fe.h>
 
+#include "ahead.h"
 #include "audit.h"
 #include "buf.h"
 #include "event.h"
@@ -478,6 +479,19 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
         if (PQntuples(st))
             w->ahead_below = strtoll(PQgetvalue(st, 0, 0), NULL, 10);
     }
+    /* a mark covers only the last ST_AHEAD_MOST_OFFSETS offsets below it,
+     * and may lie only that far past the evidence: else it could hide
+     * rows added anywhere after it for good */
+    int64_t ahead_from = w->ahead_below - ST_AHEAD_MOST_OFFSETS;
+    if (w->next_offset >= 0 && ahead_from < w->next_offset)
+        ahead_from = w->next_offset;
+    if (w->next_offset >= 0 && w->ahead_below > w->next_offset + ST_AHEAD_MOST_OFFSETS) {
+        fault(w, "events_ahead of %s[%d] marks offsets up to %" PRId64 ", more than %d past"
+                 " the evidence (next offset %" PRId64 "): no batch stores that far ahead",
+              w->topic, (int)w->partition, w->ahead_below - 1, ST_AHEAD_MOST_OFFSETS,
+              w->next_offset);
+        w->ahead_below = -1;
+    }
     if (pruned_load(pg, w->topic, part, &pruned, errstr, errsz))
         goto out;
 
@@ -684,7 +698,7 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
         row_name(er, ri, name, sizeof(name));
         if (w->next_offset < 0 && PQgetisnull(er, ri, R_RAW))
             continue; /* stored before evidence was kept: not covered */
-        if ((w->next_offset < 0 || o >= w->next_offset) && o < w->ahead_below) {
+        if (o >= ahead_from && o < w->ahead_below) {
             if (w->ahead++ == 0)
                 ahead_first = o;
             ahead_last = o;
@@ -692,8 +706,12 @@ int walk_partition(PGconn *pg, struct walk *w, const struct keyring *kr,
         }
         if (w->next_offset < 0 || o >= w->next_offset) {
             fault(w, "added after the fact: %s at %s[%d] offset %" PRId64
-                     ", past every offset the analyzer stored evidence for",
-                  name, w->topic, (int)w->partition, o);
+                     ", past every offset the analyzer stored evidence for%s",
+                  name, w->topic, (int)w->partition, o,
+                  has_ahead ? ""
+                            : " (or stored by a batch of an analyzer older than sql/010 whose"
+                              " evidence is not committed yet: audit again once it has caught"
+                              " up)");
             continue;
         }
         const char *why = row_check(er, ri);

@@ -499,7 +499,7 @@ static int mark_ahead(const struct events_batch *b, PGconn *pg, char *errstr, si
     int rc = st_sink_result(
         PQexecParams(pg,
                      "INSERT INTO events_ahead (kafka_topic, kafka_partition, below)"
-                     " SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])"
+                     " SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) ORDER BY 1, 2"
                      " ON CONFLICT (kafka_topic, kafka_partition) DO UPDATE"
                      " SET below = GREATEST(events_ahead.below, EXCLUDED.below)",
                      3, NULL, v, NULL, NULL, 0),

@@ -356,13 +356,24 @@ START_TEST(evidence_audit_names_altered_and_deleted_rows)
     expect(out, st, 1, "added after the fact: event \"sq-999\"");
     free(out);
     /* a mark of rows stored ahead of their evidence (sql/010) covers only
-     * the offsets below it */
-    free(rows(w.dsn, "INSERT INTO events_ahead SELECT kafka_topic, kafka_partition,"
-                     " kafka_offset + 1 FROM events WHERE event_id = 'sq-107' RETURNING 1"));
+     * the offsets below it, and only so far past the evidence */
+    free(rows(w.dsn, "INSERT INTO events_ahead SELECT kafka_topic, kafka_partition, 1000"
+                     " FROM events WHERE event_id = 'sq-107' RETURNING 1"));
     out = evidence(&w, &st, "audit");
     expect(out, st, 1, "added after the fact: event \"sq-999\"");
     ck_assert_msg(!strstr(out, "stored ahead"), "%s", out);
     free(out);
+    free(rows(w.dsn, "UPDATE events_ahead SET below = 1001 RETURNING 1"));
+    out = evidence(&w, &st, "audit");
+    expect(out, st, 1, "stored ahead of their evidence: 1 row(s)");
+    ck_assert_msg(!strstr(out, "added after the fact: event \"sq-999\""), "%s", out);
+    free(out);
+    free(rows(w.dsn, "UPDATE events_ahead SET below = 100000000 RETURNING 1"));
+    out = evidence(&w, &st, "audit");
+    expect(out, st, 1, "added after the fact: event \"sq-999\"");
+    ck_assert_msg(strstr(out, "no batch stores that far ahead"), "%s", out);
+    free(out);
+    free(rows(w.dsn, "DELETE FROM events_ahead RETURNING 1"));
 
     snprintf(dir, sizeof(dir), "/tmp/%s.bundle", w.name);
     out = evidence(&w, &st, "export --task T-100 --run run-burst --out %s", dir);

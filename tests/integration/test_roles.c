@@ -424,7 +424,7 @@ START_TEST(roles_crash_between_split_shares_equal_unsplit)
     ck_assert_str_eq(n, "t|0\n");
     free(n);
     /* an audit now: those rows are stored ahead of their evidence
-     * (events_ahead, written before the shares), not added after the fact */
+     * (events_ahead, written with each share's rows), not added after the fact */
     n = world_shf(AUDIT, pair.dsn);
     ck_assert_msg(strstr(n, "stored ahead of their evidence: ") && strstr(n, "intact") &&
                       !strstr(n, "added after the fact") && strstr(n, "\n0\n"),
