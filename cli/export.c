@@ -100,8 +100,56 @@ static void queries_add(struct st_buf *q, const char *what, const char *sql,
     st_buf_printf(q, "%s;\n\n", sql);
 }
 
+/* Notes a part of the findings document left out, and why: in the
+ * document's "not_exported" object (what a reader of the bundle sees), in
+ * queries.sql and on stderr. */
+static void left_out(cJSON *doc, struct st_buf *queries, const char *key, const char *why)
+{
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(doc, "not_exported");
+    if (!o)
+        o = cJSON_AddObjectToObject(doc, "not_exported");
+    cJSON_AddStringToObject(o, key, why);
+    st_buf_printf(queries, "-- %s: not exported: %s\n\n", key, why);
+    fprintf(stderr, "sandtrail: %s not exported: %s\n", key, why);
+}
+
+/* Adds the JSON document one query returns to doc as key; a failure leaves
+ * that part out (left_out) rather than failing the export. The query runs
+ * in a savepoint, so that its failure does not abort the export's one
+ * transaction, and with it every later read. */
+static void tolerated(PGconn *pg, cJSON *doc, const char *key, const char *sql,
+                      const char *const *v, int nv, struct st_buf *queries)
+{
+    PGresult *r = PQexec(pg, "SAVEPOINT tolerated");
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) {
+        left_out(doc, queries, key, "could not make a savepoint");
+        return;
+    }
+    r = PQexecParams(pg, sql, nv, NULL, v, NULL, NULL, 0);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+        cJSON *t = cJSON_Parse(PQgetvalue(r, 0, 0));
+        queries_add(queries, key, sql, v, nv, cJSON_GetArraySize(t));
+        cJSON_AddItemToObject(doc, key, t);
+        PQclear(r);
+        PQclear(PQexec(pg, "RELEASE SAVEPOINT tolerated"));
+        return;
+    }
+    /* the server's primary message names the object and the reason, never
+     * a row's values */
+    const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    char why[256];
+    snprintf(why, sizeof(why), "%s", m ? m : "the query failed");
+    PQclear(r);
+    PQclear(PQexec(pg, "ROLLBACK TO SAVEPOINT tolerated"));
+    left_out(doc, queries, key, why);
+}
+
 /* The findings document: the run's findings, their events, and whatever
- * history or deliveries other tables hold for them. */
+ * history or deliveries other tables hold for them. A table that exists
+ * but the exporting role may not read, or whose read fails, is left out
+ * and named in queries.sql (tolerated). */
 static char *findings_json(PGconn *pg, const char *task, const char *runs_array,
                            struct st_buf *queries, char *errstr, size_t errsz)
 {
@@ -132,15 +180,24 @@ static char *findings_json(PGconn *pg, const char *task, const char *runs_array,
     cJSON_AddItemToObject(doc, "finding_events", fe);
     for (int i = 0; finding_tables[i]; i++) {
         const char *tv[1] = {finding_tables[i]};
+        /* present: the table exists with a finding_id column (pg_attribute,
+         * which, unlike information_schema, lists it whatever the role may
+         * read) */
         r = PQexecParams(pg,
-                         "SELECT 1 FROM information_schema.columns WHERE table_schema ="
-                         " current_schema() AND table_name = $1 AND column_name ="
-                         " 'finding_id'",
+                         "SELECT has_table_privilege(c.oid, 'SELECT') FROM pg_class c"
+                         " JOIN pg_attribute a ON a.attrelid = c.oid"
+                         " WHERE c.oid = to_regclass($1) AND a.attname = 'finding_id'"
+                         " AND NOT a.attisdropped",
                          1, NULL, tv, NULL, NULL, 0);
         int present = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0;
+        int readable = present && !strcmp(PQgetvalue(r, 0, 0), "t");
         PQclear(r);
         if (!present)
             continue;
+        if (!readable) {
+            left_out(doc, queries, finding_tables[i], "this role may not read it");
+            continue;
+        }
         char sql[512];
         /* the table name comes from the fixed list above, never from input */
         snprintf(sql, sizeof(sql),
@@ -148,26 +205,13 @@ static char *findings_json(PGconn *pg, const char *task, const char *runs_array,
                  " (SELECT finding_id FROM findings WHERE task_id = $1"
                  " AND run_id = ANY($2::text[]))",
                  finding_tables[i]);
-        r = PQexecParams(pg, sql, 2, NULL, v, NULL, NULL, 0);
-        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
-            cJSON *t = cJSON_Parse(PQgetvalue(r, 0, 0));
-            queries_add(queries, finding_tables[i], sql, v, 2, cJSON_GetArraySize(t));
-            cJSON_AddItemToObject(doc, finding_tables[i], t);
-        }
-        PQclear(r);
+        tolerated(pg, doc, finding_tables[i], sql, v, 2, queries);
     }
-    if (PQresultStatus(r = PQexec(pg, "SELECT to_regclass('run_summary') IS NOT NULL")) ==
-            PGRES_TUPLES_OK &&
-        strcmp(PQgetvalue(r, 0, 0), "t") == 0) {
-        PQclear(r);
-        r = PQexecParams(pg, sql_run_summary, 2, NULL, v, NULL, NULL, 0);
-        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
-            cJSON *t = cJSON_Parse(PQgetvalue(r, 0, 0));
-            queries_add(queries, "run summary", sql_run_summary, v, 2, cJSON_GetArraySize(t));
-            cJSON_AddItemToObject(doc, "run_summary", t);
-        }
-    }
+    r = PQexec(pg, "SELECT to_regclass('run_summary') IS NOT NULL");
+    int summary = PQresultStatus(r) == PGRES_TUPLES_OK && !strcmp(PQgetvalue(r, 0, 0), "t");
     PQclear(r);
+    if (summary)
+        tolerated(pg, doc, "run_summary", sql_run_summary, v, 2, queries);
     char *s = cJSON_Print(doc);
     cJSON_Delete(doc);
     return s;

@@ -2,6 +2,7 @@
  * (sql/006_analysts.sql), against the real PostgreSQL loaded by the real
  * collector and analyzer with the demo's events. */
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,6 +249,72 @@ START_TEST(roles_auditor_reads_only)
 }
 END_TEST
 
+/* An auditor's export that meets a table it may not read, or a read that
+ * fails, leaves that part out and says so, in the bundle and on stderr, and
+ * still exports everything after it: the failed read must not abort the
+ * export's one transaction. */
+START_TEST(roles_auditor_export_names_what_it_leaves_out)
+{
+    struct world w;
+    char dsn[800], role[128], dir[128];
+    world_init(&w, "audexp");
+    load_demo(&w, "");
+    make_login(&w, "aud", "sandtrail_auditor", dsn, sizeof(dsn), role, sizeof(role));
+    /* notifications withheld from auditors; finding_status_history's read
+     * fails for them (a policy that divides by zero; its owner is exempt) */
+    ck_assert_str_eq(sqlstate(w.dsn, "REVOKE SELECT ON notifications FROM sandtrail_auditor"),
+                     "");
+    ck_assert_str_eq(sqlstate(w.dsn, "ALTER TABLE finding_status_history ENABLE ROW LEVEL"
+                                     " SECURITY"),
+                     "");
+    ck_assert_str_eq(sqlstate(w.dsn, "CREATE POLICY boom ON finding_status_history USING"
+                                     " (1 / 0 = 1)"),
+                     "");
+    snprintf(dir, sizeof(dir), "/tmp/%s.bundle", w.name);
+    char *out = world_shf("rm -rf %s; SANDTRAIL_PG_DSN='%s' " BIN "/cli/sandtrail evidence"
+                          " export --task T-100 --run run-burst --out %s 2>&1; echo rc=$?",
+                          dir, dsn, dir);
+    ck_assert_msg(strstr(out, "rc=0"), "%s", out);
+    ck_assert_msg(strstr(out, "finding_status_history not exported: division by zero"), "%s",
+                  out);
+    ck_assert_msg(strstr(out, "notifications not exported: this role may not read it"), "%s",
+                  out);
+    free(out);
+    char path[256];
+    snprintf(path, sizeof(path), "%s/findings.json", dir);
+    char *text = world_slurp(path);
+    cJSON *doc = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(doc);
+    /* read after the failure, in the same transaction */
+    ck_assert_ptr_nonnull(cJSON_GetObjectItem(doc, "finding_notices"));
+    cJSON *sum = cJSON_GetObjectItem(doc, "run_summary");
+    ck_assert_int_eq(cJSON_GetArraySize(sum), 1);
+    ck_assert_ptr_null(cJSON_GetObjectItem(doc, "notifications"));
+    ck_assert_ptr_null(cJSON_GetObjectItem(doc, "finding_status_history"));
+    cJSON *left = cJSON_GetObjectItem(doc, "not_exported");
+    ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(left, "notifications")),
+                     "this role may not read it");
+    ck_assert_str_eq(
+        cJSON_GetStringValue(cJSON_GetObjectItem(left, "finding_status_history")),
+        "division by zero");
+    cJSON_Delete(doc);
+    free(text);
+    snprintf(path, sizeof(path), "%s/queries.sql", dir);
+    text = world_slurp(path);
+    ck_assert_msg(strstr(text, "-- notifications: not exported: this role may not read it"),
+                  "%s", text);
+    ck_assert_msg(strstr(text, "-- run_summary: 1 row(s)"), "%s", text);
+    free(text);
+    /* what it holds still verifies */
+    out = world_shf(BIN "/cli/sandtrail evidence verify %s 2>&1; echo rc=$?", dir);
+    ck_assert_msg(strstr(out, "rc=0") && strstr(out, "valid"), "%s", out);
+    free(out);
+    free(world_shf("rm -rf %s", dir));
+    world_drop(&w);
+    drop_login(role);
+}
+END_TEST
+
 /* Old days go whole: retention drops their partitions, records what went,
  * keeps the findings, and a replay from offset 0 does not bring the removed
  * days back as partitions (their events wait in events_expired for the next
@@ -357,6 +424,7 @@ int main(void)
     tcase_add_test(tc, roles_analyst_reads_and_triages_only_through_the_function);
     tcase_add_test(tc, roles_writer_runs_the_analyzer_and_cannot_edit_events);
     tcase_add_test(tc, roles_auditor_reads_only);
+    tcase_add_test(tc, roles_auditor_export_names_what_it_leaves_out);
     tcase_add_test(tc, retention_drops_old_days_whole_and_records_them);
     suite_add_tcase(s, tc);
     return world_run(s);
