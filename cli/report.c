@@ -492,6 +492,21 @@ int st_report_write(const struct report_in *in, const char *dir, char *errstr, s
     cell(&meta, count);
     cell(&meta, "generated");
     cell(&meta, in->generated);
+    /* the parts of findings.json the export left out, and why (export.c) */
+    const cJSON *left = cJSON_GetObjectItemCaseSensitive(in->findings, "not_exported");
+    if (cJSON_GetArraySize(left) > 0) {
+        struct st_buf l;
+        st_buf_init(&l);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, left)
+        {
+            st_buf_printf(&l, "%s%s (%s)", l.len ? "; " : "", it->string,
+                          cJSON_IsString(it) ? it->valuestring : "?");
+        }
+        cell(&meta, "not exported");
+        cell(&meta, l.data);
+        st_buf_fini(&l);
+    }
 
     /* the documents */
     if (in->forced)

@@ -305,6 +305,12 @@ START_TEST(roles_auditor_export_names_what_it_leaves_out)
                   "%s", text);
     ck_assert_msg(strstr(text, "-- run_summary: 1 row(s)"), "%s", text);
     free(text);
+    snprintf(path, sizeof(path), "%s/report.md", dir);
+    text = world_slurp(path);
+    ck_assert_msg(strstr(text, "not exported") &&
+                      strstr(text, "notifications (this role may not read it)"),
+                  "%s", text);
+    free(text);
     /* what it holds still verifies */
     out = world_shf(BIN "/cli/sandtrail evidence verify %s 2>&1; echo rc=$?", dir);
     ck_assert_msg(strstr(out, "rc=0") && strstr(out, "valid"), "%s", out);
