@@ -250,7 +250,8 @@ END_TEST
 /* The transactions (batches= in its last log line) of an analyzer of role
  * ("store" or "all") that drains the topic with batch.max_events=100 and
  * extra options, into w. */
-static long role_batches(const struct world *w, const char *role, const char *extra)
+static long role_batches_said(const struct world *w, const char *role, const char *extra,
+                              char **said)
 {
     char log[96];
     snprintf(log, sizeof(log), "/tmp/st_roles_batches_%d.log", (int)getpid());
@@ -259,10 +260,17 @@ static long role_batches(const struct world *w, const char *role, const char *ex
                                        " -X batch.max_events=100 %s 2>%s",
                          role, w->name, role, extra, log),
                      0);
+    if (said)
+        *said = world_shf("grep ' consuming ' %s", log);
     char *n = world_shf("sed -n 's/.* batches=\\([0-9]*\\) .*/\\1/p' %s; rm -f %s", log, log);
     long batches = atol(n);
     free(n);
     return batches;
+}
+
+static long role_batches(const struct world *w, const char *role, const char *extra)
+{
+    return role_batches_said(w, role, extra, NULL);
 }
 
 /* queries[] the roles write: the store role's rows and evidence (events,
@@ -309,7 +317,12 @@ START_TEST(roles_store_behind_writes_fewer_larger_transactions)
     world_init(&large, "rolebig3");
     snprintf(large.topic, sizeof(large.topic), "%s", ref.topic);
     long nsmall = role_batches(&small, "store", "-X batch.behind_events=100");
-    long nlarge = role_batches(&large, "store", "");
+    /* batch.behind_ms by role (-1, its default): 0 for the store, whose
+     * batch grows however recent the messages waiting */
+    char *said = NULL;
+    long nlarge = role_batches_said(&large, "store", "-X batch.behind_ms=-1", &said);
+    ck_assert_msg(strstr(said, "batch.behind_events=10000, batch.behind_ms=0)"), "%s", said);
+    free(said);
     fprintf(stderr, "store role behind: %ld transactions, %ld with batch.behind_events=100\n",
             nlarge, nsmall);
     ck_assert_msg(nsmall >= 30, "batch.behind_events=100: %ld transactions", nsmall);
@@ -338,7 +351,15 @@ START_TEST(roles_all_behind_writes_fewer_larger_transactions)
     world_init(&recent, "allbig4");
     snprintf(large.topic, sizeof(large.topic), "%s", ref.topic);
     snprintf(recent.topic, sizeof(recent.topic), "%s", ref.topic);
-    long nsmall = role_batches(&small, "all", "-X batch.behind_events=100");
+    /* batch.behind_ms by role (-1, its default) is 5 s for the all role:
+     * these messages may be younger or older than that by now, so the
+     * value it runs with is read from its log (its batches cannot grow
+     * past 100 here anyway) */
+    char *said = NULL;
+    long nsmall = role_batches_said(&small, "all",
+                                    "-X batch.behind_events=100 -X batch.behind_ms=-1", &said);
+    ck_assert_msg(strstr(said, "batch.behind_events=100, batch.behind_ms=5000)"), "%s", said);
+    free(said);
     long nlarge = role_batches(&large, "all", "");
     long nrecent = role_batches(&recent, "all", "-X batch.behind_ms=3600000");
     fprintf(stderr,
