@@ -49,6 +49,7 @@ struct events_batch {
 /* A partition's offsets a batch stages: every one below `below`. */
 struct ahead {
     char *topic;
+    const rd_kafka_topic_t *rkt; /* the topic's handle seen first: compared before its name */
     int32_t partition;
     int64_t below;
 };
@@ -288,7 +289,8 @@ static void note_ahead(struct events_batch *p, const rd_kafka_message_t *msg)
     struct ahead *a = NULL;
     /* the last one first: a batch's messages come a partition at a time */
     for (size_t i = p->nahead; i-- > 0 && !a;)
-        if (p->ahead[i].partition == msg->partition && !strcmp(p->ahead[i].topic, topic))
+        if (p->ahead[i].partition == msg->partition &&
+            (p->ahead[i].rkt == msg->rkt || !strcmp(p->ahead[i].topic, topic)))
             a = &p->ahead[i];
     if (!a) {
         if (p->nahead == p->capahead) {
@@ -296,7 +298,7 @@ static void note_ahead(struct events_batch *p, const rd_kafka_message_t *msg)
             p->ahead = st_realloc(p->ahead, p->capahead * sizeof(*p->ahead));
         }
         a = &p->ahead[p->nahead++];
-        *a = (struct ahead){st_strdup(topic), msg->partition, 0};
+        *a = (struct ahead){st_strdup(topic), msg->rkt, msg->partition, 0};
     }
     if (msg->offset + 1 > a->below)
         a->below = msg->offset + 1;
