@@ -287,6 +287,9 @@ static const struct st_conf_prop analyzer_props[] = {
     {"fault.fail_copy_sides", NULL, ST_CONF_INT, A(fail_copy_sides), 0, 1000000000, "0",
      "tests only: the first this many shares of split batches fail on their side "
      "connection as a refused connection would (0 = never)"},
+    {"fault.fail_copy_ahead", NULL, ST_CONF_INT, A(fail_copy_ahead), 0, 1000000000, "0",
+     "tests only: the first this many split batches fail to be stored ahead of "
+     "the batch before them, so that the writer stores them (0 = never)"},
     {"fault.stall_checkpoint_ms", NULL, ST_CONF_INT, A(stall_checkpoint_ms), 0, 600000,
      "0",
      "tests only: every detectors' checkpoint waits this long between its owner-epoch "
@@ -1230,9 +1233,10 @@ static int run(struct analyzer *a, int drain)
                 failed = 1;
                 break;
             }
-            /* at most ST_STORE_IN_FLIGHT batches in flight: batch N is
-             * finished here before N+2 goes (N+1 is being written) */
-            while (!failed && st_store_in_flight(a->store) >= ST_STORE_IN_FLIGHT)
+            /* at most st_store_capacity batches in flight: batch N is
+             * finished here before N+3 goes (N+1 is being written, N+2's
+             * events stored ahead), or before N+2 when nothing goes ahead */
+            while (!failed && st_store_in_flight(a->store) >= st_store_capacity(a->store))
                 failed = batch_done(a);
             if (failed)
                 break;
@@ -1305,12 +1309,12 @@ static void log_totals(struct analyzer *a)
         sent += st_workers_redis_sent(a->workers);
     }
     st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
-            "findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
+            "stored_ahead=%ld findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
             " state_evictions=%" PRId64 " state_runs=%" PRId64
             " worker_events=%s detect_ms=%" PRId64 " detect_wait_ms=%" PRId64
             " detect_cpu_ms=%s",
             a->events, a->invalid, a->refused, a->late, a->skewed, a->batches,
-            a->findings_written, sent, a->stats.loads, a->stats.evictions, a->stats.runs,
+            st_store_ahead(a->store), a->findings_written, sent, a->stats.loads, a->stats.evictions, a->stats.runs,
             per, det_us / 1000, wait_us / 1000, cpu);
 }
 

@@ -50,6 +50,8 @@ static const struct part {
 struct st_sink {
     PGconn *pg;
     PGconn *pg_after; /* st_sink_write_after's, made on first use */
+    PGconn *pg_ahead; /* st_sink_prestore's, made on first use */
+    int ahead;        /* some part's ahead_on */
     char *dsn;
     int on[NPARTS]; /* the role writes parts[i] */
     int nafter;     /* of them, parts written after the batch's commit */
@@ -139,6 +141,8 @@ struct st_sink *st_sink_new(const struct st_analyzer_conf *conf, char *errstr,
             return NULL;
         }
     }
+    for (size_t i = 0; i < NPARTS; i++)
+        s->ahead |= OP(s, i, ahead) && OP(s, i, ahead_on) && OP(s, i, ahead_on)(s->state[i]);
     if (sink_connect(s, &s->pg, 0, errstr, errsz)) {
         st_sink_destroy(s);
         return NULL;
@@ -152,6 +156,7 @@ void st_sink_destroy(struct st_sink *s)
         return;
     PQfinish(s->pg);
     PQfinish(s->pg_after);
+    PQfinish(s->pg_ahead);
     for (size_t i = 0; i < NPARTS; i++)
         if (OP(s, i, destroy))
             OP(s, i, destroy)(s->state[i]);
@@ -229,6 +234,34 @@ static void end_all(struct st_sink *s, struct st_sink_batch *b, int after, int c
             OP(s, i, end)(s->state[i], b->part[i], committed);
     if (committed && !after)
         b->staged = 0;
+}
+
+int st_sink_goes_ahead(const struct st_sink *s)
+{
+    return s->ahead;
+}
+
+int st_sink_prestore(struct st_sink *s, struct st_sink_batch *b, char *errstr,
+                     size_t errsz)
+{
+    int rc = ST_SINK_OK;
+    if (!s->ahead || b->staged == 0)
+        return ST_SINK_OK;
+    /* prepared as the writer's (the parts that write the batch's
+     * transaction: the events' staging table) */
+    if ((!s->pg_ahead || PQstatus(s->pg_ahead) != CONNECTION_OK) &&
+        (rc = sink_connect(s, &s->pg_ahead, 0, errstr, errsz)))
+        return rc;
+    int stored = 0;
+    for (size_t i = 0; i < NPARTS && rc >= ST_SINK_OK; i++)
+        if (OP(s, i, ahead) && !parts[i].after &&
+            (rc = OP(s, i, ahead)(s->state[i], b->part[i], s->pg_ahead, errstr, errsz)) > 0)
+            stored = 1;
+    if (PQstatus(s->pg_ahead) != CONNECTION_OK) {
+        PQfinish(s->pg_ahead);
+        s->pg_ahead = NULL;
+    }
+    return rc < ST_SINK_OK ? rc : stored;
 }
 
 int st_sink_isolate(struct st_sink *s, struct st_sink_batch *b, st_sink_refused_cb cb,

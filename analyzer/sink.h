@@ -69,8 +69,10 @@ struct st_sink_txn {
  *   except skip of a refused message, which the writer calls on the batch
  *   it writes (anything skip touches outside the batch must allow that);
  *   prepare, before, write, isolate, end: the thread writing (the store
- *   thread).
- *   The two may run at once on different batches. */
+ *   thread); ahead: the store's prestorer, at the same time as the
+ *   writer's callbacks on another batch (what both touch of the part's
+ *   state must be locked);
+ *   The three may run at once on different batches. */
 struct st_sink_part_ops {
     const char *name;
     /* Returns the part's state, or NULL with errstr set (start-up fails). */
@@ -92,6 +94,17 @@ struct st_sink_part_ops {
      * written again). Returns ST_SINK_OK or an error class with errstr
      * set (ST_SINK_DATA: as from write). */
     int (*before)(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz);
+    /* Called by the store's prestorer (store.h) ahead of the batch's
+     * `before` and transaction, while the writer may still write the batch
+     * before it, on a connection of its own, outside any transaction: what
+     * `before` may store early (a split batch's events). Must leave the
+     * batch as it found it when it fails, so that `before` does it all
+     * then (the writer retries, reports and isolates; the prestorer does
+     * none of that). Returns 1 when it stored something, ST_SINK_OK when
+     * it had nothing to store, or an error class with errstr set. ahead_on: 1 when the part's state may store ahead at all (the
+     * prestorer then connects). */
+    int (*ahead)(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz);
+    int (*ahead_on)(const void *state);
     /* Copies what the part needs of one event for the next write. */
     void (*stage)(void *state, void *batch, const struct st_sink_event *se);
     /* A consumed message that will not be stored (not a valid event, or
@@ -155,6 +168,20 @@ void st_sink_skip(struct st_sink *s, struct st_sink_batch *b, const rd_kafka_mes
  * write of b must run even with nothing staged.
  * @locality the thread filling b */
 int st_sink_seal(struct st_sink *s, struct st_sink_batch *b, int64_t now_ms);
+
+/* 1 when a part of s may store some of a batch ahead of its transaction
+ * (st_sink_prestore does something). */
+int st_sink_goes_ahead(const struct st_sink *s);
+
+/* Runs the parts' `ahead` on b, on the sink's prestore connection (made on
+ * first use), before st_sink_write of b and while st_sink_write of the
+ * batch before b may run: what it stores, st_sink_write does not store
+ * again. Returns 1 when it stored something, ST_SINK_OK when nothing was
+ * to be stored ahead, or an error class with errstr set; after a failure b
+ * is as before (st_sink_write then does it all: nothing to retry here).
+ * @locality one thread (the store's prestorer) */
+int st_sink_prestore(struct st_sink *s, struct st_sink_batch *b, char *errstr,
+                     size_t errsz);
 
 /* Writes everything staged in b and the findings in one transaction
  * (every part but those that follow it: st_sink_write_after).

@@ -12,23 +12,25 @@
 #include "timeutil.h"
 
 /* The hand-over, all under lock. `fifo` holds the batches in flight in
- * the order they were submitted (the oldest first): at most two, one with
+ * the order they were submitted (the oldest first): at most `capacity`,
+ * one with the prestorer (`to_ahead`) or waiting for the writer, one with
  * the writer (`to_write`) or waiting for the committer, one with the
  * committer (`to_commit`). A batch is done when the committer finished it
  * (or the writer gave up on it: asked to stop). Everything else is set at
- * creation (conf, metrics) or is one thread's own (commits and pg_faults
- * the writer's). */
+ * creation (conf, capacity, metrics) or is one thread's own (commits and
+ * pg_faults the writer's). */
 enum { RETRY_WRITER = 1, RETRY_COMMITTER = 2 };
 
 struct st_store {
     struct st_store_conf conf;
-    pthread_t writer, committer;
+    pthread_t writer, committer, prestorer;
     int nthreads;
+    int capacity; /* ST_STORE_IN_FLIGHT, or one less when nothing goes ahead */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct st_store_batch *fifo[ST_STORE_IN_FLIGHT];
     int nfifo;
-    struct st_store_batch *to_write, *to_commit;
+    struct st_store_batch *to_ahead, *to_write, *to_commit;
     int quit;
     /* a batch failed (asked to stop while retrying): every later one fails
      * too, untouched, so that no offset commit passes the failed batch */
@@ -36,7 +38,8 @@ struct st_store {
     int retrying; /* atomic: RETRY_* bits of the threads retrying a batch */
     long commits;   /* PostgreSQL commits, for fault.crash_after_pg_commits */
     long pg_faults; /* transactions failed by fault.fail_pg_commits */
-    struct st_metric *m_pg_s, *m_pg_err, *m_store_s, *m_wait_s, *m_refused;
+    long ahead;     /* atomic: batches the prestorer stored something of */
+    struct st_metric *m_pg_s, *m_pg_err, *m_store_s, *m_wait_s, *m_refused, *m_ahead_s;
 };
 
 struct st_store_batch *st_store_batch_new(struct st_sink *sink, int max_msgs)
@@ -244,6 +247,53 @@ static void finish(struct st_store *s, struct st_store_batch *b)
     pthread_cond_broadcast(&s->cond);
 }
 
+/* The prestorer: what the sink may store of b ahead of its transaction
+ * (st_sink_prestore: a split batch's events), while the writer writes the
+ * batch before it. A failure is left to the writer, whose try stores
+ * everything st_sink_prestore did not, and retries and reports. */
+static void prestore(struct st_store *s, struct st_store_batch *b)
+{
+    char errstr[1024];
+    int64_t t0 = st_time_mono_us();
+    int rc = st_sink_prestore(s->conf.sink, b->rows, errstr, sizeof(errstr));
+    if (rc > 0)
+        __atomic_add_fetch(&s->ahead, 1, __ATOMIC_RELAXED);
+    else if (rc < 0)
+        st_debug("a batch's events were not stored ahead (the writer stores them): %s",
+                 errstr);
+    st_metric_observe(s->m_ahead_s, (double)(st_time_mono_us() - t0) / 1e6);
+}
+
+static void *prestorer_main(void *arg)
+{
+    struct st_store *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->quit && !s->to_ahead)
+            pthread_cond_wait(&s->cond, &s->lock);
+        if (s->quit)
+            break;
+        struct st_store_batch *b = s->to_ahead;
+        int broken = s->broken;
+        pthread_mutex_unlock(&s->lock);
+
+        if (!broken && s->capacity == ST_STORE_IN_FLIGHT)
+            prestore(s, b);
+
+        pthread_mutex_lock(&s->lock);
+        /* one batch at the writer at a time, in order */
+        while (!s->quit && s->to_write)
+            pthread_cond_wait(&s->cond, &s->lock);
+        if (s->quit)
+            break;
+        s->to_write = b;
+        s->to_ahead = NULL;
+        pthread_cond_broadcast(&s->cond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
 static void *writer_main(void *arg)
 {
     struct st_store *s = arg;
@@ -334,6 +384,13 @@ struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
                                  "sandtrail_analyzer_dead_lettered_total",
                                  "consumed messages sent to the dead-letter topic, by reason",
                                  "reason=\"" ST_DEADLETTER_STORE_REFUSED "\"");
+    s->m_ahead_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_ahead_seconds",
+                                 "time of storing a batch's events ahead of its "
+                                 "transaction, while the batch before it is written (a "
+                                 "split batch: pg.copy_split_events)",
+                                 "");
+    /* a third batch in flight only when it can be stored ahead */
+    s->capacity = st_sink_goes_ahead(conf->sink) ? ST_STORE_IN_FLIGHT : ST_STORE_IN_FLIGHT - 1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     int e = pthread_create(&s->writer, NULL, writer_main, s);
@@ -341,12 +398,16 @@ struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
         s->nthreads = 1;
         e = pthread_create(&s->committer, NULL, committer_main, s);
     }
+    if (!e) {
+        s->nthreads = 2;
+        e = pthread_create(&s->prestorer, NULL, prestorer_main, s);
+    }
     if (e) {
         snprintf(errstr, errsz, "could not start the store threads: %s", strerror(e));
         st_store_destroy(s);
         return NULL;
     }
-    s->nthreads = 2;
+    s->nthreads = 3;
     return s;
 }
 
@@ -354,16 +415,16 @@ void st_store_submit(struct st_store *s, struct st_store_batch *b)
 {
     int64_t t0 = st_time_mono_us();
     pthread_mutex_lock(&s->lock);
-    if (s->nfifo == ST_STORE_IN_FLIGHT)
-        st_fatal("a batch handed to the store while %d are in flight", ST_STORE_IN_FLIGHT);
-    /* the writer takes one batch at a time: wait until it passed the last
-     * one on to the committer */
-    while (s->to_write)
+    if (s->nfifo == s->capacity)
+        st_fatal("a batch handed to the store while %d are in flight", s->capacity);
+    /* the prestorer takes one batch at a time: wait until it passed the
+     * last one on to the writer */
+    while (s->to_ahead)
         pthread_cond_wait(&s->cond, &s->lock);
     b->done = 0;
     b->submitted_us = st_time_mono_us();
     s->fifo[s->nfifo++] = b;
-    s->to_write = b;
+    s->to_ahead = b;
     pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->lock);
     st_metric_observe(s->m_wait_s, (double)(st_time_mono_us() - t0) / 1e6);
@@ -397,6 +458,16 @@ int st_store_in_flight(const struct st_store *s)
     return s->nfifo;
 }
 
+int st_store_capacity(const struct st_store *s)
+{
+    return s->capacity;
+}
+
+long st_store_ahead(const struct st_store *s)
+{
+    return s ? __atomic_load_n(&s->ahead, __ATOMIC_RELAXED) : 0;
+}
+
 int st_store_retrying(const struct st_store *s)
 {
     return __atomic_load_n(&s->retrying, __ATOMIC_RELAXED);
@@ -414,7 +485,7 @@ void st_store_destroy(struct st_store *s)
 {
     if (!s)
         return;
-    if (s->nthreads == 2)
+    if (s->nthreads == 3)
         while (st_store_wait(s))
             ;
     pthread_mutex_lock(&s->lock);
@@ -423,8 +494,10 @@ void st_store_destroy(struct st_store *s)
     pthread_mutex_unlock(&s->lock);
     if (s->nthreads >= 1)
         pthread_join(s->writer, NULL);
-    if (s->nthreads == 2)
+    if (s->nthreads >= 2)
         pthread_join(s->committer, NULL);
+    if (s->nthreads == 3)
+        pthread_join(s->prestorer, NULL);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     free(s);

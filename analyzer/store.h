@@ -3,8 +3,13 @@
  *
  * The main thread fills a `struct st_store_batch` (its messages, its staged
  * rows, its findings, the offsets to commit once it is stored) and hands it
- * over with st_store_submit. Two threads then work on it in turn:
- *   the writer
+ * over with st_store_submit. Three threads then work on it in turn:
+ *   the prestorer
+ *   0. stores what the sink may store ahead of the batch's transaction
+ *      (st_sink_prestore: a split batch's events, in transactions of
+ *      their own), while the writer still writes the batch before it;
+ *      it only tries: what it could not store, the writer does; then hands
+ *      it to the writer, which
  *   1. writes it in one PostgreSQL transaction (st_sink_write), retrying
  *      with exponential backoff while PostgreSQL is unavailable; when
  *      PostgreSQL refuses rows for their data, dead-letters those events,
@@ -18,23 +23,29 @@
  *   4. commits the Kafka offsets the batch holds (those of its cut, a batch
  *      before it: main.c; none, nparts 0, when the cut did not move);
  * and marks the batch done. st_store_wait returns the oldest batch once it
- * is done. At most ST_STORE_IN_FLIGHT batches are in flight: while the
- * committer finishes batch N, the writer writes N+1 and the main thread
- * detects N+2. Batches pass each step in the order they were submitted, so
- * Redis is written after PostgreSQL and offsets are committed in order,
- * only once everything up to them is durable.
+ * is done. At most st_store_capacity batches are in flight: while the
+ * committer finishes batch N, the writer writes N+1, the prestorer stores
+ * N+2's events and the main thread detects N+3 (ST_STORE_IN_FLIGHT); when
+ * the sink stores nothing ahead (st_sink_goes_ahead: the detect role, one
+ * connection), one batch less, and the prestorer only passes batches on.
+ * Batches pass each step in the order they were submitted, so Redis is
+ * written after PostgreSQL and offsets are committed in order, only once
+ * everything up to them is durable (the events stored ahead of a batch's
+ * transaction are those of a split batch, which may already commit before
+ * it: sink.h).
  *
  * The writer owns the sink's connection for good (st_sink_write and
  * st_sink_isolate run only there), the committer its second
- * (st_sink_write_after); the store owns a submitted batch until
+ * (st_sink_write_after), the prestorer its third (st_sink_prestore); the
+ * store owns a submitted batch until
  * st_store_wait returns it. It never touches the reorder buffer, the
  * detectors or Redis (the hook does, on its own connection): what the main
  * thread must do after a batch (forget refused events, trim detector
  * state) it reads from the batch's result fields.
  *
  * @locality st_store_new, st_store_submit, st_store_wait, st_store_busy,
- * st_store_in_flight, st_store_done, st_store_destroy: one thread (the
- * analyzer's main thread). */
+ * st_store_in_flight, st_store_capacity, st_store_done, st_store_destroy:
+ * one thread (the analyzer's main thread). */
 #ifndef ST_STORE_H
 #define ST_STORE_H
 
@@ -50,8 +61,9 @@
 #include "metrics.h"
 #include "sink.h"
 
-/* Batches handed over and not yet returned by st_store_wait. */
-#define ST_STORE_IN_FLIGHT 2
+/* Batches handed over and not yet returned by st_store_wait, at most
+ * (st_store_capacity: this or one less). */
+#define ST_STORE_IN_FLIGHT 3
 
 /* One refused event, reported back to the main thread. */
 struct st_store_refused {
@@ -113,10 +125,9 @@ struct st_store_conf {
 struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
                               size_t errsz);
 
-/* Hands b over, once the writer is free (it passed the previous batch on
- * to the committer); fewer than ST_STORE_IN_FLIGHT batches may be in
- * flight (st_store_wait first). Adds the time waited to the store-wait
- * metric. */
+/* Hands b over, once the prestorer is free (it passed the previous batch
+ * on to the writer); fewer than st_store_capacity batches may be in flight
+ * (st_store_wait first). Adds the time waited to the store-wait metric. */
 void st_store_submit(struct st_store *s, struct st_store_batch *b);
 
 /* Waits until the oldest batch in flight is done and returns it (NULL when
@@ -129,6 +140,14 @@ int st_store_busy(const struct st_store *s);
 
 /* How many batches are in flight (done or not). */
 int st_store_in_flight(const struct st_store *s);
+
+/* How many batches may be in flight: ST_STORE_IN_FLIGHT when the sink
+ * stores some of a batch ahead (st_sink_goes_ahead), else one less. */
+int st_store_capacity(const struct st_store *s);
+
+/* How many batches the prestorer stored something of (their events ahead
+ * of their transaction); 0 for NULL. Any thread. */
+long st_store_ahead(const struct st_store *s);
 
 /* 1 while the store retries a batch (PostgreSQL or the hook unavailable):
  * the analyzer is not ready. Any thread. */

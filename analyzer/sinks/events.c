@@ -1,5 +1,6 @@
 /* events.c: the sink part that stores a batch's events (see events.h). */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,10 +63,14 @@ struct share_job {
     int all_new;
 };
 
-/* @locality the writing thread (before, write, end, isolate): days whose
- * partition a committed batch made sure of, sorted; the side connections
- * (nshares - 1 of them; set at creation) and the fault counter. */
+/* Two threads use it: the writer (before, write, end, isolate) and the
+ * store's prestorer (ahead), on batches of their own. Under known_mu: the
+ * days whose partition a committed batch made sure of, sorted. Under
+ * shares_mu: the side connections (nshares - 1 of them; set at creation)
+ * and the fault counters, that is a split batch's shares from start to
+ * finish, whichever thread stores them. The rest is set at creation. */
 struct events_part {
+    pthread_mutex_t known_mu, shares_mu;
     int64_t *known;
     size_t nknown, capknown;
     int nshares;        /* pg.copy_connections */
@@ -73,6 +78,7 @@ struct events_part {
     struct st_pgside *side[MAX_SHARES - 1];
     int64_t crash_after_splits, splits; /* fault.crash_after_copy_splits */
     int64_t fail_sides;                 /* fault.fail_copy_sides: left to fail */
+    int64_t fail_ahead;                 /* fault.fail_copy_ahead: left to fail */
 };
 
 static const char *sql_partitions = "SELECT sandtrail_event_partitions($1::date[])";
@@ -193,6 +199,9 @@ static void *events_create(const struct st_analyzer_conf *conf, char *errstr,
                            size_t errsz)
 {
     struct events_part *p = st_calloc(1, sizeof(*p));
+    pthread_mutex_init(&p->known_mu, NULL);
+    pthread_mutex_init(&p->shares_mu, NULL);
+    p->fail_ahead = conf->fail_copy_ahead;
     p->nshares = conf->copy_connections < 1 ? 1
                  : conf->copy_connections > MAX_SHARES ? MAX_SHARES
                                                       : (int)conf->copy_connections;
@@ -216,6 +225,8 @@ static void events_destroy(void *state)
     for (int i = 0; i + 1 < p->nshares; i++)
         st_pgside_destroy(p->side[i]);
     free(p->known);
+    pthread_mutex_destroy(&p->known_mu);
+    pthread_mutex_destroy(&p->shares_mu);
     free(p);
 }
 
@@ -370,8 +381,11 @@ static int ensure_partitions(struct events_part *p, struct events_batch *b, PGco
     st_buf_init(&arr);
     for (size_t i = 0; i < b->ndays; i++) {
         char day[40];
-        if (p->nknown && bsearch(&b->days[i], p->known, p->nknown, sizeof(b->days[i]),
-                                 cmp_day))
+        pthread_mutex_lock(&p->known_mu);
+        int known = p->nknown && bsearch(&b->days[i], p->known, p->nknown,
+                                         sizeof(b->days[i]), cmp_day);
+        pthread_mutex_unlock(&p->known_mu);
+        if (known)
             continue;
         n++;
         st_time_format(b->days[i] * 86400 * INT64_C(1000000), day, sizeof(day));
@@ -545,28 +559,33 @@ static int worse(int a, int b)
     return a ? a : b;
 }
 
-/* Makes the partitions, then, for a batch of pg.copy_split_events or more
- * (and pg.copy_connections above 1), stores its events before the batch's
- * transaction: each share in a transaction of its own, the first on the
- * writer's connection, the others on the side connections, all at once, so
- * that as many backends parse and index rows as there are shares. The
- * batch's transaction then holds the parts that describe them (evidence,
- * findings), which commit only after every share did: a crash in between
- * leaves events stored whose batch is redone, and the redo's COPY meets
- * them on the primary key (the staging path: stored once). The writer
- * waits for the sides outside any transaction of its own, and no two
- * shares hold the same event, so none of these transactions waits for
- * another's uncommitted rows in a way PostgreSQL cannot see. */
-static int events_before(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz)
+/* 1 when b is stored over several connections (pg.copy_connections above
+ * 1, pg.copy_split_events or more rows). */
+static int splits(const struct events_part *p, const struct events_batch *b)
 {
-    struct events_part *p = state;
-    struct events_batch *b = batch;
-    b->stored = 0;
-    int rc = ensure_partitions(p, b, pg, errstr, errsz);
-    if (rc || b->nshares < 2 || (int64_t)b->nrows < p->split_min)
-        return rc;
+    return p->nshares >= 2 && (int64_t)b->nrows >= p->split_min;
+}
+
+/* Stores a split batch's events ahead of its transaction: each share in a
+ * transaction of its own, the first on pg (the caller's connection), the
+ * others on the side connections, all at once, so that as many backends
+ * parse and index rows as there are shares. The batch's transaction then
+ * holds the parts that describe them (evidence, findings), which commit
+ * only after every share did: a crash in between leaves events stored
+ * whose batch is redone, and the redo's COPY meets them on the primary key
+ * (the staging path: stored once). The caller waits for the sides outside
+ * any transaction of its own, and no two shares hold the same event, so
+ * none of these transactions waits for another's uncommitted rows in a way
+ * PostgreSQL cannot see. Sets b->stored (and b->all_new) when every share
+ * committed. Runs under shares_mu: the writer's `before` and the
+ * prestorer's `ahead` may both store shares. */
+static int store_split(struct events_part *p, struct events_batch *b, PGconn *pg,
+                       char *errstr, size_t errsz)
+{
+    int rc = ST_SINK_OK;
     struct share_job jobs[MAX_SHARES];
     int refused[MAX_SHARES] = {0}; /* fault.fail_copy_sides */
+    pthread_mutex_lock(&p->shares_mu);
     for (int i = 0; i < b->nshares; i++)
         jobs[i] = (struct share_job){&b->copy[i], b, 1};
     for (int i = 1; i < b->nshares; i++) {
@@ -592,7 +611,7 @@ static int events_before(void *state, void *batch, PGconn *pg, char *errstr, siz
         }
         if (r == ST_SINK_RETRY && rc != ST_SINK_RETRY) {
             /* the side could not (a connection refused: max_connections,
-             * or dropped while idle): the writer's connection, which
+             * or dropped while idle): the caller's connection, which
              * works (its own share stored or refused for its data), stores
              * that share too, now -- else a side that never connects would
              * hide a refusal behind retries for ever */
@@ -606,19 +625,68 @@ static int events_before(void *state, void *batch, PGconn *pg, char *errstr, siz
             rc = r;
         }
     }
-    if (rc)
-        return rc;
-    b->stored = 1;
-    b->all_new = 1;
-    for (int i = 0; i < b->nshares; i++)
-        b->all_new &= jobs[i].all_new;
-    if (p->crash_after_splits && ++p->splits >= p->crash_after_splits) {
-        st_warn("fault injection: exiting after the events of split batch %" PRId64
-                " were stored, before its transaction",
-                p->splits);
-        _exit(3);
+    if (rc == ST_SINK_OK) {
+        b->stored = 1;
+        b->all_new = 1;
+        for (int i = 0; i < b->nshares; i++)
+            b->all_new &= jobs[i].all_new;
+        if (p->crash_after_splits && ++p->splits >= p->crash_after_splits) {
+            st_warn("fault injection: exiting after the events of split batch %" PRId64
+                    " were stored, before its transaction",
+                    p->splits);
+            _exit(3);
+        }
     }
-    return ST_SINK_OK;
+    pthread_mutex_unlock(&p->shares_mu);
+    return rc;
+}
+
+/* The writer, before the batch's transaction: the partitions of its days,
+ * then a split batch's shares (store_split), unless the prestorer stored
+ * them already (ahead: b->stored). */
+static int events_before(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz)
+{
+    struct events_part *p = state;
+    struct events_batch *b = batch;
+    if (b->stored)
+        return ST_SINK_OK;
+    int rc = ensure_partitions(p, b, pg, errstr, errsz);
+    if (rc || !splits(p, b))
+        return rc;
+    return store_split(p, b, pg, errstr, errsz);
+}
+
+/* The prestorer, while the writer still writes the batch before: a split
+ * batch's partitions and shares, so that the backends store its events
+ * while the previous batch's transaction (evidence, findings) runs. A
+ * failure leaves b as it was (not stored): the writer's `before` then
+ * stores it, with its retries and its isolation of a refused event.
+ * Returns 1 when it stored them, ST_SINK_OK when b is not split. */
+static int events_ahead(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz)
+{
+    struct events_part *p = state;
+    struct events_batch *b = batch;
+    if (b->stored || !splits(p, b))
+        return ST_SINK_OK;
+    pthread_mutex_lock(&p->shares_mu);
+    int fail = p->fail_ahead > 0 && p->fail_ahead--;
+    pthread_mutex_unlock(&p->shares_mu);
+    if (fail) {
+        snprintf(errstr, errsz, "fault injection: the prestore of a split batch failed");
+        return ST_SINK_RETRY;
+    }
+    int rc = ensure_partitions(p, b, pg, errstr, errsz);
+    if (!rc)
+        rc = store_split(p, b, pg, errstr, errsz);
+    return rc ? rc : 1;
+}
+
+/* 1 when batches may be split (pg.copy_connections above 1): the
+ * prestorer then needs a connection */
+static int events_ahead_on(const void *state)
+{
+    const struct events_part *p = state;
+    return p->nshares >= 2;
 }
 
 static void events_end(void *state, void *batch, int committed)
@@ -634,6 +702,7 @@ static void events_end(void *state, void *batch, int committed)
     for (size_t i = 0; i < b->nahead; i++)
         free(b->ahead[i].topic);
     b->nahead = 0;
+    pthread_mutex_lock(&p->known_mu);
     for (size_t i = 0; i < b->ndays; i++) {
         if (p->nknown && bsearch(&b->days[i], p->known, p->nknown, sizeof(*p->known),
                                  cmp_day))
@@ -645,6 +714,7 @@ static void events_end(void *state, void *batch, int committed)
         p->known[p->nknown++] = b->days[i];
         qsort(p->known, p->nknown, sizeof(*p->known), cmp_day);
     }
+    pthread_mutex_unlock(&p->known_mu);
     b->ndays = 0;
 }
 
@@ -714,6 +784,8 @@ const struct st_sink_part_ops st_sink_events = {
     .stage = events_stage,
     .skip = events_skip,
     .before = events_before,
+    .ahead = events_ahead,
+    .ahead_on = events_ahead_on,
     .write = events_write,
     .isolate = events_isolate,
     .end = events_end,

@@ -405,6 +405,17 @@ static int split_run(const struct world *w, const char *role, const char *run_na
     return st;
 }
 
+/* The value of "name=" in an analyzer's closing log line (-1: none). */
+static long log_count(const char *log, const char *name)
+{
+    char key[64];
+    snprintf(key, sizeof(key), " %s=", name);
+    const char *p = NULL, *q = log;
+    while ((q = strstr(q, key)))
+        p = q++;
+    return p ? atol(p + strlen(key)) : -1;
+}
+
 /* The stored events: "rows|distinct keys" */
 static const char *q_once = "SELECT count(*), count(DISTINCT (source_name, event_id))"
                             " FROM events";
@@ -458,8 +469,14 @@ START_TEST(roles_crash_between_split_shares_equal_unsplit)
     ck_assert_msg(strstr(log, "after the events of split batch 2 were stored"), "%.2000s",
                   log);
     free(log);
-    st = split_run(&pair, role, "a", SPLIT " -X batch.behind_events=400", &log);
+    /* the first two split batches not stored ahead of the batch before
+     * them (fault.fail_copy_ahead): the writer stores them itself */
+    st = split_run(&pair, role, "a",
+                   SPLIT " -X batch.behind_events=400 -X fault.fail_copy_ahead=2", &log);
     ck_assert_msg(st == 0, "exit %d: %.2000s", st, log);
+    long nb = log_count(log, "batches"), na = log_count(log, "stored_ahead");
+    ck_assert_msg(nb >= 4 && na >= 1 && na <= nb - 2, "batches=%ld stored_ahead=%ld: %.2000s",
+                  nb, na, log);
     free(log);
     n = rows(pair.dsn, q_once);
     ck_assert_str_eq(n, "3000|3000\n");
@@ -476,6 +493,11 @@ START_TEST(roles_crash_between_split_shares_equal_unsplit)
     st = split_run(&pair, role, "replay", SPLIT, &log);
     ck_assert_msg(st == 0, "exit %d: %.2000s", st, log);
     ck_assert_msg(strstr(log, " events=3000 invalid=2 refused=0 "), "%.2000s", log);
+    /* every batch of it split and stored ahead (the replay's rows through
+     * the staging path) but a last one that only seals the evidence */
+    nb = log_count(log, "batches");
+    na = log_count(log, "stored_ahead");
+    ck_assert_msg(na >= 1 && na >= nb - 1, "batches=%ld stored_ahead=%ld", nb, na);
     free(log);
     n = rows(pair.dsn, q_once);
     ck_assert_str_eq(n, "3000|3000\n");
