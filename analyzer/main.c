@@ -453,8 +453,7 @@ struct analyzer {
     struct st_parsed *parsed; /* ingest's parse results, parsedcap of them */
     size_t parsedcap;
     /* slots[fill] is being filled; the others may be in flight (store.h:
-     * one written, one committed)
-     * is busy */
+     * one stored ahead, one written, one committed) */
     struct slot slots[NSLOTS];
     int fill;
     struct slot *detected; /* the slot whose batch the detectors hold */

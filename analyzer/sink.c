@@ -142,7 +142,8 @@ struct st_sink *st_sink_new(const struct st_analyzer_conf *conf, char *errstr,
         }
     }
     for (size_t i = 0; i < NPARTS; i++)
-        s->ahead |= OP(s, i, ahead) && OP(s, i, ahead_on) && OP(s, i, ahead_on)(s->state[i]);
+        s->ahead |= OP(s, i, ahead) && OP(s, i, ahead_on) &&
+                    OP(s, i, ahead_on)(s->state[i], NULL);
     if (sink_connect(s, &s->pg, 0, errstr, errsz)) {
         st_sink_destroy(s);
         return NULL;
@@ -244,8 +245,13 @@ int st_sink_goes_ahead(const struct st_sink *s)
 int st_sink_prestore(struct st_sink *s, struct st_sink_batch *b, char *errstr,
                      size_t errsz)
 {
-    int rc = ST_SINK_OK;
+    int rc = ST_SINK_OK, want = 0;
     if (!s->ahead || b->staged == 0)
+        return ST_SINK_OK;
+    for (size_t i = 0; i < NPARTS && !want; i++)
+        want = OP(s, i, ahead) && !parts[i].after && OP(s, i, ahead_on) &&
+               OP(s, i, ahead_on)(s->state[i], b->part[i]);
+    if (!want)
         return ST_SINK_OK;
     /* prepared as the writer's (the parts that write the batch's
      * transaction: the events' staging table) */

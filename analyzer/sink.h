@@ -101,10 +101,12 @@ struct st_sink_part_ops {
      * batch as it found it when it fails, so that `before` does it all
      * then (the writer retries, reports and isolates; the prestorer does
      * none of that). Returns 1 when it stored something, ST_SINK_OK when
-     * it had nothing to store, or an error class with errstr set. ahead_on: 1 when the part's state may store ahead at all (the
-     * prestorer then connects). */
+     * it had nothing to store, or an error class with errstr set.
+     * ahead_on: 1 when the part would store something of batch ahead, or,
+     * with batch NULL, of some batch (the sink then has a prestorer, which
+     * connects only for a batch some part would store something of). */
     int (*ahead)(void *state, void *batch, PGconn *pg, char *errstr, size_t errsz);
-    int (*ahead_on)(const void *state);
+    int (*ahead_on)(const void *state, const void *batch);
     /* Copies what the part needs of one event for the next write. */
     void (*stage)(void *state, void *batch, const struct st_sink_event *se);
     /* A consumed message that will not be stored (not a valid event, or

@@ -33,12 +33,15 @@ struct st_store {
     struct st_store_batch *to_ahead, *to_write, *to_commit;
     int quit;
     /* a batch failed (asked to stop while retrying): every later one fails
-     * too, untouched, so that no offset commit passes the failed batch */
+     * too, without a transaction (the next one's events may be stored
+     * ahead: its redo meets them), so that no offset commit passes the
+     * failed batch */
     int broken;
     int retrying; /* atomic: RETRY_* bits of the threads retrying a batch */
     long commits;   /* PostgreSQL commits, for fault.crash_after_pg_commits */
     long pg_faults; /* transactions failed by fault.fail_pg_commits */
     long ahead;     /* atomic: batches the prestorer stored something of */
+    int ahead_failing; /* the prestorer's: its last try failed (warned) */
     struct st_metric *m_pg_s, *m_pg_err, *m_store_s, *m_wait_s, *m_refused, *m_ahead_s;
 };
 
@@ -256,12 +259,25 @@ static void prestore(struct st_store *s, struct st_store_batch *b)
     char errstr[1024];
     int64_t t0 = st_time_mono_us();
     int rc = st_sink_prestore(s->conf.sink, b->rows, errstr, sizeof(errstr));
-    if (rc > 0)
-        __atomic_add_fetch(&s->ahead, 1, __ATOMIC_RELAXED);
-    else if (rc < 0)
-        st_debug("a batch's events were not stored ahead (the writer stores them): %s",
-                 errstr);
+    if (rc == ST_SINK_OK)
+        return; /* nothing of it to store ahead */
     st_metric_observe(s->m_ahead_s, (double)(st_time_mono_us() - t0) / 1e6);
+    if (rc > 0) {
+        __atomic_add_fetch(&s->ahead, 1, __ATOMIC_RELAXED);
+        if (s->ahead_failing)
+            st_info("a batch's events are stored ahead again");
+        s->ahead_failing = 0;
+        return;
+    }
+    /* the writer retries, and reports what it cannot store; this is said
+     * once per run of failures (e.g. a connection PostgreSQL refuses:
+     * max_connections) */
+    if (!s->ahead_failing)
+        st_warn("a batch's events could not be stored ahead of the batch before it (the "
+                "writer stores them, after it): %s",
+                /* a refusal's text may quote the row: the writer isolates it */
+                rc == ST_SINK_DATA ? "PostgreSQL refused a row for its data" : errstr);
+    s->ahead_failing = 1;
 }
 
 static void *prestorer_main(void *arg)
@@ -376,7 +392,7 @@ struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
                                  "");
     s->m_wait_s = st_metric_get(m, ST_METRIC_HISTOGRAM,
                                 "sandtrail_analyzer_store_wait_seconds",
-                                "time the main thread waited for the store (a free writer, "
+                                "time the main thread waited for the store (a free prestorer, "
                                 "or the oldest batch done) before handing over the next "
                                 "batch (high: storage is the limit)",
                                 "");

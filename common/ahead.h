@@ -10,8 +10,12 @@
 
 /* Offsets past evidence_state.next_offset (or below the mark, for a
  * partition without evidence yet) that events stored ahead may span: two
- * batches in flight (a rebalance hands a partition over mid-batch), plus
- * room for the offsets of Kafka's transaction markers. */
-#define ST_AHEAD_MOST_OFFSETS (2 * ST_BATCH_MOST_EVENTS + 50000)
+ * batches (the writer's, whose transaction is not committed yet, and the
+ * next, whose events the store's prestorer stores meanwhile: store.h), one
+ * batch more of margin (a rebalance hands a partition over mid-batch, and
+ * the new owner's batches need not end where the old one's did), plus room
+ * for the offsets of Kafka's transaction markers (none from the collector,
+ * whose producer is idempotent, not transactional). */
+#define ST_AHEAD_MOST_OFFSETS (3 * ST_BATCH_MOST_EVENTS + 50000)
 
 #endif

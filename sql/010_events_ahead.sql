@@ -1,8 +1,8 @@
 -- 010_events_ahead.sql: events stored ahead of their evidence.
 --
 -- A large batch stores its events over several connections, each share in
--- a transaction of its own, committed just before the batch's transaction
--- that holds their evidence (analyzer/sinks/events.c; docs/architecture.md,
+-- a transaction of its own, committed before the batch's transaction that
+-- holds their evidence (up to a batch earlier: the store's prestorer) (analyzer/sinks/events.c; docs/architecture.md,
 -- "A large batch's events over several connections"). Until that
 -- transaction commits (or, after a crash, until the batch is redone) those
 -- rows lie past evidence_state.next_offset. Each share, in its own

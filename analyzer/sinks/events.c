@@ -340,6 +340,7 @@ static void events_stage(void *state, void *batch, const struct st_sink_event *s
     r->len = copy->len - r->start;
     note_day(p, se->ev->ts_us);
     note_ahead(p, se->msg);
+    p->stored = 0; /* a row not stored yet, whatever was before */
 }
 
 /* A refused message: its staged row, if any, leaves the batch. */
@@ -616,7 +617,7 @@ static int store_split(struct events_part *p, struct events_batch *b, PGconn *pg
              * that share too, now -- else a side that never connects would
              * hide a refusal behind retries for ever */
             st_warn("a share of the batch's events failed on a side connection, stored "
-                    "on the writer's: %s",
+                    "on the analyzer's own (the writer's or the prestorer's): %s",
                     err);
             r = store_share(&jobs[i], pg, err, sizeof(err));
         }
@@ -681,12 +682,13 @@ static int events_ahead(void *state, void *batch, PGconn *pg, char *errstr, size
     return rc ? rc : 1;
 }
 
-/* 1 when batches may be split (pg.copy_connections above 1): the
- * prestorer then needs a connection */
-static int events_ahead_on(const void *state)
+/* 1 when batch is split, not stored yet; with batch NULL, when batches
+ * may be split (pg.copy_connections above 1) */
+static int events_ahead_on(const void *state, const void *batch)
 {
     const struct events_part *p = state;
-    return p->nshares >= 2;
+    const struct events_batch *b = batch;
+    return b ? !b->stored && splits(p, b) : p->nshares >= 2;
 }
 
 static void events_end(void *state, void *batch, int committed)

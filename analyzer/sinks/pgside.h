@@ -10,9 +10,10 @@
  * st_pgside_wait returns its result. One job at a time: start, wait,
  * start, wait.
  *
- * @locality st_pgside_new, st_pgside_start, st_pgside_wait,
- * st_pgside_destroy: one thread (the sink's writing thread); the job and
- * prepare run on the side's own thread. */
+ * @locality st_pgside_new, st_pgside_destroy: one thread (the sink's
+ * owner); st_pgside_start, st_pgside_wait: one thread at a time (the
+ * store's writer or prestorer, under the events part's shares_mu); the job
+ * and prepare run on the side's own thread. */
 #ifndef ST_PGSIDE_H
 #define ST_PGSIDE_H
 
