@@ -166,6 +166,10 @@ static int may_mark_of(const char *attrs)
 START_TEST(event_may_mark_whenever_a_string_could_hold_a_marker)
 {
     ck_assert_int_eq(may_mark_of("{\"host\":\"h.example\",\"path\":\"/[x]\"}"), 0);
+    /* a marker after other '[' (each first byte tried in turn), and a
+     * marker's opening cut short */
+    ck_assert_int_eq(may_mark_of("{\"host\":\"h\",\"path\":\"/[[[" ST_REDACT_MARKER_OPEN "x:0]\"}"), 1);
+    ck_assert_int_eq(may_mark_of("{\"host\":\"h\",\"path\":\"/[REDACTED\"}"), 0);
     ck_assert_int_eq(may_mark_of("{\"host\":\"h\",\"path\":\"/?t=" ST_REDACT_MARKER_OPEN "bearer:0a1b]\"}"), 1);
     /* the marker's opening spelled with an escape: the text does not show
      * it, the parsed string does */
