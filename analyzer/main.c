@@ -1232,10 +1232,10 @@ static int run(struct analyzer *a, int drain)
                 failed = 1;
                 break;
             }
-            /* at most st_store_capacity batches in flight: batch N is
+            /* at most ST_STORE_IN_FLIGHT batches in flight: batch N is
              * finished here before N+3 goes (N+1 is being written, N+2's
-             * events stored ahead), or before N+2 when nothing goes ahead */
-            while (!failed && st_store_in_flight(a->store) >= st_store_capacity(a->store))
+             * events stored ahead) */
+            while (!failed && st_store_in_flight(a->store) >= ST_STORE_IN_FLIGHT)
                 failed = batch_done(a);
             if (failed)
                 break;

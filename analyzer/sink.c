@@ -237,11 +237,6 @@ static void end_all(struct st_sink *s, struct st_sink_batch *b, int after, int c
         b->staged = 0;
 }
 
-int st_sink_goes_ahead(const struct st_sink *s)
-{
-    return s->ahead;
-}
-
 int st_sink_prestore(struct st_sink *s, struct st_sink_batch *b, char *errstr,
                      size_t errsz)
 {

@@ -171,10 +171,6 @@ void st_sink_skip(struct st_sink *s, struct st_sink_batch *b, const rd_kafka_mes
  * @locality the thread filling b */
 int st_sink_seal(struct st_sink *s, struct st_sink_batch *b, int64_t now_ms);
 
-/* 1 when a part of s may store some of a batch ahead of its transaction
- * (st_sink_prestore does something). */
-int st_sink_goes_ahead(const struct st_sink *s);
-
 /* Runs the parts' `ahead` on b, on the sink's prestore connection (made on
  * first use), before st_sink_write of b and while st_sink_write of the
  * batch before b may run: what it stores, st_sink_write does not store

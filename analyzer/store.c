@@ -12,12 +12,12 @@
 #include "timeutil.h"
 
 /* The hand-over, all under lock. `fifo` holds the batches in flight in
- * the order they were submitted (the oldest first): at most `capacity`,
- * one with the prestorer (`to_ahead`) or waiting for the writer, one with
+ * the order they were submitted (the oldest first): at most
+ * ST_STORE_IN_FLIGHT, one with the prestorer (`to_ahead`) or waiting for the writer, one with
  * the writer (`to_write`) or waiting for the committer, one with the
  * committer (`to_commit`). A batch is done when the committer finished it
  * (or the writer gave up on it: asked to stop). Everything else is set at
- * creation (conf, capacity, metrics) or is one thread's own (commits and
+ * creation (conf, metrics) or is one thread's own (commits and
  * pg_faults the writer's). */
 enum { RETRY_WRITER = 1, RETRY_COMMITTER = 2 };
 
@@ -25,7 +25,6 @@ struct st_store {
     struct st_store_conf conf;
     pthread_t writer, committer, prestorer;
     int nthreads;
-    int capacity; /* ST_STORE_IN_FLIGHT, or one less when nothing goes ahead */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct st_store_batch *fifo[ST_STORE_IN_FLIGHT];
@@ -293,7 +292,7 @@ static void *prestorer_main(void *arg)
         int broken = s->broken;
         pthread_mutex_unlock(&s->lock);
 
-        if (!broken && s->capacity == ST_STORE_IN_FLIGHT)
+        if (!broken)
             prestore(s, b);
 
         pthread_mutex_lock(&s->lock);
@@ -405,8 +404,6 @@ struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
                                  "transaction, while the batch before it is written (a "
                                  "split batch: pg.copy_split_events)",
                                  "");
-    /* a third batch in flight only when it can be stored ahead */
-    s->capacity = st_sink_goes_ahead(conf->sink) ? ST_STORE_IN_FLIGHT : ST_STORE_IN_FLIGHT - 1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     int e = pthread_create(&s->writer, NULL, writer_main, s);
@@ -431,8 +428,8 @@ void st_store_submit(struct st_store *s, struct st_store_batch *b)
 {
     int64_t t0 = st_time_mono_us();
     pthread_mutex_lock(&s->lock);
-    if (s->nfifo == s->capacity)
-        st_fatal("a batch handed to the store while %d are in flight", s->capacity);
+    if (s->nfifo == ST_STORE_IN_FLIGHT)
+        st_fatal("a batch handed to the store while %d are in flight", ST_STORE_IN_FLIGHT);
     /* the prestorer takes one batch at a time: wait until it passed the
      * last one on to the writer */
     while (s->to_ahead)
@@ -472,11 +469,6 @@ int st_store_busy(const struct st_store *s)
 int st_store_in_flight(const struct st_store *s)
 {
     return s->nfifo;
-}
-
-int st_store_capacity(const struct st_store *s)
-{
-    return s->capacity;
 }
 
 long st_store_ahead(const struct st_store *s)

@@ -88,6 +88,14 @@ static int exec_ok(PGresult *r, const char *what, char *errstr, size_t errsz)
     return -1;
 }
 
+static int exec_ok_command(PGresult *r, const char *what, char *errstr, size_t errsz)
+{
+    if (PQresultStatus(r) == PGRES_COMMAND_OK)
+        return 0;
+    snprintf(errstr, errsz, "%s: %s", what, PQresultErrorMessage(r));
+    return -1;
+}
+
 static void queries_add(struct st_buf *q, const char *what, const char *sql,
                         const char *const *params, int nparams, long rows)
 {
@@ -113,20 +121,62 @@ static void left_out(cJSON *doc, struct st_buf *queries, const char *key, const 
     fprintf(stderr, "sandtrail: %s not exported: %s\n", key, why);
 }
 
-/* Adds the JSON document one query returns to doc as key; a failure leaves
- * that part out (left_out) rather than failing the export. The query runs
- * in a savepoint, so that its failure does not abort the export's one
- * transaction, and with it every later read. */
-static void tolerated(PGconn *pg, cJSON *doc, const char *key, const char *sql,
-                      const char *const *v, int nv, struct st_buf *queries)
+/* The reason a tolerated read failed, for the bundle and stderr: the
+ * server's primary message (it names the object and the cause), except
+ * for data errors (classes 22 and 23), whose message may quote a value:
+ * then the SQLSTATE alone. One line, cut on a character's boundary. */
+static void failure_reason(const PGresult *r, char *why, size_t whysz)
+{
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    if (state && (!strncmp(state, "22", 2) || !strncmp(state, "23", 2)))
+        snprintf(why, whysz, "the query failed on the data (SQLSTATE %s)", state);
+    else
+        snprintf(why, whysz, "%s", m ? m : "the query failed");
+    for (char *c = why; *c; c++)
+        if ((unsigned char)*c < 0x20)
+            *c = ' ';
+    /* snprintf may have cut a UTF-8 sequence: drop its lead and tail */
+    size_t n = strlen(why);
+    if (n + 1 == whysz) {
+        size_t i = n;
+        while (i > 0 && ((unsigned char)why[i - 1] & 0xC0) == 0x80)
+            i--;
+        if (i > 0 && (unsigned char)why[i - 1] >= 0xC0) {
+            unsigned char lead = (unsigned char)why[i - 1];
+            size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+            if (n - (i - 1) < want)
+                why[i - 1] = '\0';
+        }
+    }
+}
+
+/* A failure no other read of this export could survive (the connection
+ * lost, the statement cancelled or timed out, resources exhausted, the
+ * transaction broken): the export fails rather than leave parts out. */
+static int fatal_failure(PGconn *pg, const PGresult *r)
+{
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    return PQstatus(pg) != CONNECTION_OK || !state || !strncmp(state, "08", 2) ||
+           !strncmp(state, "57", 2) || !strncmp(state, "53", 2) || !strncmp(state, "40", 2);
+}
+
+/* Adds the JSON document one query returns to doc as key; a failure of the
+ * query itself (a policy or view that errs, a withheld column) leaves that
+ * part out (left_out) rather than failing the export. The query runs in a
+ * savepoint, so that its failure does not abort the export's one
+ * transaction, and with it every later read. Returns 0, or -1 with errstr
+ * set on a failure the export cannot survive (fatal_failure). */
+static int tolerated(PGconn *pg, cJSON *doc, const char *key, const char *sql,
+                     const char *const *v, int nv, struct st_buf *queries, char *errstr,
+                     size_t errsz)
 {
     PGresult *r = PQexec(pg, "SAVEPOINT tolerated");
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    PQclear(r);
-    if (!ok) {
-        left_out(doc, queries, key, "could not make a savepoint");
-        return;
+    if (exec_ok_command(r, "could not make a savepoint", errstr, errsz)) {
+        PQclear(r);
+        return -1;
     }
+    PQclear(r);
     r = PQexecParams(pg, sql, nv, NULL, v, NULL, NULL, 0);
     if (PQresultStatus(r) == PGRES_TUPLES_OK) {
         cJSON *t = cJSON_Parse(PQgetvalue(r, 0, 0));
@@ -134,22 +184,56 @@ static void tolerated(PGconn *pg, cJSON *doc, const char *key, const char *sql,
         cJSON_AddItemToObject(doc, key, t);
         PQclear(r);
         PQclear(PQexec(pg, "RELEASE SAVEPOINT tolerated"));
-        return;
+        return 0;
     }
-    /* the server's primary message names the object and the reason, never
-     * a row's values */
-    const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    if (fatal_failure(pg, r)) {
+        snprintf(errstr, errsz, "could not read %s: %s", key, PQresultErrorMessage(r));
+        PQclear(r);
+        return -1;
+    }
     char why[256];
-    snprintf(why, sizeof(why), "%s", m ? m : "the query failed");
+    failure_reason(r, why, sizeof(why));
     PQclear(r);
-    PQclear(PQexec(pg, "ROLLBACK TO SAVEPOINT tolerated"));
+    r = PQexec(pg, "ROLLBACK TO SAVEPOINT tolerated; RELEASE SAVEPOINT tolerated");
+    int rolled = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!rolled)
+        snprintf(errstr, errsz, "could not roll back a failed read of %s: %s", key,
+                 PQresultErrorMessage(r));
+    PQclear(r);
+    if (!rolled)
+        return -1;
     left_out(doc, queries, key, why);
+    return 0;
+}
+
+/* Whether relation name exists (in the search path) with a column col (or
+ * any, col NULL), and whether this role may read it: 1 readable, 0 absent,
+ * 2 present but withheld; -1 with errstr when the check itself failed
+ * (then nothing can be said: the export fails). pg_attribute lists a
+ * column whatever the role may read, unlike information_schema. */
+static int relation_state(PGconn *pg, const char *name, const char *col, char *errstr,
+                          size_t errsz)
+{
+    const char *v[2] = {name, col ? col : ""};
+    PGresult *r = PQexecParams(pg,
+                               "SELECT has_table_privilege(c.oid, 'SELECT') FROM pg_class c"
+                               " WHERE c.oid = to_regclass($1) AND ($2 = '' OR EXISTS"
+                               " (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid"
+                               " AND a.attname = $2 AND NOT a.attisdropped))",
+                               2, NULL, v, NULL, NULL, 0);
+    if (exec_ok(r, "could not look up a table", errstr, errsz)) {
+        PQclear(r);
+        return -1;
+    }
+    int st = PQntuples(r) == 0 ? 0 : !strcmp(PQgetvalue(r, 0, 0), "t") ? 1 : 2;
+    PQclear(r);
+    return st;
 }
 
 /* The findings document: the run's findings, their events, and whatever
- * history or deliveries other tables hold for them. A table that exists
- * but the exporting role may not read, or whose read fails, is left out
- * and named in queries.sql (tolerated). */
+ * history or deliveries other tables hold for them, and the run summary.
+ * A table or view that exists but the exporting role may not read, or
+ * whose read fails on its own, is left out and named (left_out). */
 static char *findings_json(PGconn *pg, const char *task, const char *runs_array,
                            struct st_buf *queries, char *errstr, size_t errsz)
 {
@@ -178,43 +262,35 @@ static char *findings_json(PGconn *pg, const char *task, const char *runs_array,
     PQclear(r);
     queries_add(queries, "finding events", sql_fe, v, 2, cJSON_GetArraySize(fe));
     cJSON_AddItemToObject(doc, "finding_events", fe);
-    for (int i = 0; finding_tables[i]; i++) {
-        const char *tv[1] = {finding_tables[i]};
-        /* present: the table exists with a finding_id column (pg_attribute,
-         * which, unlike information_schema, lists it whatever the role may
-         * read) */
-        r = PQexecParams(pg,
-                         "SELECT has_table_privilege(c.oid, 'SELECT') FROM pg_class c"
-                         " JOIN pg_attribute a ON a.attrelid = c.oid"
-                         " WHERE c.oid = to_regclass($1) AND a.attname = 'finding_id'"
-                         " AND NOT a.attisdropped",
-                         1, NULL, tv, NULL, NULL, 0);
-        int present = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0;
-        int readable = present && !strcmp(PQgetvalue(r, 0, 0), "t");
-        PQclear(r);
-        if (!present)
-            continue;
-        if (!readable) {
+    int failed = 0;
+    for (int i = 0; finding_tables[i] && !failed; i++) {
+        int st = relation_state(pg, finding_tables[i], "finding_id", errstr, errsz);
+        if (st == 1) {
+            char sql[512];
+            /* the table name comes from the fixed list above, never from input */
+            snprintf(sql, sizeof(sql),
+                     "SELECT coalesce(json_agg(t), '[]')::text FROM %s t WHERE t.finding_id"
+                     " IN (SELECT finding_id FROM findings WHERE task_id = $1"
+                     " AND run_id = ANY($2::text[]))",
+                     finding_tables[i]);
+            failed = tolerated(pg, doc, finding_tables[i], sql, v, 2, queries, errstr, errsz);
+        } else if (st == 2) {
             left_out(doc, queries, finding_tables[i], "this role may not read it");
-            continue;
         }
-        char sql[512];
-        /* the table name comes from the fixed list above, never from input */
-        snprintf(sql, sizeof(sql),
-                 "SELECT coalesce(json_agg(t), '[]')::text FROM %s t WHERE t.finding_id IN"
-                 " (SELECT finding_id FROM findings WHERE task_id = $1"
-                 " AND run_id = ANY($2::text[]))",
-                 finding_tables[i]);
-        tolerated(pg, doc, finding_tables[i], sql, v, 2, queries);
+        failed |= st < 0;
     }
-    r = PQexec(pg, "SELECT to_regclass('run_summary') IS NOT NULL");
-    int summary = PQresultStatus(r) == PGRES_TUPLES_OK && !strcmp(PQgetvalue(r, 0, 0), "t");
-    PQclear(r);
-    if (summary)
-        tolerated(pg, doc, "run_summary", sql_run_summary, v, 2, queries);
-    char *s = cJSON_Print(doc);
+    if (!failed) {
+        int st = relation_state(pg, "run_summary", NULL, errstr, errsz);
+        if (st == 1)
+            failed = tolerated(pg, doc, "run_summary", sql_run_summary, v, 2, queries, errstr,
+                               errsz);
+        else if (st == 2)
+            left_out(doc, queries, "run_summary", "this role may not read it");
+        failed |= st < 0;
+    }
+    char *out = failed ? NULL : cJSON_Print(doc);
     cJSON_Delete(doc);
-    return s;
+    return out;
 }
 
 struct pop_event {
