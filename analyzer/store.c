@@ -13,9 +13,9 @@
 
 /* The hand-over, all under lock. `fifo` holds the batches in flight in
  * the order they were submitted (the oldest first): at most
- * ST_STORE_IN_FLIGHT, one with the prestorer (`to_ahead`) or waiting for the writer, one with
- * the writer (`to_write`) or waiting for the committer, one with the
- * committer (`to_commit`). A batch is done when the committer finished it
+ * ST_STORE_IN_FLIGHT, one with the prestorer (`to_ahead`) or waiting for
+ * the writer, one with the writer (`to_write`) or waiting for the
+ * committer, one with the committer (`to_commit`). A batch is done when the committer finished it
  * (or the writer gave up on it: asked to stop). Everything else is set at
  * creation (conf, metrics) or is one thread's own (commits and
  * pg_faults the writer's). */
