@@ -71,6 +71,47 @@ const char *st_detect_run_hash_key_buf(struct st_buf *b, const struct st_analyze
     return st_detect_key_buf(b, conf, ST_DETECT_RUN_HASH, "h", task_id, run_id);
 }
 
+unsigned st_detect_run_bucket(uint64_t hash)
+{
+    return (unsigned)(hash % ST_DETECT_RUN_BUCKETS);
+}
+
+const char *st_detect_run_bucket_key_buf(struct st_buf *b, const struct st_analyzer_conf *conf,
+                                         uint64_t hash)
+{
+    size_t lp = strlen(conf->redis_prefix);
+    st_buf_reset(b);
+    st_buf_reserve(b, lp + sizeof(ST_DETECT_RUN_HASH) + 4 + 24);
+    char *o = b->data;
+    o = put(o, conf->redis_prefix, lp);
+    o = put(o, ST_DETECT_RUN_HASH ":b:", sizeof(ST_DETECT_RUN_HASH) + 2);
+    o = put_size(o, st_detect_run_bucket(hash));
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
+    return b->data;
+}
+
+const char *st_detect_run_field_buf(struct st_buf *b, const char *task_id, const char *run_id,
+                                    const char *detector)
+{
+    size_t lt = strlen(task_id), lr = strlen(run_id), ld = strlen(detector);
+    st_buf_reset(b);
+    st_buf_reserve(b, lt + lr + ld + 2 * 24 + 4);
+    char *o = b->data;
+    o = put_size(o, lt);
+    *o++ = ':';
+    o = put(o, task_id, lt);
+    *o++ = ':';
+    o = put_size(o, lr);
+    *o++ = ':';
+    o = put(o, run_id, lr);
+    *o++ = ':';
+    o = put(o, detector, ld);
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
+    return b->data;
+}
+
 char *st_detect_key(const struct st_analyzer_conf *conf, const char *detector,
                     const char *kind, const char *task_id, const char *run_id)
 {
@@ -147,6 +188,15 @@ int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key,
     if (len <= lp || memcmp(key, conf->redis_prefix, lp))
         return 0;
     const char *p = key + lp, *end = key + len;
+    /* a run bucket: "run:b:<n>" */
+    static const char bucket[] = ST_DETECT_RUN_HASH ":b:";
+    if ((size_t)(end - p) > sizeof(bucket) - 1 && !memcmp(p, bucket, sizeof(bucket) - 1)) {
+        const char *d = p + sizeof(bucket) - 1;
+        while (d < end && *d >= '0' && *d <= '9')
+            d++;
+        if (d == end)
+            return 1;
+    }
     const char *colon = memchr(p, ':', (size_t)(end - p));
     if (!colon || colon == p)
         return 0;

@@ -55,14 +55,29 @@
  * re-evaluates what a late event changes and marks it late in the evidence.
  *
  * Redis keys (all built by st_detect_key; <run> is task and run id):
- *   <prefix>run:h:<run>             hash, field <detector>: that detector's
- *                                   small state of the run, whole (members,
- *                                   episodes, buckets; runblob.h), instead
- *                                   of the three keys below, which a large
- *                                   one uses (runwin.c: never both at once,
- *                                   the switch is a MULTI); one key for all
- *                                   the run's detectors, written with one
- *                                   HSET per checkpoint (runhash.h;
+ *   <prefix>run:b:<n>               hash, one of ST_DETECT_RUN_BUCKETS, the
+ *                                   bucket of every run whose
+ *                                   st_runidx_hash modulo that count is n;
+ *                                   field "<run>:<detector>" (the run index's
+ *                                   member, ':', the detector): that
+ *                                   detector's small state of the run, whole
+ *                                   (members, episodes, buckets; runblob.h),
+ *                                   instead of the three keys below, which a
+ *                                   large one uses (runwin.c: never both at
+ *                                   once, the switch is a MULTI); written
+ *                                   with one HSET per bucket and checkpoint
+ *                                   for all the runs it changed (runhash.h;
+ *                                   st_detect_run_bucket_key_buf,
+ *                                   st_detect_run_field_buf). The key's
+ *                                   EXPIRE (state.ttl_s) is renewed by every
+ *                                   write; a run's fields are deleted
+ *                                   state.ttl_s after its index score by the
+ *                                   partition's owner (runidx.h, the sweep)
+ *   <prefix>run:h:<run>             hash, field <detector>: the same state
+ *                                   as written before the buckets (up to
+ *                                   session 11), one key per run: read when
+ *                                   the bucket lacks the field, deleted by
+ *                                   the run's next write (runwin.c;
  *                                   st_detect_run_hash_key_buf)
  *   <prefix><detector>:s:<run>      string, the same state as written
  *                                   before the hash (up to session 6): read
@@ -249,10 +264,27 @@ char *st_detect_run_member(const char *task_id, const char *run_id);
  * (st_runwin_new refuses it) */
 #define ST_DETECT_RUN_HASH "run"
 
-/* A run's hash (<prefix>run:h:<run>: every detector's small state of the
- * run, runhash.h) written into b like st_detect_key_buf. */
+/* A run's hash of the versions before the buckets (<prefix>run:h:<run>:
+ * every detector's small state of the run) written into b like
+ * st_detect_key_buf: read and deleted, never written (runwin.c). */
 const char *st_detect_run_hash_key_buf(struct st_buf *b, const struct st_analyzer_conf *conf,
                                        const char *task_id, const char *run_id);
+
+/* How many bucket hashes hold the small run states. A contract with the
+ * state Redis holds: changing it moves runs to other buckets, where a
+ * load would not find them. */
+#define ST_DETECT_RUN_BUCKETS 64
+
+/* The bucket of the run whose st_runidx_hash is hash, and its key
+ * (<prefix>run:b:<n>) written into b. */
+unsigned st_detect_run_bucket(uint64_t hash);
+const char *st_detect_run_bucket_key_buf(struct st_buf *b, const struct st_analyzer_conf *conf,
+                                         uint64_t hash);
+
+/* The field of a detector's small state of a run in its bucket,
+ * "<len>:<task>:<len>:<run>:<detector>", written into b. */
+const char *st_detect_run_field_buf(struct st_buf *b, const char *task_id, const char *run_id,
+                                    const char *detector);
 
 /* The run index of a partition: conf->redis_prefix "runs:" partition.
  * Returns a new string. */
@@ -270,7 +302,8 @@ char *st_detect_epoch_key(const struct st_analyzer_conf *conf, int32_t partition
 /* Whether key (len bytes, from Redis) is a run's state key: conf's prefix,
  * a name without ':', then ":s:", ":w:", ":l:", ":eps:", ":b:" or ":h:" and the run part
  * "<len>:<task>:<len>:<run>", lengths exact (the shape st_detect_key
- * gives those kinds). Registry and index keys are not. */
+ * gives those kinds); or a run bucket, "run:b:<n>". Registry and index
+ * keys are not. */
 int st_detect_is_state_key(const struct st_analyzer_conf *conf, const char *key, size_t len);
 
 /* Whether a key's EXPIRE (state.ttl_s) is due in this checkpoint: when it

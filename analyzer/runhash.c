@@ -1,4 +1,4 @@
-/* runhash.c: a checkpoint's small run states, grouped by run (see
+/* runhash.c: a checkpoint's small run states, grouped by bucket (see
  * runhash.h). */
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +9,11 @@
 #include "runhash.h"
 
 struct entry {
-    const char *field;
-    size_t off, len; /* the value in h->vals */
-    int del, expire;
-    size_t next;     /* the run's next entry; 0: none (entries start at 1) */
+    const char *field; /* the detector */
+    size_t off, len;   /* the value in h->vals */
+    int del;
+    size_t next;       /* the run's next entry; 0: none (entries start at 1) */
+    size_t foff;       /* at flush: its field of the bucket in h->fields */
 };
 
 struct group {
@@ -30,7 +31,9 @@ struct st_runhash {
     size_t ng, capg;
     size_t *slot;    /* open addressing: group index + 1; 0 empty */
     size_t nslot;    /* a power of two, at least 2 x ng */
-    struct st_buf vals, key;
+    struct st_buf vals, key, fields, field;
+    size_t *order; /* at flush: the runs by bucket */
+    size_t caporder;
     const char **argv;
     size_t *argvlen;
     size_t capargv;
@@ -44,6 +47,8 @@ struct st_runhash *st_runhash_new(const struct st_analyzer_conf *conf)
     h->ne = 1;
     st_buf_init(&h->vals);
     st_buf_init(&h->key);
+    st_buf_init(&h->fields);
+    st_buf_init(&h->field);
     st_fmt_i64(h->ttl, conf->state_ttl_s);
     return h;
 }
@@ -57,8 +62,11 @@ void st_runhash_destroy(struct st_runhash *h)
     free(h->slot);
     free(h->argv);
     free(h->argvlen);
+    free(h->order);
     st_buf_fini(&h->vals);
     st_buf_fini(&h->key);
+    st_buf_fini(&h->fields);
+    st_buf_fini(&h->field);
     free(h);
 }
 
@@ -104,7 +112,7 @@ static struct group *group_of(struct st_runhash *h, uint64_t hash, const char *t
 }
 
 void st_runhash_put(struct st_runhash *h, uint64_t hash, const char *task, const char *run,
-                    const char *field, const char *data, size_t len, int expire)
+                    const char *field, const char *data, size_t len)
 {
     struct group *g = group_of(h, hash, task, run);
     if (h->ne >= h->cape) {
@@ -112,7 +120,7 @@ void st_runhash_put(struct st_runhash *h, uint64_t hash, const char *task, const
         h->e = st_realloc(h->e, h->cape * sizeof(*h->e));
     }
     size_t i = h->ne++;
-    h->e[i] = (struct entry){field, h->vals.len, data ? len : 0, data == NULL, expire, 0};
+    h->e[i] = (struct entry){field, h->vals.len, data ? len : 0, data == NULL, 0, 0};
     if (data)
         st_buf_add(&h->vals, data, len);
     if (g->last)
@@ -133,42 +141,77 @@ static void arg(struct st_runhash *h, int *argc, const char *s, size_t len)
     h->argvlen[(*argc)++] = len;
 }
 
-void st_runhash_flush(struct st_runhash *h, struct st_checkpoint *ck)
+/* The commands of one bucket's runs, order[0 .. n): HSET of every field
+ * set, HDEL of every field emptied, then the key's EXPIRE when anything
+ * was set (a key the HSET creates gets its TTL in the same checkpoint;
+ * an HDEL alone leaves the TTL the last HSET gave). */
+static void flush_bucket(struct st_runhash *h, struct st_checkpoint *ck, const size_t *order,
+                         size_t n)
 {
-    for (size_t gi = 0; gi < h->ng; gi++) {
-        struct group *g = &h->g[gi];
-        const char *key = st_detect_run_hash_key_buf(&h->key, h->conf, g->task, g->run);
-        size_t klen = h->key.len;
-        int argc = 0, expire = 0;
-        /* the fields set, then the ones emptied, then the TTL: a key the
-         * HSET creates gets it in the same checkpoint */
-        arg(h, &argc, "HSET", 4);
-        arg(h, &argc, key, klen);
+    const char *key = st_detect_run_bucket_key_buf(&h->key, h->conf, h->g[order[0]].hash);
+    size_t klen = h->key.len;
+    /* every field's name first, into one buffer (pointers taken after:
+     * it moves while it grows) */
+    st_buf_reset(&h->fields);
+    size_t nset = 0, ndel = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct group *g = &h->g[order[k]];
         for (size_t i = g->first; i; i = h->e[i].next) {
+            st_detect_run_field_buf(&h->field, g->task, g->run, h->e[i].field);
+            h->e[i].foff = h->fields.len;
+            st_buf_add(&h->fields, h->field.data, h->field.len + 1);
             if (h->e[i].del)
-                continue;
-            arg(h, &argc, h->e[i].field, strlen(h->e[i].field));
-            arg(h, &argc, h->vals.data + h->e[i].off, h->e[i].len);
-            expire |= h->e[i].expire;
-        }
-        if (argc > 2)
-            st_checkpoint_cmd_lens(ck, argc, h->argv, h->argvlen);
-        else
-            expire = 0; /* deletions only: the fields left keep the key's TTL */
-        argc = 0;
-        arg(h, &argc, "HDEL", 4);
-        arg(h, &argc, key, klen);
-        for (size_t i = g->first; i; i = h->e[i].next)
-            if (h->e[i].del)
-                arg(h, &argc, h->e[i].field, strlen(h->e[i].field));
-        if (argc > 2)
-            st_checkpoint_cmd_lens(ck, argc, h->argv, h->argvlen);
-        if (expire) {
-            const char *ex[] = {"EXPIRE", key, h->ttl};
-            size_t exl[] = {6, klen, strlen(h->ttl)};
-            st_checkpoint_cmd_lens(ck, 3, ex, exl);
+                ndel++;
+            else
+                nset++;
         }
     }
+    for (int pass = 0; pass < 2; pass++) {
+        if (!(pass ? ndel : nset))
+            continue;
+        int argc = 0;
+        arg(h, &argc, pass ? "HDEL" : "HSET", 4);
+        arg(h, &argc, key, klen);
+        for (size_t k = 0; k < n; k++) {
+            const struct group *g = &h->g[order[k]];
+            for (size_t i = g->first; i; i = h->e[i].next) {
+                if (h->e[i].del != pass)
+                    continue;
+                const char *f = h->fields.data + h->e[i].foff;
+                arg(h, &argc, f, strlen(f));
+                if (!pass)
+                    arg(h, &argc, h->vals.data + h->e[i].off, h->e[i].len);
+            }
+        }
+        st_checkpoint_cmd_lens(ck, argc, h->argv, h->argvlen);
+    }
+    if (nset) {
+        const char *ex[] = {"EXPIRE", key, h->ttl};
+        size_t exl[] = {6, klen, strlen(h->ttl)};
+        st_checkpoint_cmd_lens(ck, 3, ex, exl);
+    }
+}
+
+void st_runhash_flush(struct st_runhash *h, struct st_checkpoint *ck)
+{
+    /* the runs by bucket, each bucket's in the order first put (a counting
+     * sort) */
+    size_t start[ST_DETECT_RUN_BUCKETS + 1] = {0};
+    for (size_t gi = 0; gi < h->ng; gi++)
+        start[st_detect_run_bucket(h->g[gi].hash) + 1]++;
+    for (size_t b = 0; b < ST_DETECT_RUN_BUCKETS; b++)
+        start[b + 1] += start[b];
+    if (h->ng > h->caporder) {
+        h->caporder = h->ng;
+        h->order = st_realloc(h->order, h->caporder * sizeof(*h->order));
+    }
+    size_t at[ST_DETECT_RUN_BUCKETS];
+    memcpy(at, start, sizeof(at));
+    for (size_t gi = 0; gi < h->ng; gi++)
+        h->order[at[st_detect_run_bucket(h->g[gi].hash)]++] = gi;
+    for (size_t b = 0; b < ST_DETECT_RUN_BUCKETS; b++)
+        if (start[b + 1] > start[b])
+            flush_bucket(h, ck, h->order + start[b], start[b + 1] - start[b]);
     /* only the slots used: after one large flush (a forced one, of every
      * run) the table stays large, and clearing all of it per batch cost
      * more than the batch's own runs */

@@ -31,7 +31,23 @@ struct pidx {
     const char **pend; /* ZADD arguments queued: score, member, ... (owned) */
     size_t npend, cappend;
     int64_t swept_s; /* last sweep of old entries (0: never) */
+    /* the sweep of expired state (st_runidx_queue_sweep): its read, then
+     * its deletions in the next flush */
+    int sweep;            /* SWEEP_NONE, _QUEUED, _READ */
+    uint64_t sweep_gen;   /* the load pass it was queued in */
+    int64_t sweep_lo;     /* scores from here (inclusive) ... */
+    int64_t sweep_hi;     /* ... to here (exclusive) were read */
+    int64_t sweep_s;      /* last sweep flushed (0: never) */
+    int sweep_full;       /* the read hit SWEEP_MAX: the next one at once */
+    char **cand;          /* the members read, owned */
+    size_t ncand, capcand;
 };
+
+enum { SWEEP_NONE, SWEEP_QUEUED, SWEEP_READ };
+
+/* At most this many runs per read of a sweep: a day's worth of expired
+ * runs (a million) goes in steps, one per batch, never in one reply */
+#define SWEEP_MAX 20000
 
 /* Seconds between two checks when nothing else makes one due: how soon
  * an analyzer sees the marker another one moved (partitions added). */
@@ -54,6 +70,11 @@ struct st_runidx {
     char server[48];          /* Redis's run_id at the last check; "": none */
     int rebump;               /* a restart seen: the marker moves on again */
     uint64_t rebump_seq;      /* once this checkpoint is in (_committed) */
+    /* the detectors whose fields the sweep deletes (st_runidx_set_sweep;
+     * not owned); none: this part sweeps nothing */
+    const char *const *sweep_det;
+    int nsweep_det;
+    struct st_buf bkey, field;
 };
 
 static void update_trust(struct st_runidx *x)
@@ -83,8 +104,19 @@ struct st_runidx *st_runidx_new(const struct st_analyzer_conf *conf)
     return x;
 }
 
+static void cand_clear(struct pidx *p)
+{
+    for (size_t i = 0; i < p->ncand; i++)
+        free(p->cand[i]);
+    p->ncand = 0;
+    p->sweep = SWEEP_NONE;
+}
+
 static void pidx_clear(struct pidx *p)
 {
+    cand_clear(p);
+    p->sweep_lo = p->sweep_s = 0;
+    p->sweep_full = 0;
     for (size_t i = 0; i < p->npend; i++)
         free((char *)p->pend[i]);
     p->npend = 0;
@@ -126,9 +158,12 @@ void st_runidx_destroy(struct st_runidx *x)
             continue;
         pidx_clear(x->parts[i]);
         free(x->parts[i]->pend);
+        free(x->parts[i]->cand);
         free(x->parts[i]);
     }
     free(x->parts);
+    st_buf_fini(&x->bkey);
+    st_buf_fini(&x->field);
     free(x);
 }
 
@@ -216,6 +251,18 @@ static void put(struct pidx *p, uint64_t h, int64_t t)
     } else if (t > p->t[i]) {
         p->t[i] = t;
     }
+}
+
+/* Marks h's entry absent (lookup: -1) until the run is noted again; the
+ * slot goes at the next prune. */
+static void forget(struct pidx *p, uint64_t h)
+{
+    if (!p->cap)
+        return;
+    h = h ? h : 1;
+    size_t i = slot(p, h);
+    if (p->h[i])
+        p->t[i] = -1;
 }
 
 /* Drops the entries scored below cutoff (rehashing what stays). */
@@ -362,6 +409,185 @@ void st_runidx_note(struct st_runidx *x, int32_t partition, const char *task_id,
     pend(p, st_detect_run_member(task_id, run_id));
 }
 
+void st_runidx_set_sweep(struct st_runidx *x, const char *const *detectors, int n)
+{
+    x->sweep_det = detectors;
+    x->nsweep_det = n;
+}
+
+/* Splits a member "<lt>:<task>:<lr>:<run>" into new strings; -1 when it is
+ * not one. */
+static int member_split(const char *s, size_t len, char **task, char **run)
+{
+    const char *end = s + len;
+    long long lt = read_len(&s, end);
+    if (lt < 0 || lt >= end - s || s[lt] != ':')
+        return -1;
+    const char *t = s;
+    s += lt + 1;
+    long long lr = read_len(&s, end);
+    if (lr < 0 || lr != end - s || memchr(t, '\0', (size_t)lt) || memchr(s, '\0', (size_t)lr))
+        return -1;
+    *task = st_malloc((size_t)lt + 1);
+    memcpy(*task, t, (size_t)lt);
+    (*task)[lt] = '\0';
+    *run = st_malloc((size_t)lr + 1);
+    memcpy(*run, s, (size_t)lr);
+    (*run)[lr] = '\0';
+    return 0;
+}
+
+static int on_sweep(const redisReply *rep, void *arg)
+{
+    struct pidx *p = arg;
+    if (rep->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i < rep->elements; i++)
+        if (rep->element[i]->type != REDIS_REPLY_STRING)
+            return -1;
+    cand_clear(p);
+    if (rep->elements > p->capcand) {
+        p->capcand = rep->elements;
+        p->cand = st_realloc(p->cand, p->capcand * sizeof(*p->cand));
+    }
+    for (size_t i = 0; i < rep->elements; i++)
+        p->cand[p->ncand++] = st_strdup(rep->element[i]->str);
+    /* cut short: the same range again next batch, which no longer holds
+     * what this one deletes (its entries go with it) or a run written since
+     * (its score is newer): every read makes progress */
+    p->sweep_full = rep->elements >= SWEEP_MAX;
+    p->sweep = SWEEP_READ;
+    return 0;
+}
+
+int st_runidx_queue_sweep(struct st_runidx *x, struct st_rpipe *rp, int32_t partition,
+                          int64_t now)
+{
+    struct pidx *p = part_get(x, partition, 1);
+    int64_t ttl = x->conf->state_ttl_s, every = ttl / 10 > 0 ? ttl / 10 : 1;
+    if (!x->nsweep_det || p->state != PART_LOADED || p->sweep == SWEEP_READ)
+        return 0;
+    if (p->sweep == SWEEP_QUEUED && p->sweep_gen == x->gen)
+        return 0;
+    if (p->sweep == SWEEP_NONE && p->sweep_s && !p->sweep_full && now - p->sweep_s < every)
+        return 0;
+    /* entries below now - 2 x ttl are gone (the flush's ZREMRANGEBYSCORE),
+     * their state with them: the first sweep after an assignment starts
+     * there, each next one where the last one ended */
+    int64_t lo = p->sweep_lo > now - 2 * ttl ? p->sweep_lo : now - 2 * ttl;
+    p->sweep_lo = lo;
+    p->sweep_hi = now - ttl;
+    if (p->sweep_hi <= lo) {
+        p->sweep_s = now;
+        return 0;
+    }
+    p->sweep = SWEEP_QUEUED;
+    p->sweep_gen = x->gen;
+    char *key = st_detect_index_key(x->conf, partition);
+    char los[ST_I64_LEN], his[ST_I64_LEN + 1], max[ST_I64_LEN];
+    st_fmt_i64(los, lo);
+    his[0] = '(';
+    st_fmt_i64(his + 1, p->sweep_hi);
+    st_fmt_i64(max, SWEEP_MAX);
+    const char *argv[] = {"ZRANGEBYSCORE", key, los, his, "LIMIT", "0", max};
+    st_rpipe_cmd(rp, on_sweep, p, 7, argv);
+    free(key);
+    return 1;
+}
+
+/* The deletions of a sweep read: every detector's field of each run read
+ * whose score memory still holds below the read's end (a run written
+ * since has a score of then, and its state is new), one HDEL per bucket,
+ * then the runs' index entries (ZREM: after their state, so never state
+ * without its entry), in memory too. Before this checkpoint's state writes
+ * (the flush goes first), after its index entries' (a run written in this
+ * batch was noted already). */
+static void sweep_flush(struct st_runidx *x, struct pidx *p, struct st_checkpoint *ckpt,
+                        int64_t now)
+{
+    /* the runs to delete, grouped by bucket with a counting sort */
+    size_t start[ST_DETECT_RUN_BUCKETS + 1] = {0};
+    size_t n = 0;
+    uint64_t *hs = st_malloc((p->ncand + 1) * sizeof(*hs));
+    char **ts = st_malloc((p->ncand + 1) * sizeof(*ts)), **rs = st_malloc((p->ncand + 1) * sizeof(*rs));
+    for (size_t i = 0; i < p->ncand; i++) {
+        char *t, *r;
+        if (member_split(p->cand[i], strlen(p->cand[i]), &t, &r))
+            continue; /* not ours */
+        uint64_t h = st_runidx_hash(t, r);
+        int64_t score = lookup(p, h);
+        if (score < 0 || score >= p->sweep_hi) {
+            free(t);
+            free(r);
+            continue;
+        }
+        hs[n] = h;
+        ts[n] = t;
+        rs[n++] = r;
+        start[st_detect_run_bucket(h) + 1]++;
+    }
+    for (size_t b = 0; b < ST_DETECT_RUN_BUCKETS; b++)
+        start[b + 1] += start[b];
+    size_t at[ST_DETECT_RUN_BUCKETS], *order = st_malloc((n + 1) * sizeof(*order));
+    memcpy(at, start, sizeof(at));
+    for (size_t i = 0; i < n; i++)
+        order[at[st_detect_run_bucket(hs[i])]++] = i;
+    struct st_buf names;
+    st_buf_init(&names);
+    size_t nd = (size_t)x->nsweep_det;
+    size_t *offs = st_malloc((n * nd + 1) * sizeof(*offs));
+    for (size_t b = 0; b < ST_DETECT_RUN_BUCKETS; b++) {
+        size_t first = start[b], last = start[b + 1];
+        if (first == last)
+            continue;
+        st_buf_reset(&names);
+        size_t k = 0;
+        for (size_t j = first; j < last; j++)
+            for (size_t d = 0; d < nd; d++) {
+                size_t i = order[j];
+                st_detect_run_field_buf(&x->field, ts[i], rs[i], x->sweep_det[d]);
+                offs[k++] = names.len;
+                st_buf_add(&names, x->field.data, x->field.len + 1);
+            }
+        const char **argv = st_malloc((k + 2) * sizeof(*argv));
+        argv[0] = "HDEL";
+        argv[1] = st_detect_run_bucket_key_buf(&x->bkey, x->conf, hs[order[first]]);
+        for (size_t j = 0; j < k; j++)
+            argv[j + 2] = names.data + offs[j];
+        st_checkpoint_cmd(ckpt, (int)k + 2, argv);
+        free(argv);
+    }
+    if (n) {
+        char *key = st_detect_index_key(x->conf, p->partition);
+        const char **argv = st_malloc((n + 2) * sizeof(*argv));
+        argv[0] = "ZREM";
+        argv[1] = key;
+        for (size_t i = 0; i < n; i++) {
+            argv[i + 2] = st_detect_run_member(ts[i], rs[i]);
+            forget(p, hs[i]);
+        }
+        st_checkpoint_cmd(ckpt, (int)n + 2, argv);
+        for (size_t i = 0; i < n; i++)
+            free((char *)argv[i + 2]);
+        free(argv);
+        free(key);
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(ts[i]);
+        free(rs[i]);
+    }
+    free(hs);
+    free(ts);
+    free(rs);
+    free(order);
+    free(offs);
+    st_buf_fini(&names);
+    if (!p->sweep_full)
+        p->sweep_lo = p->sweep_hi;
+    p->sweep_s = now;
+    cand_clear(p);
+}
+
 void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t now)
 {
     int64_t ttl = x->conf->state_ttl_s, every = ttl / 10 > 0 ? ttl / 10 : 1;
@@ -382,6 +608,8 @@ void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t no
                 free((char *)p->pend[j]);
             p->npend = 0;
         }
+        if (p->sweep == SWEEP_READ)
+            sweep_flush(x, p, ckpt, now);
         /* entries whose state expired long ago: only a loaded partition,
          * and rarely (a sweep walks the whole sorted set's tail) */
         if (p->state == PART_LOADED && (!p->swept_s || now - p->swept_s >= every)) {

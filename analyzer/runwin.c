@@ -98,8 +98,17 @@ enum { RUN_LOADING, RUN_READY };
 /* Which of the layouts Redis holds a run's state in, as far as this
  * process knows (bits: a load may find both, written by hand or by two
  * versions at once; the next write then leaves one) */
-enum { LAYOUT_NONE = 0, LAYOUT_BLOB = 1, LAYOUT_SETS = 2, LAYOUT_OLD = 4, LAYOUT_ZSET = 8 };
-/* LAYOUT_BLOB: the run's field of its hash (runhash.h); LAYOUT_OLD: the
+enum {
+    LAYOUT_NONE = 0,
+    LAYOUT_BLOB = 1,
+    LAYOUT_SETS = 2,
+    LAYOUT_OLD = 4,
+    LAYOUT_ZSET = 8,
+    LAYOUT_RUNH = 16
+};
+/* LAYOUT_BLOB: the run's field of its bucket (runhash.h); LAYOUT_RUNH: its
+ * field of the run's own hash, <prefix>run:h:<run>, of the versions before
+ * the buckets (read, then deleted by the run's next write); LAYOUT_OLD: the
  * string <prefix><name>:s:<run> of the versions before it (read, then
  * deleted by the run's next write); LAYOUT_ZSET (with LAYOUT_SETS): the
  * sorted set <prefix><name>:w:<run> that held a large run's members
@@ -233,6 +242,7 @@ struct st_runwin {
     size_t nmemo, capmemo, next_memo;
     struct st_buf member;
     struct st_buf wkey, lkey, ekey, bkey, skey, hkey; /* the keys of the run being checkpointed */
+    struct st_buf bucket, field; /* its bucket's key and its field there (detect.h) */
     /* the small states' writes when end_batch's ctx->runhash is NULL:
      * flushed at the end of end_batch (created at the first) */
     struct st_runhash *own;
@@ -286,6 +296,8 @@ struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char 
     st_buf_init(&w->bkey);
     st_buf_init(&w->skey);
     st_buf_init(&w->hkey);
+    st_buf_init(&w->bucket);
+    st_buf_init(&w->field);
     st_buf_init(&w->blob);
     return w;
 }
@@ -369,6 +381,8 @@ void st_runwin_destroy(struct st_runwin *w)
     st_buf_fini(&w->bkey);
     st_buf_fini(&w->skey);
     st_buf_fini(&w->hkey);
+    st_buf_fini(&w->bucket);
+    st_buf_fini(&w->field);
     st_buf_fini(&w->blob);
     st_runhash_destroy(w->own);
     free(w->cmd.argv);
@@ -693,7 +707,8 @@ static int on_episodes(const redisReply *rep, void *arg)
         if (strlen(k) != 32 || sscanf(v, "%lld %lld", &first, &last) != 2)
             continue; /* not ours: ignored, like a missing episode */
         struct episode *e = NULL;
-        for (size_t j = 0; (r->layout & (LAYOUT_BLOB | LAYOUT_OLD)) && j < r->neps && !e; j++)
+        for (size_t j = 0; (r->layout & (LAYOUT_BLOB | LAYOUT_RUNH | LAYOUT_OLD)) && j < r->neps && !e;
+             j++)
             if (!strcmp(r->eps[j].id, k))
                 e = &r->eps[j]; /* both layouts held it: the union */
         if (!e) {
@@ -799,7 +814,9 @@ static int on_blob(const redisReply *rep, struct run *r, int layout)
         return load_done(r);
     if (rep->type != REDIS_REPLY_STRING)
         return -1;
-    int shadowed = r->layout & LAYOUT_BLOB; /* the old string, beside a field */
+    /* a string of an older layout, beside a newer one's (the replies come
+     * newest first: the bucket's field, the run's hash, the old string) */
+    int shadowed = r->layout & (LAYOUT_BLOB | LAYOUT_RUNH);
     r->layout |= layout;
     if (!shadowed && blob_decode(w, r, rep->str, rep->len)) {
         st_warn("%s: the state of run \"%s\" in Redis (%zu bytes) is not in a format "
@@ -814,6 +831,11 @@ static int on_blob(const redisReply *rep, struct run *r, int layout)
 static int on_field(const redisReply *rep, void *arg)
 {
     return on_blob(rep, arg, LAYOUT_BLOB);
+}
+
+static int on_legacy_field(const redisReply *rep, void *arg)
+{
+    return on_blob(rep, arg, LAYOUT_RUNH);
 }
 
 static int on_old_blob(const redisReply *rep, void *arg)
@@ -877,13 +899,18 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
     r->layout = LAYOUT_NONE;
     r->lbytes = 0;
     w->stats = ctx->stats;
-    /* both layouts, the strings first (read into an empty run): the field,
-     * then the old string; then the sorted set of the versions before the
-     * log, and the log */
-    r->pending = 4;
+    /* both layouts, the strings first (read into an empty run), newest
+     * first: the field of the run's bucket, the field of the run's hash of
+     * the versions before the buckets, then the old string; then the
+     * sorted set of the versions before the log, and the log */
+    r->pending = 5;
+    const char *bkey = st_detect_run_bucket_key_buf(&w->bucket, w->conf, h);
+    const char *field = st_detect_run_field_buf(&w->field, ev->task_id, ev->run_id, w->name);
+    const char *bget[] = {"HGET", bkey, field};
+    st_rpipe_cmd(ctx->redis, on_field, r, 3, bget);
     const char *hkey = st_detect_run_hash_key_buf(&w->hkey, w->conf, ev->task_id, ev->run_id);
     const char *hget[] = {"HGET", hkey, w->name};
-    st_rpipe_cmd(ctx->redis, on_field, r, 3, hget);
+    st_rpipe_cmd(ctx->redis, on_legacy_field, r, 3, hget);
     char *key = st_detect_key(w->conf, w->name, "s", ev->task_id, ev->run_id);
     const char *get[] = {"GET", key};
     st_rpipe_cmd(ctx->redis, on_old_blob, r, 2, get);
@@ -1427,8 +1454,9 @@ static void drop_trims(struct run *r)
     r->ndel_m = r->ndel_eps = r->ndel_b = 0;
 }
 
-/* The DEL of the keys of the run's layouts in `layout` but its field of
- * the hash (LAYOUT_BLOB: cmd_hdel_field); returns 1 when it named one. */
+/* The DEL of the keys of the run's layouts in `layout` but its fields
+ * (LAYOUT_BLOB, LAYOUT_RUNH: cmd_hdel_field, cmd_hdel_legacy); returns 1
+ * when it named one. */
 static int cmd_del_layout(struct st_runwin *w, struct run *r, struct cmd *c, int layout)
 {
     cmd_arg(c, "DEL");
@@ -1446,8 +1474,17 @@ static int cmd_del_layout(struct st_runwin *w, struct run *r, struct cmd *c, int
     return c->argc > 1;
 }
 
-/* The HDEL of the run's field of its hash, alone (in a layout switch) */
+/* The HDEL of the run's field of its bucket, alone (in a layout switch) */
 static void cmd_hdel_field(struct st_runwin *w, struct run *r, struct st_checkpoint *ck)
+{
+    const char *key = st_detect_run_bucket_key_buf(&w->bucket, w->conf, r->hash);
+    const char *field = st_detect_run_field_buf(&w->field, r->task_id, r->run_id, w->name);
+    const char *hdel[] = {"HDEL", key, field};
+    st_checkpoint_cmd(ck, 3, hdel);
+}
+
+/* The HDEL of the run's field of its own hash (LAYOUT_RUNH), alone */
+static void cmd_hdel_legacy(struct st_runwin *w, struct run *r, struct st_checkpoint *ck)
 {
     const char *key = st_detect_run_hash_key_buf(&w->hkey, w->conf, r->task_id, r->run_id);
     const char *hdel[] = {"HDEL", key, w->name};
@@ -1486,15 +1523,17 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     if (!content && !(has_trims(r) && !hold) && !(r->fed && due))
         goto out;
     /* keys of the other layout, or the old string, to delete */
-    int other = r->layout & (LAYOUT_SETS | LAYOUT_OLD | LAYOUT_ZSET);
+    int other = r->layout & (LAYOUT_SETS | LAYOUT_OLD | LAYOUT_ZSET | LAYOUT_RUNH);
     if (!r->n && !r->neps && !r->nb) {
         /* emptied by its trims: nothing left to write */
         if (cmd_del_layout(w, r, c, r->layout))
             cmd_flush(c, ctx->ckpt, 1);
         c->argc = 0;
+        if (r->layout & LAYOUT_RUNH)
+            cmd_hdel_legacy(w, r, ctx->ckpt);
         if (r->layout & LAYOUT_BLOB)
             st_runhash_put(runhash_of(w, ctx), r->hash, r->task_id, r->run_id, w->name, NULL,
-                           0, 0);
+                           0);
         drop_trims(r);
         r->layout = LAYOUT_NONE;
         r->lbytes = 0;
@@ -1518,23 +1557,26 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
             due = 1; /* a new field: the key may be new */
             exp = (int64_t)time(NULL);
         }
+        /* the bucket's key may be new: its EXPIRE always */
         const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
         st_checkpoint_cmd(ctx->ckpt, 1, multi);
-        const char *hkey = st_detect_run_hash_key_buf(&w->hkey, w->conf, r->task_id, r->run_id);
-        const char *hset[] = {"HSET", hkey, w->name, b->data};
-        size_t lens[] = {4, w->hkey.len, strlen(w->name), b->len};
+        const char *bkey = st_detect_run_bucket_key_buf(&w->bucket, w->conf, r->hash);
+        const char *field = st_detect_run_field_buf(&w->field, r->task_id, r->run_id, w->name);
+        const char *hset[] = {"HSET", bkey, field, b->data};
+        size_t lens[] = {4, w->bucket.len, w->field.len, b->len};
         st_checkpoint_cmd_lens(ctx->ckpt, 4, hset, lens);
-        if (due) {
-            const char *expire[] = {"EXPIRE", hkey, ttl};
-            st_checkpoint_cmd(ctx->ckpt, 3, expire);
-        }
-        cmd_del_layout(w, r, c, other);
-        cmd_flush(c, ctx->ckpt, 1);
+        const char *expire[] = {"EXPIRE", bkey, ttl};
+        st_checkpoint_cmd(ctx->ckpt, 3, expire);
+        if (other & LAYOUT_RUNH)
+            cmd_hdel_legacy(w, r, ctx->ckpt);
+        if (cmd_del_layout(w, r, c, other))
+            cmd_flush(c, ctx->ckpt, 1);
+        c->argc = 0;
         st_checkpoint_cmd(ctx->ckpt, 1, exec);
         r->w_exp_s = r->e_exp_s = r->b_exp_s = 0;
     } else {
         st_runhash_put(runhash_of(w, ctx), r->hash, r->task_id, r->run_id, w->name, b->data,
-                       b->len, due);
+                       b->len);
     }
     if (due)
         r->s_exp_s = exp;
@@ -1562,6 +1604,8 @@ static void run_checkpoint_to_sets(struct st_runwin *w, struct run *r,
     st_checkpoint_cmd(ctx->ckpt, 1, multi);
     if (r->layout & LAYOUT_BLOB)
         cmd_hdel_field(w, r, ctx->ckpt);
+    if (r->layout & LAYOUT_RUNH)
+        cmd_hdel_legacy(w, r, ctx->ckpt);
     if (cmd_del_layout(w, r, c, r->layout))
         cmd_flush(c, ctx->ckpt, 1);
     c->argc = 0;
@@ -1594,7 +1638,7 @@ static void run_write(struct st_runwin *w, struct run *r, struct st_detect_ctx *
     int blob = (r->layout & ~LAYOUT_ZSET) == LAYOUT_SETS ? bytes < max / 2 : bytes <= max;
     if (blob) {
         run_checkpoint_blob(w, r, ctx, c, ttl, hold);
-    } else if (r->layout & (LAYOUT_BLOB | LAYOUT_OLD)) {
+    } else if (r->layout & (LAYOUT_BLOB | LAYOUT_RUNH | LAYOUT_OLD)) {
         run_checkpoint_to_sets(w, r, ctx, c, ttl);
     } else {
         run_checkpoint(w, r, ctx, c, ttl, hold); /* incremental, as before */

@@ -357,7 +357,7 @@ static char *redis_state_raw(const struct world *w)
         "case ${k#%s:}:$t in "
         "runs:*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 | sort;; "
         "*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 withscores;; "
-        "run:h:*:hash) redis-cli --no-raw -u \"$u\" hgetall \"$k\" | "
+        "run:[bh]:*:hash) redis-cli --no-raw -u \"$u\" hgetall \"$k\" | "
         "sed 's/^ *[0-9]*) //' | paste - - | sort;; "
         "*:hash) redis-cli -u \"$u\" hgetall \"$k\" | paste - - | sort;; "
         "*:l:*:string) echo LOG;; "
@@ -492,9 +492,9 @@ START_TEST(detect_workers_give_the_findings_and_state_of_one)
     free(fb);
     fa = redis_state(&one);
     fb = redis_state(&three);
-    /* a run's window: a field of the run's hash while small, a log when
+    /* a run's window: a field of the run's bucket while small, a log when
      * large */
-    ck_assert_msg(strstr(fa, "== run:h:") || strstr(fa, "== denial_burst:l:"),
+    ck_assert_msg(strstr(fa, "== run:b:") || strstr(fa, "== denial_burst:l:"),
                   "no denial_burst window in Redis");
     ck_assert_ptr_nonnull(strstr(fa, "== scope_drift:cred:"));
     ck_assert_ptr_nonnull(strstr(fa, "== credfp:"));

@@ -285,26 +285,33 @@ static int on_members(const redisReply *r, void *arg)
 
 /* The member count of each run window of detector det under prefix, one
  * line each, whichever layout holds it (runwin.c: a field of the run's
- * hash while small, a log when large). */
+ * bucket while small, a log when large), in the order of the keys and
+ * fields. */
 static char *window_sizes(const char *prefix, const char *det)
 {
     char err[256];
-    char *keys = world_shf("{ redis-cli -u \"$SANDTRAIL_REDIS_URL\" --scan --pattern "
-                           "'%s:%s:l:*'; redis-cli -u \"$SANDTRAIL_REDIS_URL\" --scan "
-                           "--pattern '%s:run:h:*'; } | sort",
-                           prefix, det, prefix);
+    /* "key" for a log, "key field" for a bucket's field of det */
+    char *keys = world_shf("u=\"$SANDTRAIL_REDIS_URL\"; "
+                           "{ redis-cli -u \"$u\" --scan --pattern '%s:%s:l:*'; "
+                           "for k in $(redis-cli -u \"$u\" --scan --pattern '%s:run:b:*'); do "
+                           "redis-cli -u \"$u\" hkeys \"$k\" | grep ':%s$' | sed \"s|^|$k |\"; "
+                           "done; } | sort",
+                           prefix, det, prefix, det);
     struct st_rpipe *p = st_rpipe_new(getenv("SANDTRAIL_REDIS_URL"), NULL, err, sizeof(err));
     ck_assert_msg(p != NULL, "%s", err);
     struct st_buf out;
     st_buf_init(&out);
     st_buf_adds(&out, "");
     for (char *k = strtok(keys, "\n"); k; k = strtok(NULL, "\n")) {
-        const char *get[] = {"HGET", k, det}, *zcard[] = {"GET", k};
-        int blob = strstr(k + strlen(prefix), ":run:h:") != NULL;
+        char *field = strchr(k, ' ');
+        if (field)
+            *field++ = '\0';
+        const char *get[] = {"HGET", k, field}, *zcard[] = {"GET", k};
         members_reply = -1;
-        st_rpipe_cmd(p, on_members, blob ? NULL : (void *)1, blob ? 3 : 2, blob ? get : zcard);
+        st_rpipe_cmd(p, on_members, field ? NULL : (void *)1, field ? 3 : 2,
+                     field ? get : zcard);
         ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s: %s", k, err);
-        if (members_reply >= 0) /* a run's hash without det's field: not its window */
+        if (members_reply >= 0)
             st_buf_printf(&out, "%ld\n", members_reply);
     }
     st_rpipe_destroy(p);

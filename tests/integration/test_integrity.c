@@ -17,9 +17,11 @@
 #include <librdkafka/rdkafka.h>
 #include <libpq-fe.h>
 
+#include "detect.h"
 #include "kafka.h"
 #include "timeutil.h"
 #include "runblob.h"
+#include "runidx.h"
 #include "world.h"
 
 #define ANALYZER BIN "/analyzer/sandtrail-analyzer"
@@ -507,11 +509,12 @@ START_TEST(integrity_volume_state_is_trimmed)
                                                               ':') + 1));
     ck_assert_msg(rc && !rc->err, "redis");
     /* window 600 s, lateness 30 s: requests up to 1230 s behind the newest;
-     * the run's state is its field of the run's hash while small (runwin.c), a log
+     * the run's state is its field of its bucket while small (runwin.c), a log
      * of members and a hash of buckets when large: either layout, counted alike */
     long members = -1, buckets = -1;
-    snprintf(key, sizeof(key), "%s:run:h:3:T-I:5:run-v", w.name);
-    redisReply *r = redisCommand(rc, "HGET %s volume_anomaly", key);
+    snprintf(key, sizeof(key), "%s:run:b:%u", w.name,
+             st_detect_run_bucket(st_runidx_hash("T-I", "run-v")));
+    redisReply *r = redisCommand(rc, "HGET %s 3:T-I:5:run-v:volume_anomaly", key);
     ck_assert_ptr_nonnull(r);
     if (r->type == REDIS_REPLY_STRING) {
         struct st_runblob_reader rd;

@@ -1,29 +1,30 @@
-/* test_runhash.c: a run's small states of every detector in one Redis
- * hash (runhash.h), against the real Redis:
- *   - three detectors fed the same run in one batch: one key holding
- *     three fields, written with one HSET (and the new key's EXPIRE), then
- *     one HSET alone per checkpoint;
- *   - a field is deleted (HDEL, no EXPIRE) when its detector's state
- *     empties, the key keeping its TTL; the key goes when every
- *     detector's has, and a write after that gets its EXPIRE again; runs
- *     of equal hash values stay apart, one HSET each;
- *   - upgrade: state written by the versions before the hash, one string
- *     <prefix><detector>:s:<run> per detector, loads; the next write makes
- *     the field and deletes the string after it; a string beside a field
- *     (a crash between the two) is shadowed: the field loads, the string
- *     is deleted by the next write;
+/* test_runhash.c: the small states of a checkpoint's runs, every
+ * detector's, in the run buckets (runhash.h), against the real Redis:
+ *   - three detectors fed the same run in one batch: three fields of the
+ *     run's bucket, written with one HSET and the bucket's EXPIRE, then
+ *     the same two commands per checkpoint (the EXPIRE renewed);
+ *   - runs of one bucket share one HSET, told apart by their fields, and
+ *     a run of another bucket gets its own; a field is deleted (HDEL, no
+ *     EXPIRE) when its detector's state empties, the key keeping its TTL;
+ *   - upgrade: state written by the versions before the buckets loads --
+ *     a field of the run's own hash <prefix>run:h:<run> (up to session 11)
+ *     and one string <prefix><detector>:s:<run> per detector (up to
+ *     session 6); the next write makes the bucket's field and deletes the
+ *     older copies after it; an older copy beside a newer one (a crash
+ *     between the two) is shadowed and deleted by the next write;
  *   - a run switched to the sorted sets and back beside the other
- *     detectors' fields; a run evicted and reloaded (its first write
- *     sends the EXPIRE again); every checkpoint run twice.
- * Each check fails with the change it tests taken out (the last three,
- * added by a review, pass: the switch and the redo ones fail when the
- * switch leaves the field, the eviction one when a reload keeps the time
- * of the detector's last EXPIRE). */
+ *     detectors' fields; a run evicted and reloaded; every checkpoint run
+ *     twice;
+ *   - the sweep (runidx.h): a run whose index score is older than
+ *     state.ttl_s loses its fields and its entry, one written since (in
+ *     Redis or only in memory) keeps them, and a part without detectors to
+ *     sweep (the global part) reads nothing. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "analyzer.h"
@@ -34,6 +35,7 @@
 #include "rpipe.h"
 #include "runblob.h"
 #include "runhash.h"
+#include "runidx.h"
 #include "runwin.h"
 
 #define NDET 3
@@ -94,6 +96,15 @@ static void close_all(void)
     const char *h = st_detect_run_hash_key_buf(&b, &conf, "task", "run");
     const char *d0[] = {"DEL", h};
     st_rpipe_cmd(p, NULL, NULL, 2, d0);
+    for (uint64_t k = 0; k < ST_DETECT_RUN_BUCKETS; k++) {
+        const char *bk = st_detect_run_bucket_key_buf(&b, &conf, k);
+        const char *d1[] = {"DEL", bk};
+        st_rpipe_cmd(p, NULL, NULL, 2, d1);
+    }
+    char *ik = st_detect_index_key(&conf, 0);
+    const char *d2[] = {"DEL", ik};
+    st_rpipe_cmd(p, NULL, NULL, 2, d2);
+    free(ik);
     for (int d = 0; d < NDET; d++) {
         char *k = st_detect_key(&conf, names[d], "s", "task", "run");
         char *kw = st_detect_key(&conf, names[d], "w", "task", "run");
@@ -203,21 +214,44 @@ static long long redis_int(int argc, const char **argv)
     return int_reply;
 }
 
-static char hkey[256];
+static char hkey[256], fkey[256];
 
+/* the bucket of task/run (detect.h) */
 static const char *hash_key(void)
 {
     struct st_buf b;
     st_buf_init(&b);
-    snprintf(hkey, sizeof(hkey), "%s", st_detect_run_hash_key_buf(&b, &conf, "task", "run"));
+    snprintf(hkey, sizeof(hkey), "%s",
+             st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", "run")));
     st_buf_fini(&b);
     return hkey;
 }
 
+/* run's field of detector name in its bucket */
+static const char *field_of(const char *run, const char *name)
+{
+    struct st_buf b;
+    st_buf_init(&b);
+    snprintf(fkey, sizeof(fkey), "%s", st_detect_run_field_buf(&b, "task", run, name));
+    st_buf_fini(&b);
+    return fkey;
+}
+
+/* how many of the detectors' fields of run the bucket key holds */
+static long long run_fields(const char *key, const char *run)
+{
+    long long n = 0;
+    for (int d = 0; d < NDET; d++) {
+        const char *c[] = {"HEXISTS", key, field_of(run, names[d])};
+        n += redis_int(3, c);
+    }
+    return n;
+}
+
+/* the fields of task/run in its bucket */
 static long long hlen(void)
 {
-    const char *c[] = {"HLEN", hash_key()};
-    return redis_int(2, c);
+    return run_fields(hash_key(), "run");
 }
 
 static long long ttl(void)
@@ -230,7 +264,7 @@ static long long ttl(void)
 static long field_members(int d)
 {
     char err[256];
-    const char *c[] = {"HGET", hash_key(), names[d]};
+    const char *c[] = {"HGET", hash_key(), field_of("run", names[d])};
     st_rpipe_cmd(p, on_str, NULL, 3, c);
     ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
     if (str_nil)
@@ -251,8 +285,10 @@ static long long old_exists(int d)
     return n;
 }
 
-/* the previous version's string of detector d: one member, event id */
-static void write_old(int d, const char *id, int64_t ts)
+/* an older version's state of detector d: one member, event id; the
+ * string of the versions before the run's hash (legacy 0), or the field
+ * of the run's own hash of the versions before the buckets (legacy 1) */
+static void write_older(int d, const char *id, int64_t ts, int legacy)
 {
     char err[256];
     struct st_buf b;
@@ -268,21 +304,46 @@ static void write_old(int d, const char *id, int64_t ts)
     char *k = st_detect_key(&conf, names[d], "s", "task", "run");
     const char *set[] = {"SET", k, b.data, "EX", "86400"};
     size_t lens[] = {3, strlen(k), b.len, 2, 5};
+    struct st_buf hk;
+    st_buf_init(&hk);
+    const char *hset[] = {"HSET", st_detect_run_hash_key_buf(&hk, &conf, "task", "run"), names[d],
+                          b.data};
+    size_t hlens[] = {4, hk.len, strlen(names[d]), b.len};
     struct st_checkpoint *ck = st_checkpoint_new();
-    st_checkpoint_cmd_lens(ck, 5, set, lens);
+    if (legacy)
+        st_checkpoint_cmd_lens(ck, 4, hset, hlens);
+    else
+        st_checkpoint_cmd_lens(ck, 5, set, lens);
+    st_buf_fini(&hk);
     ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
     st_checkpoint_destroy(ck);
     free(k);
     st_buf_fini(&b);
 }
 
+static void write_old(int d, const char *id, int64_t ts)
+{
+    write_older(d, id, ts, 0);
+}
+
+/* whether the run's own hash (before the buckets) holds detector d's field */
+static long long legacy_exists(int d)
+{
+    struct st_buf b;
+    st_buf_init(&b);
+    const char *c[] = {"HEXISTS", st_detect_run_hash_key_buf(&b, &conf, "task", "run"), names[d]};
+    long long n = redis_int(3, c);
+    st_buf_fini(&b);
+    return n;
+}
+
 static const int64_t T = 1700000000000000LL, MIN10 = 600000000LL;
 
-START_TEST(runhash_one_key_one_command_per_run)
+START_TEST(runhash_one_command_per_bucket)
 {
     open_all("one");
     batch(1, 7, "e1", T);
-    ck_assert_uint_eq(last_sent, 2); /* HSET of three fields, the new key's EXPIRE */
+    ck_assert_uint_eq(last_sent, 2); /* HSET of three fields, the bucket's EXPIRE */
     ck_assert_int_eq(hlen(), 3);
     for (int d = 0; d < NDET; d++) {
         ck_assert_int_eq(field_members(d), 1);
@@ -291,11 +352,11 @@ START_TEST(runhash_one_key_one_command_per_run)
     long long t = ttl();
     ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
     batch(2, 7, "e2", T + 1000000);
-    ck_assert_uint_eq(last_sent, 1); /* one HSET: no EXPIRE due */
+    ck_assert_uint_eq(last_sent, 2); /* one HSET, the EXPIRE renewed */
     for (int d = 0; d < NDET; d++)
         ck_assert_int_eq(field_members(d), 2);
     batch(3, 2, "e3", T + 2000000); /* one detector: its field alone */
-    ck_assert_uint_eq(last_sent, 1);
+    ck_assert_uint_eq(last_sent, 2);
     ck_assert_int_eq(field_members(0), 2);
     ck_assert_int_eq(field_members(1), 3);
     t = ttl();
@@ -303,9 +364,9 @@ START_TEST(runhash_one_key_one_command_per_run)
     /* ten minutes on: the older members trimmed once it commits, the
      * three detectors' trims in the next checkpoint's one HSET */
     batch(4, 7, "e4", T + MIN10);
-    ck_assert_uint_eq(last_sent, 1);
+    ck_assert_uint_eq(last_sent, 2);
     trims_only(5);
-    ck_assert_uint_eq(last_sent, 1);
+    ck_assert_uint_eq(last_sent, 2);
     for (int d = 0; d < NDET; d++)
         ck_assert_int_eq(field_members(d), 1);
     /* reloaded after a restart: each detector's window from its field */
@@ -313,7 +374,7 @@ START_TEST(runhash_one_key_one_command_per_run)
     batch(6, 7, "e5", T + MIN10 + 1000000);
     for (int d = 0; d < NDET; d++)
         ck_assert_uint_eq(last_n[d], 2);
-    ck_assert_uint_eq(last_sent, 2); /* a new process: its EXPIRE is due */
+    ck_assert_uint_eq(last_sent, 2);
     close_all();
 }
 END_TEST
@@ -331,75 +392,87 @@ static unsigned long flush_run(void)
 }
 
 /* runhash itself: fields of one run put by several detectors, among
- * another run's (the same hash value: told apart by their ids), go in one
- * HSET per run; an emptied state is an HDEL of its field, with no EXPIRE
- * (the fields left keep the key's TTL); every field deleted, the key is
- * gone, and a write after that with its EXPIRE due has its TTL again. */
+ * another run's of the same bucket (the same hash value: told apart by
+ * their fields), go in one HSET per bucket and its EXPIRE; a run of
+ * another bucket in one of its own; an emptied state is an HDEL of its
+ * field, with no EXPIRE (the fields left keep the key's TTL). */
 START_TEST(runhash_delete_when_every_state_is_empty)
 {
     open_all("del");
     const char *v = "\x01\x00\x00\x00";
-    /* run, then run2, then run again, then run2: two HSETs, one EXPIRE */
-    st_runhash_put(rh, 5, "task", "run", "da", v, 4, 1);
-    st_runhash_put(rh, 5, "task", "run2", "da", v, 4, 0);
-    st_runhash_put(rh, 5, "task", "run", "db", v, 4, 0);
-    st_runhash_put(rh, 5, "task", "run2", "db", v, 4, 0);
-    st_runhash_put(rh, 5, "task", "run", "dc", v, 4, 0);
+    uint64_t h = st_runidx_hash("task", "run");
+    /* run, then run2, then run again, then run2: one HSET, one EXPIRE */
+    st_runhash_put(rh, h, "task", "run", "da", v, 4);
+    st_runhash_put(rh, h, "task", "run2", "da", v, 4);
+    st_runhash_put(rh, h, "task", "run", "db", v, 4);
+    st_runhash_put(rh, h, "task", "run2", "db", v, 4);
+    st_runhash_put(rh, h, "task", "run", "dc", v, 4);
     ck_assert_uint_eq(st_runhash_pending(rh), 2);
-    ck_assert_uint_eq(flush_run(), 3);
+    ck_assert_uint_eq(flush_run(), 2);
     ck_assert_int_eq(hlen(), 3);
+    ck_assert_int_eq(run_fields(hash_key(), "run2"), 2);
+    const char *lc[] = {"HLEN", hash_key()};
+    ck_assert_int_eq(redis_int(2, lc), 5);
     long long t = ttl();
     ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
-    /* run2: no EXPIRE asked, none sent */
+    /* a run of another bucket, with one of this bucket: an HSET and an
+     * EXPIRE each */
+    st_runhash_put(rh, h + 1, "task", "run3", "da", v, 4);
+    st_runhash_put(rh, h, "task", "run4", "da", v, 4);
+    ck_assert_uint_eq(flush_run(), 4);
     struct st_buf b;
     st_buf_init(&b);
-    const char *k2 = st_detect_run_hash_key_buf(&b, &conf, "task", "run2");
-    const char *tc[] = {"TTL", k2}, *lc[] = {"HLEN", k2};
-    ck_assert_int_eq(redis_int(2, tc), -1);
-    ck_assert_int_eq(redis_int(2, lc), 2);
-    const char *dc[] = {"DEL", k2};
-    redis_int(2, dc);
+    const char *k3 = st_detect_run_bucket_key_buf(&b, &conf, h + 1);
+    ck_assert_str_ne(k3, hash_key());
+    ck_assert_int_eq(run_fields(k3, "run3"), 1);
+    ck_assert_int_eq(run_fields(hash_key(), "run4"), 1);
+    const char *tc[] = {"TTL", k3};
+    t = redis_int(2, tc);
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
     st_buf_fini(&b);
     /* one state emptied: its field goes, the key keeps its TTL */
-    st_runhash_put(rh, 5, "task", "run", "da", NULL, 0, 1);
+    const char *px[] = {"PERSIST", hash_key()};
+    redis_int(2, px); /* so that an EXPIRE sent would show */
+    st_runhash_put(rh, h, "task", "run", "da", NULL, 0);
     ck_assert_uint_eq(flush_run(), 1); /* HDEL alone: no EXPIRE */
     ck_assert_int_eq(hlen(), 2);
-    t = ttl();
-    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
-    /* a field written and one deleted in one checkpoint: HSET, HDEL */
-    st_runhash_put(rh, 5, "task", "run", "db", v, 4, 0);
-    st_runhash_put(rh, 5, "task", "run", "dc", NULL, 0, 0);
-    ck_assert_uint_eq(flush_run(), 2);
+    ck_assert_int_eq(ttl(), -1);
+    /* a field written and one deleted in one checkpoint: HSET, HDEL, EXPIRE */
+    st_runhash_put(rh, h, "task", "run", "db", v, 4);
+    st_runhash_put(rh, h, "task", "run", "dc", NULL, 0);
+    ck_assert_uint_eq(flush_run(), 3);
     ck_assert_int_eq(hlen(), 1);
-    /* the last one: the key is gone */
-    st_runhash_put(rh, 5, "task", "run", "db", NULL, 0, 0);
-    ck_assert_uint_eq(flush_run(), 1);
-    ck_assert_int_eq(ttl(), -2);
-    /* written again, the EXPIRE due (a field new to its detector) */
-    st_runhash_put(rh, 5, "task", "run", "dc", v, 4, 1);
-    ck_assert_uint_eq(flush_run(), 2);
     t = ttl();
     ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    /* the run's last one: its fields gone, the other runs' stay */
+    st_runhash_put(rh, h, "task", "run", "db", NULL, 0);
+    ck_assert_uint_eq(flush_run(), 1);
+    ck_assert_int_eq(hlen(), 0);
+    ck_assert_int_eq(run_fields(hash_key(), "run2"), 2);
     close_all();
 }
 END_TEST
 
-/* Upgrade: the previous version's strings load; the next write makes the
- * field and deletes the string; a string beside a field is shadowed. */
+/* Upgrade: the older versions' strings and run hashes load; the next
+ * write makes the bucket's field and deletes them; an older copy beside a
+ * newer one is shadowed. */
 START_TEST(runhash_old_strings_load_and_go)
 {
     open_all("old");
     write_old(0, "o0", T);
     write_old(1, "o1", T);
+    write_older(2, "h2", T, 1);
     batch(1, 7, "e1", T + 1000000);
     ck_assert_uint_eq(last_n[0], 2); /* the old string's member and e1 */
     ck_assert_uint_eq(last_n[1], 2);
-    ck_assert_uint_eq(last_n[2], 1);
-    for (int d = 0; d < NDET; d++)
+    ck_assert_uint_eq(last_n[2], 2); /* the run hash's member and e1 */
+    for (int d = 0; d < NDET; d++) {
         ck_assert_int_eq(old_exists(d), 0);
+        ck_assert_int_eq(legacy_exists(d), 0);
+    }
     ck_assert_int_eq(field_members(0), 2);
     ck_assert_int_eq(field_members(1), 2);
-    ck_assert_int_eq(field_members(2), 1);
+    ck_assert_int_eq(field_members(2), 2);
     long long t = ttl();
     ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
     /* a string beside a field (a crash between the field's HSET and the
@@ -414,18 +487,22 @@ START_TEST(runhash_old_strings_load_and_go)
      * starts without it, the old string beside it shadowed all the same),
      * replaced by the next write; the other fields load */
     char err[256];
-    const char *bad[] = {"HSET", hash_key(), names[0], "\x02junk"};
+    const char *bad[] = {"HSET", hash_key(), field_of("run", names[0]), "\x02junk"};
     st_rpipe_cmd(p, NULL, NULL, 4, bad);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
     write_old(0, "stale", T - 1000000);
+    /* and a run hash's field beside a bucket's (a crash between the two):
+     * the bucket's wins, the other goes with the next write */
+    write_older(1, "stale", T - 1000000, 1);
     restart();
     memset(&stats, 0, sizeof(stats));
     batch(3, 3, "e3", T + 3000000);
     ck_assert_int_eq(stats.malformed, 1);
     ck_assert_uint_eq(last_n[0], 1); /* e3 alone */
-    ck_assert_uint_eq(last_n[1], 3); /* o1, e1, e3 */
+    ck_assert_uint_eq(last_n[1], 3); /* o1, e1, e3: not "stale" */
     ck_assert_int_eq(field_members(0), 1);
     ck_assert_int_eq(old_exists(0), 0);
+    ck_assert_int_eq(legacy_exists(1), 0);
     close_all();
 }
 END_TEST
@@ -509,15 +586,14 @@ START_TEST(runhash_switch_to_sets_and_back)
 END_TEST
 
 /* A run evicted from memory and loaded again: its detectors' fields as
- * they were, and the first write after the reload sends the key's EXPIRE
- * (the detector no longer knows when it last did). */
+ * they were. */
 START_TEST(runhash_evicted_run_reloads_and_expires)
 {
     open_all("ev");
     now_s = 1000;
     batch(1, 7, "e1", T);
     batch(2, 7, "e2", T + 1000000);
-    ck_assert_uint_eq(last_sent, 1);
+    ck_assert_uint_eq(last_sent, 2);
     /* idle past state.evict_s: every detector's run evicted */
     struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .seq = 2, .runhash = rh,
                                 .stats = &stats, .now_s = now_s + conf.state_evict_s + 1};
@@ -576,6 +652,91 @@ START_TEST(runhash_checkpoints_run_twice_change_nothing)
 }
 END_TEST
 
+/* The sweep (runidx.h) of partition 0 with state.ttl_s 60: runs A (score
+ * 100 s ago), B (10 s ago) and C (100 s ago in Redis, noted just now in
+ * memory: written by this batch) each have two fields. A loses its fields
+ * and its index entry; B and C keep theirs, C's entry moved on; the next
+ * sweep is not due before a tenth of the TTL; a part with nothing to
+ * sweep (the global one) never reads. */
+START_TEST(runhash_sweep_deletes_expired_runs_only)
+{
+    open_all("sw2");
+    conf.state_ttl_s = 60;
+    char err[256];
+    const char *v = "\x01\x00\x00\x00";
+    int64_t now = (int64_t)time(NULL);
+    const char *runs[] = {"runA", "runB", "runC"};
+    int64_t ages[] = {100, 10, 100};
+    char *ik = st_detect_index_key(&conf, 0);
+    for (int i = 0; i < 3; i++) {
+        st_runhash_put(rh, st_runidx_hash("task", runs[i]), "task", runs[i], "da", v, 4);
+        st_runhash_put(rh, st_runidx_hash("task", runs[i]), "task", runs[i], "db", v, 4);
+        char score[32];
+        snprintf(score, sizeof(score), "%lld", (long long)(now - ages[i]));
+        char *m = st_detect_run_member("task", runs[i]);
+        const char *za[] = {"ZADD", ik, score, m};
+        redis_int(4, za);
+        free(m);
+    }
+    flush_run();
+    struct st_runidx *x = st_runidx_new(&conf);
+    struct st_runidx *g = st_runidx_new(&conf); /* the global part: no sweep */
+    const char *const sweep[] = {"da", "db", "dc"};
+    st_runidx_set_sweep(x, sweep, 3);
+    st_runidx_set_since(x, 0); /* trusted: a fresh prefix */
+    st_runidx_begin(x);
+    st_runidx_begin(g);
+    ck_assert_int_eq(st_runidx_queue_load(x, p, 0), 1);
+    ck_assert_int_eq(st_runidx_queue_load(g, p, 0), 1);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    /* C written by this batch: its entry noted now (before the flush) */
+    st_runidx_note(x, 0, "task", "runC", st_runidx_hash("task", "runC"), 1, now);
+    st_runidx_begin(x);
+    ck_assert_int_eq(st_runidx_queue_sweep(g, p, 0, now), 0);
+    ck_assert_int_eq(st_runidx_queue_sweep(x, p, 0, now), 1);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_runidx_flush(x, ck, now);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    struct st_buf b;
+    st_buf_init(&b);
+    long long want[] = {0, 2, 2};
+    for (int i = 0; i < 3; i++) {
+        const char *bk = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", runs[i]));
+        char key[256];
+        snprintf(key, sizeof(key), "%s", bk);
+        long long n = 0;
+        for (int d = 0; d < 2; d++) {
+            const char *c[] = {"HEXISTS", key, field_of(runs[i], sweep[d])};
+            n += redis_int(3, c);
+        }
+        ck_assert_msg(n == want[i], "%s: %lld fields", runs[i], n);
+        char *m = st_detect_run_member("task", runs[i]);
+        const char *zs[] = {"ZSCORE", ik, m};
+        st_rpipe_cmd(p, on_str, NULL, 3, zs);
+        ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+        free(m);
+        ck_assert_int_eq(str_nil, i == 0);
+        if (i == 2)
+            ck_assert_int_eq(strtoll(str_reply.data, NULL, 10), now);
+    }
+    /* gone from memory too: a new run, nothing to load */
+    ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("task", "runA")), 0);
+    ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("task", "runB")), 1);
+    /* not due again before a tenth of the TTL */
+    st_runidx_begin(x);
+    ck_assert_int_eq(st_runidx_queue_sweep(x, p, 0, now + 1), 0);
+    ck_assert_int_eq(st_runidx_queue_sweep(x, p, 0, now + 6), 1);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    st_buf_fini(&b);
+    st_runidx_destroy(x);
+    st_runidx_destroy(g);
+    free(ik);
+    close_all();
+}
+END_TEST
+
 /* A detector's windows named like the run's hash would write over it:
  * refused when made. */
 START_TEST(runhash_no_detector_state_named_like_the_hash)
@@ -590,12 +751,13 @@ int main(void)
     st_buf_init(&str_reply);
     Suite *s = suite_create("runhash");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, runhash_one_key_one_command_per_run);
+    tcase_add_test(tc, runhash_one_command_per_bucket);
     tcase_add_test(tc, runhash_delete_when_every_state_is_empty);
     tcase_add_test(tc, runhash_old_strings_load_and_go);
     tcase_add_test(tc, runhash_switch_to_sets_and_back);
     tcase_add_test(tc, runhash_evicted_run_reloads_and_expires);
     tcase_add_test(tc, runhash_checkpoints_run_twice_change_nothing);
+    tcase_add_test(tc, runhash_sweep_deletes_expired_runs_only);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -17,6 +17,14 @@
 #include "timeutil.h"
 #include "world.h"
 
+/* A shell command printing how many runs hold state in the run buckets
+ * under the prefix given as the printf argument that follows (detect.h:
+ * a field is "<run>:<detector>"); ARGS are redis-cli's connection
+ * arguments. */
+#define RUNS_IN_BUCKETS(ARGS)                                                                  \
+    "for k in $(redis-cli " ARGS " --scan --pattern '%s:run:b:*'); do "                         \
+    "redis-cli " ARGS " hkeys \"$k\"; done | sed 's/:[^:]*$//' | sort -u | wc -l"
+
 #define ANALYZER BIN "/analyzer/sandtrail-analyzer"
 #define FINDINGS "SELECT finding_id, detector, severity, event_count FROM findings ORDER BY 1"
 
@@ -390,7 +398,7 @@ START_TEST(state_upgrade_reads_state_written_before_the_index)
                           "while read -r k; do "
                           "redis-cli -u \"$u\" del \"$k\" >/dev/null; done; "
                           "redis-cli -u \"$u\" --scan --pattern '%s:runs:*' | wc -l; "
-                          "redis-cli -u \"$u\" --scan --pattern '%s:run:h:*' | wc -l",
+                          RUNS_IN_BUCKETS("-u \"$u\""),
                           w.name, w.name, w.name);
     ck_assert_str_eq(out, "0\n20\n"); /* no index, no marker; the state stays */
     free(out);
@@ -513,7 +521,7 @@ START_TEST(state_redis_restart_reads_runs_its_index_lost)
                           START_REDIS,
                           port, w.name, port, dir, port, dir, dir, dir, port);
     free(out);
-    out = world_shf("redis-cli -p %d --scan --pattern '%s:run:h:*' | wc -l; "
+    out = world_shf("p=%d; " RUNS_IN_BUCKETS("-p $p") "; "
                     "redis-cli -p %d exists '%s:runs:0'",
                     port, w.name, port, w.name);
     ck_assert_str_eq(out, "20\n0\n"); /* the state stays, its index is gone */
@@ -602,7 +610,7 @@ START_TEST(state_redis_restart_midstream_rewrites_the_index)
     for (int i = 0; i < 300; i++) {
         free(out);
         out = world_shf("redis-cli -p %d zcard '%s:runs:0'; "
-                        "redis-cli -p %d --scan --pattern '%s:run:h:*' | wc -l",
+                        "p=%d; " RUNS_IN_BUCKETS("-p $p"),
                         port, w.name, port, w.name);
         if (!strcmp(out, "20\n20\n"))
             break;
@@ -795,15 +803,16 @@ END_TEST
  * each key and its value, in either layout. */
 static char *state_digest(const struct world *w)
 {
-    return world_shf("u=\"$SANDTRAIL_REDIS_URL\"; for k in $({ redis-cli -u \"$u\" --scan "
-                     "--pattern '%s:denial_burst:[wl]:*'; redis-cli -u \"$u\" --scan "
-                     "--pattern '%s:run:h:*'; } | sort); do echo \"$k\"; "
-                     "redis-cli -u \"$u\" --no-raw hget \"$k\" denial_burst 2>/dev/null | "
-                     "grep -v WRONGTYPE; "
+    return world_shf("u=\"$SANDTRAIL_REDIS_URL\"; { for k in $(redis-cli -u \"$u\" --scan "
+                     "--pattern '%s:denial_burst:[wl]:*' | sort); do echo \"$k\"; "
                      "redis-cli -u \"$u\" --no-raw get \"$k\" 2>/dev/null | "
                      "grep -v WRONGTYPE; "
                      "redis-cli -u \"$u\" --no-raw zrange \"$k\" 0 -1 2>/dev/null | "
-                     "grep -v WRONGTYPE; done | md5sum",
+                     "grep -v WRONGTYPE; done; "
+                     "for k in $(redis-cli -u \"$u\" --scan --pattern '%s:run:b:*'); do "
+                     "for f in $(redis-cli -u \"$u\" hkeys \"$k\" | grep ':denial_burst$'); do "
+                     "echo \"$f\"; redis-cli -u \"$u\" --no-raw hget \"$k\" \"$f\"; done; "
+                     "done | paste - - | sort; } | md5sum",
                      w->name, w->name);
 }
 

@@ -224,13 +224,15 @@ START_TEST(runidx_state_key_shape)
 {
     const char *yes[] = {"t:denial_burst:w:1:T:1:r", "t:scope_drift_deny:eps:3:T-1:1:r",
                          "t:volume_anomaly:b:1:T:1:r", "t:denial_burst:s:1:T:1:r",
-                         "t:run:h:1:T:1:r", "t:denial_burst:l:1:T:1:r"};
+                         "t:run:h:1:T:1:r", "t:denial_burst:l:1:T:1:r", "t:run:b:0",
+                         "t:run:b:63"};
     const char *no[] = {"t:runs:0", "t:runs:complete_since", "t:scope_drift:cred:abc",
                         "t:credfp:0a1b", "t:scope_drift:dest:h.example",
                         "t:denial_burst:w:2:T:1:r", "t:denial_burst:w:1:T:1:rr",
                         "t:denial_burst:l:2:T:1:r", "t:denial_burst:l:", "t:denial_burst:L:1:T:1:r",
                         "t:denial_burst:s:1:T:1:", "t:denial_burst:x:1:T:1:r", "t:run:h:1:T:1",
-                        "u:denial_burst:w:1:T:1:r", "t::w:1:T:1:r", "t:x:w:", "t"};
+                        "u:denial_burst:w:1:T:1:r", "t::w:1:T:1:r", "t:x:w:", "t", "t:run:b:",
+                        "t:run:b:1x", "t:runs:b:1"};
     for (size_t i = 0; i < sizeof(yes) / sizeof(*yes); i++)
         ck_assert_msg(st_detect_is_state_key(&conf, yes[i], strlen(yes[i])), "%s", yes[i]);
     for (size_t i = 0; i < sizeof(no) / sizeof(*no); i++)
