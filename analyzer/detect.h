@@ -221,6 +221,10 @@ struct st_detector_ops {
     void (*reset_batch)(void *state);
     /* Forgets all state in memory (partitions revoked); NULL: none. */
     void (*forget)(void *state, struct st_detect_ctx *ctx);
+    /* The names of the run windows it keeps (st_runwin_new), NULL-
+     * terminated; NULL: none. Their fields of the run buckets are what
+     * the sweep of the part that runs it deletes (runidx.h). */
+    const char *const *run_states;
 };
 
 extern const struct st_detector_ops st_denial_burst_ops;

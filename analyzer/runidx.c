@@ -38,7 +38,9 @@ struct pidx {
     int64_t sweep_lo;     /* scores from here (inclusive) ... */
     int64_t sweep_hi;     /* ... to here (exclusive) were read */
     int64_t sweep_s;      /* last sweep flushed (0: never) */
-    int sweep_full;       /* the read hit SWEEP_MAX: the next one at once */
+    int sweep_full;       /* the read hit its limit: the next one at once */
+    int64_t sweep_next;   /* then: where the next one starts */
+    size_t sweep_max;     /* the limit of the next read */
     char **cand;          /* the members read, owned */
     size_t ncand, capcand;
 };
@@ -46,7 +48,8 @@ struct pidx {
 enum { SWEEP_NONE, SWEEP_QUEUED, SWEEP_READ };
 
 /* At most this many runs per read of a sweep: a day's worth of expired
- * runs (a million) goes in steps, one per batch, never in one reply */
+ * runs (a million) goes in steps, one per batch, never in one reply
+ * (more only when that many share one score: see on_sweep) */
 #define SWEEP_MAX 20000
 
 /* Seconds between two checks when nothing else makes one due: how soon
@@ -117,6 +120,7 @@ static void pidx_clear(struct pidx *p)
     cand_clear(p);
     p->sweep_lo = p->sweep_s = 0;
     p->sweep_full = 0;
+    p->sweep_max = SWEEP_MAX;
     for (size_t i = 0; i < p->npend; i++)
         free((char *)p->pend[i]);
     p->npend = 0;
@@ -194,6 +198,7 @@ static struct pidx *part_get(struct st_runidx *x, int32_t partition, int create)
         x->parts[i] = st_calloc(1, sizeof(struct pidx));
         x->parts[i]->x = x;
         x->parts[i]->partition = partition;
+        x->parts[i]->sweep_max = SWEEP_MAX;
     }
     return x->parts[i];
 }
@@ -251,18 +256,6 @@ static void put(struct pidx *p, uint64_t h, int64_t t)
     } else if (t > p->t[i]) {
         p->t[i] = t;
     }
-}
-
-/* Marks h's entry absent (lookup: -1) until the run is noted again; the
- * slot goes at the next prune. */
-static void forget(struct pidx *p, uint64_t h)
-{
-    if (!p->cap)
-        return;
-    h = h ? h : 1;
-    size_t i = slot(p, h);
-    if (p->h[i])
-        p->t[i] = -1;
 }
 
 /* Drops the entries scored below cutoff (rehashing what stays). */
@@ -440,32 +433,41 @@ static int member_split(const char *s, size_t len, char **task, char **run)
 static int on_sweep(const redisReply *rep, void *arg)
 {
     struct pidx *p = arg;
-    if (rep->type != REDIS_REPLY_ARRAY)
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2)
         return -1;
     for (size_t i = 0; i < rep->elements; i++)
         if (rep->element[i]->type != REDIS_REPLY_STRING)
             return -1;
     cand_clear(p);
-    if (rep->elements > p->capcand) {
-        p->capcand = rep->elements;
+    size_t n = rep->elements / 2;
+    if (n > p->capcand) {
+        p->capcand = n;
         p->cand = st_realloc(p->cand, p->capcand * sizeof(*p->cand));
     }
-    for (size_t i = 0; i < rep->elements; i++)
-        p->cand[p->ncand++] = st_strdup(rep->element[i]->str);
-    /* cut short: the same range again next batch, which no longer holds
-     * what this one deletes (its entries go with it) or a run written since
-     * (its score is newer): every read makes progress */
-    p->sweep_full = rep->elements >= SWEEP_MAX;
+    for (size_t i = 0; i < n; i++)
+        p->cand[p->ncand++] = st_strdup(rep->element[2 * i]->str);
+    /* cut short at the limit: the next read starts at the last score read
+     * (its runs read again: harmless), or, when every run read had the
+     * first score, at the same place with twice the limit -- every read
+     * makes progress */
+    p->sweep_full = n >= p->sweep_max;
+    if (p->sweep_full) {
+        int64_t last = strtoll(rep->element[rep->elements - 1]->str, NULL, 10);
+        p->sweep_next = last > p->sweep_lo ? last : p->sweep_lo;
+        if (last <= p->sweep_lo)
+            p->sweep_max *= 2;
+    } else {
+        p->sweep_max = SWEEP_MAX;
+    }
     p->sweep = SWEEP_READ;
     return 0;
 }
 
-int st_runidx_queue_sweep(struct st_runidx *x, struct st_rpipe *rp, int32_t partition,
-                          int64_t now)
+/* Queues partition p's read when its sweep is due (st_runidx_queue_sweeps) */
+static int queue_sweep(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp, int64_t now)
 {
-    struct pidx *p = part_get(x, partition, 1);
     int64_t ttl = x->conf->state_ttl_s, every = ttl / 10 > 0 ? ttl / 10 : 1;
-    if (!x->nsweep_det || p->state != PART_LOADED || p->sweep == SWEEP_READ)
+    if (p->state != PART_LOADED || p->sweep == SWEEP_READ)
         return 0;
     if (p->sweep == SWEEP_QUEUED && p->sweep_gen == x->gen)
         return 0;
@@ -479,29 +481,55 @@ int st_runidx_queue_sweep(struct st_runidx *x, struct st_rpipe *rp, int32_t part
     p->sweep_hi = now - ttl;
     if (p->sweep_hi <= lo) {
         p->sweep_s = now;
+        p->sweep_full = 0;
+        return 0;
+    }
+    /* no read when memory holds no run scored in the range: every entry
+     * Redis holds there was loaded with its score, or noted, and a score
+     * only grows (a run written by another part since has a newer one) */
+    int any = 0;
+    for (size_t i = 0; i < p->cap && !any; i++)
+        any = p->h[i] && p->t[i] >= lo && p->t[i] < p->sweep_hi;
+    if (!any) {
+        p->sweep_lo = p->sweep_hi;
+        p->sweep_s = now;
+        p->sweep_full = 0;
         return 0;
     }
     p->sweep = SWEEP_QUEUED;
     p->sweep_gen = x->gen;
-    char *key = st_detect_index_key(x->conf, partition);
+    char *key = st_detect_index_key(x->conf, p->partition);
     char los[ST_I64_LEN], his[ST_I64_LEN + 1], max[ST_I64_LEN];
     st_fmt_i64(los, lo);
     his[0] = '(';
     st_fmt_i64(his + 1, p->sweep_hi);
-    st_fmt_i64(max, SWEEP_MAX);
-    const char *argv[] = {"ZRANGEBYSCORE", key, los, his, "LIMIT", "0", max};
-    st_rpipe_cmd(rp, on_sweep, p, 7, argv);
+    st_fmt_i64(max, (int64_t)p->sweep_max);
+    const char *argv[] = {"ZRANGEBYSCORE", key, los, his, "WITHSCORES", "LIMIT", "0", max};
+    st_rpipe_cmd(rp, on_sweep, p, 8, argv);
     free(key);
     return 1;
 }
 
-/* The deletions of a sweep read: every detector's field of each run read
- * whose score memory still holds below the read's end (a run written
- * since has a score of then, and its state is new), one HDEL per bucket,
- * then the runs' index entries (ZREM: after their state, so never state
- * without its entry), in memory too. Before this checkpoint's state writes
- * (the flush goes first), after its index entries' (a run written in this
- * batch was noted already). */
+int st_runidx_queue_sweeps(struct st_runidx *x, struct st_rpipe *rp, int64_t now)
+{
+    int queued = 0;
+    if (!x->nsweep_det)
+        return 0;
+    for (size_t i = 0; i < x->nparts; i++)
+        if (x->parts[i])
+            queued |= queue_sweep(x, x->parts[i], rp, now);
+    return queued;
+}
+
+/* The deletions of a sweep read: this part's detectors' fields of each
+ * run read whose score its memory still holds below the read's end (a run
+ * this part wrote since has a score of then, and its state is new), one
+ * HDEL per bucket. Before this checkpoint's state writes (the flush goes
+ * first), after its index entries' (a run written in this batch was noted
+ * already). The index entries stay: another part may have written the run
+ * since the read (its fields are its own, and its entry its state's), and
+ * the ZREMRANGEBYSCORE of entries twice as old, on Redis's scores, removes
+ * them. */
 static void sweep_flush(struct st_runidx *x, struct pidx *p, struct st_checkpoint *ckpt,
                         int64_t now)
 {
@@ -557,21 +585,6 @@ static void sweep_flush(struct st_runidx *x, struct pidx *p, struct st_checkpoin
         st_checkpoint_cmd(ckpt, (int)k + 2, argv);
         free(argv);
     }
-    if (n) {
-        char *key = st_detect_index_key(x->conf, p->partition);
-        const char **argv = st_malloc((n + 2) * sizeof(*argv));
-        argv[0] = "ZREM";
-        argv[1] = key;
-        for (size_t i = 0; i < n; i++) {
-            argv[i + 2] = st_detect_run_member(ts[i], rs[i]);
-            forget(p, hs[i]);
-        }
-        st_checkpoint_cmd(ckpt, (int)n + 2, argv);
-        for (size_t i = 0; i < n; i++)
-            free((char *)argv[i + 2]);
-        free(argv);
-        free(key);
-    }
     for (size_t i = 0; i < n; i++) {
         free(ts[i]);
         free(rs[i]);
@@ -582,8 +595,7 @@ static void sweep_flush(struct st_runidx *x, struct pidx *p, struct st_checkpoin
     free(order);
     free(offs);
     st_buf_fini(&names);
-    if (!p->sweep_full)
-        p->sweep_lo = p->sweep_hi;
+    p->sweep_lo = p->sweep_full ? p->sweep_next : p->sweep_hi;
     p->sweep_s = now;
     cand_clear(p);
 }

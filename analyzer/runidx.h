@@ -188,28 +188,30 @@ int st_runidx_has(const struct st_runidx *x, int32_t partition, uint64_t h);
 void st_runidx_note(struct st_runidx *x, int32_t partition, const char *task_id,
                     const char *run_id, uint64_t h, int expired, int64_t now);
 
-/* The sweep of expired state (detect.h, the run buckets): the detectors
- * whose fields of a run it deletes (names not copied: they must outlive
- * x). Set on the parts that write the runs' states (a worker), never on
- * one that only sees their partitions (the global part): a part deletes
- * only what it alone writes, judged by its own memory of the scores. */
+/* The sweep of expired state (detect.h, the run buckets): the names of
+ * the run windows whose fields of a run this part deletes (its detectors'
+ * run_states; not copied: they must outlive x); none: it sweeps nothing.
+ * A part deletes only the fields it alone writes (the workers their
+ * per-run detectors', the global part scope_drift's windows), judged by
+ * its own memory of the scores. */
 void st_runidx_set_sweep(struct st_runidx *x, const char *const *detectors, int n);
 
-/* Queues on p, when a partition's sweep is due (its index loaded, a tenth
- * of state.ttl_s since its last, or at once when that one was cut at
- * SWEEP_MAX runs), the read of the runs whose score is below now -
- * state.ttl_s and not below where the last sweep ended (now - 2 x
- * state.ttl_s after an assignment): ZRANGEBYSCORE ... LIMIT. The next
- * st_runidx_flush deletes the fields of those of them whose score memory
- * still holds below that end: state.ttl_s after a run's last write with
- * its EXPIRE due, as the EXPIRE of a key per run did. Returns 1 when
- * queued: the caller runs p. A read that fails is queued again. */
-int st_runidx_queue_sweep(struct st_runidx *x, struct st_rpipe *p, int32_t partition,
-                          int64_t now);
+/* Queues on p the read of every loaded partition whose sweep is due (a
+ * tenth of state.ttl_s since its last, or at once when that one was cut
+ * at its limit): the runs whose score is below now - state.ttl_s and not
+ * below where the last sweep ended (now - 2 x state.ttl_s after an
+ * assignment), ZRANGEBYSCORE ... LIMIT. The next st_runidx_flush deletes
+ * this part's fields of those whose score its memory still holds below
+ * that end: state.ttl_s after the run's last write with its EXPIRE due,
+ * as the EXPIRE of a key per run did. Every partition the part holds, not
+ * only the batch's: a partition without events is swept all the same
+ * while batches come. Returns 1 when queued: the caller runs p. A read
+ * that fails is queued again. */
+int st_runidx_queue_sweeps(struct st_runidx *x, struct st_rpipe *p, int64_t now);
 
 /* Appends to ckpt the writes queued (one ZADD per partition), the
  * deletions of a sweep read (one HDEL per bucket) and, when due, each
- * partition's sweep of old entries. */
+ * partition's removal of entries older than 2 x state.ttl_s. */
 void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t now);
 
 /* Forgets every partition (revoked): each is loaded again when next seen,

@@ -311,8 +311,7 @@ static void run_free(struct run *r)
     free(r->b);
     free(r->del_eps);
     free(r->del_b);
-    free(r->task_id);
-    free(r);
+    free(r); /* and its ids, in the same block */
 }
 
 static void lru_unlink(struct st_runwin *w, struct run *r)
@@ -864,8 +863,10 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
     }
     if (!r) {
         size_t lt = strlen(ev->task_id), lr = strlen(ev->run_id);
-        r = st_calloc(1, sizeof(*r));
-        r->task_id = st_malloc(lt + lr + 2);
+        /* the ids in the run's own block: a lookup that finds the run
+         * compares them without a second cache miss */
+        r = st_calloc(1, sizeof(*r) + lt + lr + 2);
+        r->task_id = (char *)(r + 1);
         memcpy(r->task_id, ev->task_id, lt + 1);
         r->run_id = r->task_id + lt + 1;
         memcpy(r->run_id, ev->run_id, lr + 1);

@@ -34,6 +34,10 @@ struct part {
      * run's events, so all its per-run detectors, are in one worker
      * (runhash.h) */
     struct st_runhash *runhash;
+    /* the names of its detectors' run windows: the fields its sweep
+     * deletes (runidx.h) */
+    const char *sweep[MAX_DETECTORS];
+    int nsweep;
     struct st_findings findings;
     struct st_detect_stats stats;
     int64_t events;             /* events fed, every batch */
@@ -75,10 +79,6 @@ struct st_workers {
     /* the main thread's time in st_workers_detect, and of it the time
      * spent waiting for the workers */
     int64_t detect_us, wait_us;
-    /* the per-run detectors' names: the fields a worker's sweep deletes
-     * (runidx.h), every one the analyzer knows, enabled or not */
-    const char *sweep_names[MAX_DETECTORS];
-    int nsweep;
 };
 
 static int is_mine(const struct part *p, const struct st_detector_ops *ops)
@@ -144,12 +144,10 @@ static void part_prefetch(struct part *p)
         return;
     }
     st_runidx_begin(p->runidx);
-    int64_t now = (int64_t)time(NULL);
     for (size_t i = 0; i < w->nrel; i++)
-        if (feeds(p, &w->rel[i])) {
+        if (feeds(p, &w->rel[i]))
             queued |= st_runidx_queue_load(p->runidx, p->redis, w->rel[i].partition);
-            queued |= st_runidx_queue_sweep(p->runidx, p->redis, w->rel[i].partition, now);
-        }
+    queued |= st_runidx_queue_sweeps(p->runidx, p->redis, (int64_t)time(NULL));
     if (queued) {
         int64_t t0 = st_time_mono_us();
         p->rc = st_rpipe_exec(p->redis, p->errstr, sizeof(p->errstr));
@@ -349,9 +347,6 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
     int64_t since;
     if (st_runidx_marker(wc->redis, conf, &since, errstr, errsz))
         goto err;
-    for (int d = 0; st_detectors[d] && d < MAX_DETECTORS; d++)
-        if (st_detectors[d]->scope == ST_DETECT_PER_RUN)
-            w->sweep_names[w->nsweep++] = st_detectors[d]->name;
     for (int i = 0; i <= w->k; i++) {
         struct part *p = &w->parts[i];
         p->w = w;
@@ -362,8 +357,16 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
         p->runhash = st_runhash_new(conf);
         p->runidx = st_runidx_new(conf);
         st_runidx_set_since(p->runidx, since);
-        if (!p->global)
-            st_runidx_set_sweep(p->runidx, w->sweep_names, w->nsweep);
+        /* its detectors' run windows, every one it has, enabled or not:
+         * the fields its sweep deletes (runidx.h) */
+        p->nsweep = 0;
+        for (int d = 0; st_detectors[d]; d++)
+            for (int j = 0; is_mine(p, st_detectors[d]) && st_detectors[d]->run_states &&
+                            st_detectors[d]->run_states[j];
+                 j++)
+                if (p->nsweep < MAX_DETECTORS)
+                    p->sweep[p->nsweep++] = st_detectors[d]->run_states[j];
+        st_runidx_set_sweep(p->runidx, p->sweep, p->nsweep);
         st_findings_init(&p->findings);
         for (int d = 0; st_detectors[d]; d++) {
             if (d >= MAX_DETECTORS)

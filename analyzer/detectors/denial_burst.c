@@ -129,6 +129,8 @@ static void db_forget(void *state, struct st_detect_ctx *ctx)
     st_runwin_forget(((struct db_state *)state)->win, ctx);
 }
 
+static const char *const run_states[] = {NAME, NULL};
+
 const struct st_detector_ops st_denial_burst_ops = {
     .name = NAME,
     .version = VERSION,
@@ -143,4 +145,5 @@ const struct st_detector_ops st_denial_burst_ops = {
     .after_commit = db_after_commit,
     .reset_batch = db_reset,
     .forget = db_forget,
+    .run_states = run_states,
 };

@@ -195,6 +195,8 @@ static void rp_forget(void *state, struct st_detect_ctx *ctx)
     st_runwin_forget(((struct rp_state *)state)->win, ctx);
 }
 
+static const char *const run_states[] = {NAME, NULL};
+
 const struct st_detector_ops st_retry_across_paths_ops = {
     .name = NAME,
     .version = VERSION,
@@ -209,4 +211,5 @@ const struct st_detector_ops st_retry_across_paths_ops = {
     .after_commit = rp_after_commit,
     .reset_batch = rp_reset,
     .forget = rp_forget,
+    .run_states = run_states,
 };

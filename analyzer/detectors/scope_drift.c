@@ -48,6 +48,8 @@
 #include "timeutil.h"
 
 #define NAME "scope_drift"
+/* its run windows of denials (runwin.h): their state's name */
+#define DENY_WINDOW "scope_drift_deny"
 #define VERSION 1
 
 struct pending {
@@ -69,7 +71,7 @@ static void *sd_create(const struct st_analyzer_conf *conf)
     struct sd_state *st = st_calloc(1, sizeof(*st));
     int64_t w = conf->scope_deny_window_s * 1000000;
     st->conf = conf;
-    st->denies = st_runwin_new(conf, "scope_drift_deny", w, 2 * w + conf->lateness_s * 1000000,
+    st->denies = st_runwin_new(conf, DENY_WINDOW, w, 2 * w + conf->lateness_s * 1000000,
                                ST_RUNWIN_EPISODES, 0);
     return st;
 }
@@ -393,6 +395,8 @@ static void sd_forget(void *state, struct st_detect_ctx *ctx)
     st_runwin_forget(((struct sd_state *)state)->denies, ctx);
 }
 
+static const char *const run_states[] = {DENY_WINDOW, NULL};
+
 const struct st_detector_ops st_scope_drift_ops = {
     .name = NAME,
     .version = VERSION,
@@ -407,4 +411,5 @@ const struct st_detector_ops st_scope_drift_ops = {
     .after_commit = sd_after_commit,
     .reset_batch = sd_reset,
     .forget = sd_forget,
+    .run_states = run_states,
 };

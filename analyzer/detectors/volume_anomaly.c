@@ -160,6 +160,8 @@ static void va_forget(void *state, struct st_detect_ctx *ctx)
     st_runwin_forget(((struct va_state *)state)->win, ctx);
 }
 
+static const char *const run_states[] = {NAME, NULL};
+
 const struct st_detector_ops st_volume_anomaly_ops = {
     .name = NAME,
     .version = VERSION,
@@ -174,4 +176,5 @@ const struct st_detector_ops st_volume_anomaly_ops = {
     .after_commit = va_after_commit,
     .reset_batch = va_reset,
     .forget = va_forget,
+    .run_states = run_states,
 };

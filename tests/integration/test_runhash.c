@@ -654,10 +654,13 @@ END_TEST
 
 /* The sweep (runidx.h) of partition 0 with state.ttl_s 60: runs A (score
  * 100 s ago), B (10 s ago) and C (100 s ago in Redis, noted just now in
- * memory: written by this batch) each have two fields. A loses its fields
- * and its index entry; B and C keep theirs, C's entry moved on; the next
- * sweep is not due before a tenth of the TTL; a part with nothing to
- * sweep (the global one) never reads. */
+ * memory: written by this batch) and D (60 s ago) each have fields da
+ * and db, and A a field dz of a window this part does not keep. A loses
+ * da and db, not dz; B, C and D keep theirs; every index entry stays
+ * (another part may have written the run since), C's moved on; the next
+ * sweep is not due before a tenth of the TTL, then takes D; with nothing
+ * in its range it reads nothing; a part with nothing to sweep never
+ * reads. */
 START_TEST(runhash_sweep_deletes_expired_runs_only)
 {
     open_all("sw2");
@@ -665,10 +668,10 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
     char err[256];
     const char *v = "\x01\x00\x00\x00";
     int64_t now = (int64_t)time(NULL);
-    const char *runs[] = {"runA", "runB", "runC"};
-    int64_t ages[] = {100, 10, 100};
+    const char *runs[] = {"runA", "runB", "runC", "runD"};
+    int64_t ages[] = {100, 10, 100, 60};
     char *ik = st_detect_index_key(&conf, 0);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         st_runhash_put(rh, st_runidx_hash("task", runs[i]), "task", runs[i], "da", v, 4);
         st_runhash_put(rh, st_runidx_hash("task", runs[i]), "task", runs[i], "db", v, 4);
         char score[32];
@@ -678,6 +681,7 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
         redis_int(4, za);
         free(m);
     }
+    st_runhash_put(rh, st_runidx_hash("task", "runA"), "task", "runA", "dz", v, 4);
     flush_run();
     struct st_runidx *x = st_runidx_new(&conf);
     struct st_runidx *g = st_runidx_new(&conf); /* the global part: no sweep */
@@ -692,8 +696,8 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
     /* C written by this batch: its entry noted now (before the flush) */
     st_runidx_note(x, 0, "task", "runC", st_runidx_hash("task", "runC"), 1, now);
     st_runidx_begin(x);
-    ck_assert_int_eq(st_runidx_queue_sweep(g, p, 0, now), 0);
-    ck_assert_int_eq(st_runidx_queue_sweep(x, p, 0, now), 1);
+    ck_assert_int_eq(st_runidx_queue_sweeps(g, p, now), 0);
+    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now), 1);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
     struct st_checkpoint *ck = st_checkpoint_new();
     st_runidx_flush(x, ck, now);
@@ -701,8 +705,8 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
     st_checkpoint_destroy(ck);
     struct st_buf b;
     st_buf_init(&b);
-    long long want[] = {0, 2, 2};
-    for (int i = 0; i < 3; i++) {
+    long long want[] = {0, 2, 2, 2};
+    for (int i = 0; i < 4; i++) {
         const char *bk = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", runs[i]));
         char key[256];
         snprintf(key, sizeof(key), "%s", bk);
@@ -717,21 +721,101 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
         st_rpipe_cmd(p, on_str, NULL, 3, zs);
         ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
         free(m);
-        ck_assert_int_eq(str_nil, i == 0);
+        ck_assert_int_eq(str_nil, 0);
         if (i == 2)
             ck_assert_int_eq(strtoll(str_reply.data, NULL, 10), now);
     }
-    /* gone from memory too: a new run, nothing to load */
-    ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("task", "runA")), 0);
-    ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("task", "runB")), 1);
-    /* not due again before a tenth of the TTL */
+    const char *bz = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", "runA"));
+    const char *hz[] = {"HEXISTS", bz, field_of("runA", "dz")};
+    ck_assert_int_eq(redis_int(3, hz), 1);
+    /* not due again before a tenth of the TTL, though D (60 s old, kept:
+     * the TTL is not past) is past it a second later; then D goes */
     st_runidx_begin(x);
-    ck_assert_int_eq(st_runidx_queue_sweep(x, p, 0, now + 1), 0);
-    ck_assert_int_eq(st_runidx_queue_sweep(x, p, 0, now + 6), 1);
+    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now + 1), 0);
+    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now + 6), 1);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    ck = st_checkpoint_new();
+    st_runidx_flush(x, ck, now + 6);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    const char *bd = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", "runD"));
+    const char *hd[] = {"HEXISTS", bd, field_of("runD", "da")};
+    ck_assert_int_eq(redis_int(3, hd), 0);
+    /* nothing left in the range: no read at all (memory knows) */
+    st_runidx_begin(x);
+    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now + 12), 0);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
     st_buf_fini(&b);
     st_runidx_destroy(x);
     st_runidx_destroy(g);
+    free(ik);
+    close_all();
+}
+END_TEST
+
+/* A sweep cut at its limit (20,000 runs) goes on at the next batch, even
+ * when more runs than that share one score: 20,001 expired runs with the
+ * same score lose their field within three sweeps, none of them waiting a
+ * tenth of the TTL. Fails when a full read's next one starts past the
+ * score (the last run would keep its state) or at the same place with the
+ * same limit (no progress). */
+START_TEST(runhash_sweep_goes_on_past_its_limit)
+{
+    open_all("swl");
+    conf.state_ttl_s = 60;
+    char err[256];
+    const char *v = "\x01\x00\x00\x00";
+    int64_t now = (int64_t)time(NULL);
+    enum { N = 20001 };
+    static char names_[N][16];
+    char *ik = st_detect_index_key(&conf, 0);
+    const char **za = malloc((2 + 2 * N) * sizeof(*za));
+    char **members = malloc(N * sizeof(*members));
+    char score[32];
+    snprintf(score, sizeof(score), "%lld", (long long)(now - 100));
+    za[0] = "ZADD";
+    za[1] = ik;
+    for (int i = 0; i < N; i++) {
+        snprintf(names_[i], sizeof(names_[i]), "m%d", i);
+        st_runhash_put(rh, st_runidx_hash("task", names_[i]), "task", names_[i], "da", v, 4);
+        members[i] = st_detect_run_member("task", names_[i]);
+        za[2 + 2 * i] = score;
+        za[3 + 2 * i] = members[i];
+    }
+    flush_run();
+    redis_int(2 + 2 * N, za);
+    struct st_runidx *x = st_runidx_new(&conf);
+    const char *const sweep[] = {"da"};
+    st_runidx_set_sweep(x, sweep, 1);
+    st_runidx_set_since(x, 0);
+    st_runidx_begin(x);
+    ck_assert_int_eq(st_runidx_queue_load(x, p, 0), 1);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    int sweeps = 0;
+    for (; sweeps < 3; sweeps++) {
+        st_runidx_begin(x);
+        if (!st_runidx_queue_sweeps(x, p, now))
+            break;
+        ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+        struct st_checkpoint *ck = st_checkpoint_new();
+        st_runidx_flush(x, ck, now);
+        ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+        st_checkpoint_destroy(ck);
+    }
+    long long left = 0;
+    for (uint64_t k = 0; k < ST_DETECT_RUN_BUCKETS; k++) {
+        struct st_buf b;
+        st_buf_init(&b);
+        const char *hl[] = {"HLEN", st_detect_run_bucket_key_buf(&b, &conf, k)};
+        left += redis_int(2, hl);
+        st_buf_fini(&b);
+    }
+    ck_assert_msg(left == 0, "%lld fields left after %d sweeps", left, sweeps);
+    for (int i = 0; i < N; i++)
+        free(members[i]);
+    free(members);
+    free(za);
+    st_runidx_destroy(x);
     free(ik);
     close_all();
 }
@@ -758,6 +842,7 @@ int main(void)
     tcase_add_test(tc, runhash_evicted_run_reloads_and_expires);
     tcase_add_test(tc, runhash_checkpoints_run_twice_change_nothing);
     tcase_add_test(tc, runhash_sweep_deletes_expired_runs_only);
+    tcase_add_test(tc, runhash_sweep_goes_on_past_its_limit);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
