@@ -106,6 +106,10 @@
  *                                   one holding older state; the index is
  *                                   trusted state.ttl_s after it (runidx.h;
  *                                   st_detect_marker_key)
+ *   <prefix>runs:moved_since        string, the wall time (s) the events
+ *                                   topic last gained partitions: the
+ *                                   sweep keeps the runs scored before it
+ *                                   (runidx.c)
  *   <prefix>epoch:<topic>:<partition>  string, the partition's owner
  *                                   epoch: incremented by each analyzer
  *                                   assigned the partition, watched by

@@ -42,6 +42,7 @@ struct pidx {
     int64_t sweep_next;   /* then: where the next one starts */
     size_t sweep_max;     /* the limit of the next read */
     char **cand;          /* the members read, owned */
+    int64_t *cscore;      /* and their scores in Redis */
     size_t ncand, capcand;
 };
 
@@ -72,6 +73,10 @@ struct st_runidx {
     int32_t checked_parts;    /* topic_parts at the last check */
     char server[48];          /* Redis's run_id at the last check; "": none */
     int rebump;               /* a restart seen: the marker moves on again */
+    /* <prefix>runs:moved_since as of the last check: the last time the
+     * events topic gained partitions (0: never); the sweep keeps the runs
+     * scored before it */
+    int64_t moved_since;
     uint64_t rebump_seq;      /* once this checkpoint is in (_committed) */
     /* the detectors whose fields the sweep deletes (st_runidx_set_sweep;
      * not owned); none: this part sweeps nothing */
@@ -163,6 +168,7 @@ void st_runidx_destroy(struct st_runidx *x)
         pidx_clear(x->parts[i]);
         free(x->parts[i]->pend);
         free(x->parts[i]->cand);
+        free(x->parts[i]->cscore);
         free(x->parts[i]);
     }
     free(x->parts);
@@ -443,9 +449,12 @@ static int on_sweep(const redisReply *rep, void *arg)
     if (n > p->capcand) {
         p->capcand = n;
         p->cand = st_realloc(p->cand, p->capcand * sizeof(*p->cand));
+        p->cscore = st_realloc(p->cscore, p->capcand * sizeof(*p->cscore));
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        p->cscore[p->ncand] = strtoll(rep->element[2 * i + 1]->str, NULL, 10);
         p->cand[p->ncand++] = st_strdup(rep->element[2 * i]->str);
+    }
     /* cut short at the limit: the next read starts at the last score read
      * (its runs read again: harmless), or, when every run read had the
      * first score, at the same place with twice the limit -- every read
@@ -473,25 +482,12 @@ static int queue_sweep(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp,
         return 0;
     if (p->sweep == SWEEP_NONE && p->sweep_s && !p->sweep_full && now - p->sweep_s < every)
         return 0;
-    /* entries below now - 2 x ttl are gone (the flush's ZREMRANGEBYSCORE),
-     * their state with them: the first sweep after an assignment starts
-     * there, each next one where the last one ended */
-    int64_t lo = p->sweep_lo > now - 2 * ttl ? p->sweep_lo : now - 2 * ttl;
-    p->sweep_lo = lo;
+    /* the first sweep after an assignment from the start (what an earlier
+     * owner left unswept), each next one where the last one ended: the
+     * flush removes no entry this part has not swept past */
+    int64_t lo = p->sweep_lo;
     p->sweep_hi = now - ttl;
     if (p->sweep_hi <= lo) {
-        p->sweep_s = now;
-        p->sweep_full = 0;
-        return 0;
-    }
-    /* no read when memory holds no run scored in the range: every entry
-     * Redis holds there was loaded with its score, or noted, and a score
-     * only grows (a run written by another part since has a newer one) */
-    int any = 0;
-    for (size_t i = 0; i < p->cap && !any; i++)
-        any = p->h[i] && p->t[i] >= lo && p->t[i] < p->sweep_hi;
-    if (!any) {
-        p->sweep_lo = p->sweep_hi;
         p->sweep_s = now;
         p->sweep_full = 0;
         return 0;
@@ -544,7 +540,16 @@ static void sweep_flush(struct st_runidx *x, struct pidx *p, struct st_checkpoin
             continue; /* not ours */
         uint64_t h = st_runidx_hash(t, r);
         int64_t score = lookup(p, h);
-        if (score < 0 || score >= p->sweep_hi) {
+        /* kept: written by this part since the read (its score is of
+         * then); or last written before the events topic gained
+         * partitions (x->moved_since), whose run may have moved to a
+         * partition another analyzer writes it from, in the same fields
+         * (left to the bucket's TTL: a bounded, one-time leak, against
+         * deleting a live state). Absent from memory: this
+         * part has not written it since its load (pruned, or entered by
+         * the other part of this process), and Redis's score, below the
+         * cut, is newer than any write of ours. */
+        if ((score >= 0 && score >= p->sweep_hi) || p->cscore[i] < x->moved_since) {
             free(t);
             free(r);
             continue;
@@ -627,6 +632,10 @@ void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t no
         if (p->state == PART_LOADED && (!p->swept_s || now - p->swept_s >= every)) {
             char below[24];
             int64_t cutoff = now - 2 * ttl;
+            /* never past what this part has swept: the fields of an entry
+             * removed unswept would stay */
+            if (x->nsweep_det && cutoff > p->sweep_lo)
+                cutoff = p->sweep_lo;
             snprintf(below, sizeof(below), "(%" PRId64, cutoff);
             if (!key)
                 key = st_detect_index_key(x->conf, p->partition);
@@ -895,9 +904,9 @@ static int check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *er
 {
     const struct st_analyzer_conf *conf = x->conf;
     char *marker = st_detect_marker_key(conf), *skey = meta_key(conf, "server"),
-         *pkey = meta_key(conf, "partitions");
+         *pkey = meta_key(conf, "partitions"), *mkey = meta_key(conf, "moved_since");
     char server[48] = "", recorded[48] = "";
-    struct marker_reply m = {0}, count = {0};
+    struct marker_reply m = {0}, count = {0}, moved = {0};
     unsigned long reconnects = st_rpipe_reconnects();
     int rc = -1;
 
@@ -905,13 +914,16 @@ static int check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *er
      * before the server key, so whoever sees its server key sees its
      * marker */
     const char *info[] = {"INFO", "server"}, *gs[] = {"GET", skey}, *gm[] = {"GET", marker},
-               *gp[] = {"GET", pkey};
+               *gp[] = {"GET", pkey}, *gv[] = {"GET", mkey};
     st_rpipe_cmd(p, on_info, server, 2, info);
     st_rpipe_cmd(p, on_str, recorded, 2, gs);
     st_rpipe_cmd(p, on_get, &m, 2, gm);
     st_rpipe_cmd(p, on_get, &count, 2, gp);
+    st_rpipe_cmd(p, on_get, &moved, 2, gv);
     if (st_rpipe_exec(p, errstr, errsz))
         goto out;
+    if (!moved.nil && !moved.bad && moved.v > x->moved_since)
+        x->moved_since = moved.v;
 
     int64_t now = (int64_t)time(NULL);
     /* this part wrote to another Redis process than this one: what it
@@ -955,6 +967,18 @@ static int check(struct st_runidx *x, struct st_rpipe *p, uint64_t seq, char *er
         char n[16];
         snprintf(n, sizeof(n), "%" PRId32, x->topic_parts);
         const char *set[] = {"SET", pkey, n};
+        /* the time runs may have moved partition from: before the count
+         * (a crash between the two repeats the check), and only on (an
+         * analyzer whose clock is behind does not take it back much: the
+         * sweep keeps the runs scored before it, the safe side) */
+        if (grown) {
+            char t[ST_I64_LEN];
+            st_fmt_i64(t, now);
+            const char *mv[] = {"SET", mkey, t};
+            st_rpipe_cmd(p, NULL, NULL, 3, mv);
+            if (now > x->moved_since)
+                x->moved_since = now;
+        }
         st_rpipe_cmd(p, NULL, NULL, 3, set);
     }
     if (st_rpipe_exec(p, errstr, errsz))
@@ -986,6 +1010,7 @@ out:
     free(marker);
     free(skey);
     free(pkey);
+    free(mkey);
     return rc;
 }
 

@@ -658,9 +658,8 @@ END_TEST
  * and db, and A a field dz of a window this part does not keep. A loses
  * da and db, not dz; B, C and D keep theirs; every index entry stays
  * (another part may have written the run since), C's moved on; the next
- * sweep is not due before a tenth of the TTL, then takes D; with nothing
- * in its range it reads nothing; a part with nothing to sweep never
- * reads. */
+ * sweep is not due before a tenth of the TTL, then takes D; a part with
+ * nothing to sweep never reads. */
 START_TEST(runhash_sweep_deletes_expired_runs_only)
 {
     open_all("sw2");
@@ -741,13 +740,74 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
     const char *bd = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", "runD"));
     const char *hd[] = {"HEXISTS", bd, field_of("runD", "da")};
     ck_assert_int_eq(redis_int(3, hd), 0);
-    /* nothing left in the range: no read at all (memory knows) */
-    st_runidx_begin(x);
-    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now + 12), 0);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
     st_buf_fini(&b);
     st_runidx_destroy(x);
     st_runidx_destroy(g);
+    free(ik);
+    close_all();
+}
+END_TEST
+
+/* After the events topic gained partitions (<prefix>runs:moved_since, read
+ * by the check), a run may be written from another partition in the same
+ * fields: the sweep keeps the runs scored before that time (E, 100 s old,
+ * moved 95 s ago) and deletes the others (F, 90 s old). */
+START_TEST(runhash_sweep_keeps_runs_that_may_have_moved)
+{
+    open_all("swm");
+    conf.state_ttl_s = 60;
+    char err[256];
+    const char *v = "\x01\x00\x00\x00";
+    int64_t now = (int64_t)time(NULL);
+    const char *runs[] = {"runE", "runF"};
+    int64_t ages[] = {100, 90};
+    char *ik = st_detect_index_key(&conf, 0);
+    for (int i = 0; i < 2; i++) {
+        st_runhash_put(rh, st_runidx_hash("task", runs[i]), "task", runs[i], "da", v, 4);
+        char score[32];
+        snprintf(score, sizeof(score), "%lld", (long long)(now - ages[i]));
+        char *m = st_detect_run_member("task", runs[i]);
+        const char *za[] = {"ZADD", ik, score, m};
+        redis_int(4, za);
+        free(m);
+    }
+    flush_run();
+    char mkey[128], mval[32];
+    snprintf(mkey, sizeof(mkey), "%sruns:moved_since", prefix);
+    snprintf(mval, sizeof(mval), "%lld", (long long)(now - 95));
+    const char *ms[] = {"SET", mkey, mval};
+    st_rpipe_cmd(p, NULL, NULL, 3, ms);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    struct st_runidx *x = st_runidx_new(&conf);
+    const char *const sweep[] = {"da"};
+    st_runidx_set_sweep(x, sweep, 1);
+    st_runidx_set_since(x, 0);
+    ck_assert_msg(st_runidx_check(x, p, 1, err, sizeof(err)) == 0, "%s", err);
+    st_runidx_begin(x);
+    ck_assert_int_eq(st_runidx_queue_load(x, p, 0), 1);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    st_runidx_begin(x);
+    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now), 1);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_runidx_flush(x, ck, now);
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    struct st_buf b;
+    st_buf_init(&b);
+    long long want[] = {1, 0};
+    for (int i = 0; i < 2; i++) {
+        const char *bk = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", runs[i]));
+        char key[256];
+        snprintf(key, sizeof(key), "%s", bk);
+        const char *c[] = {"HEXISTS", key, field_of(runs[i], "da")};
+        ck_assert_msg(redis_int(3, c) == want[i], "%s", runs[i]);
+    }
+    st_buf_fini(&b);
+    const char *dm[] = {"DEL", mkey};
+    redis_int(2, dm);
+    st_runidx_destroy(x);
     free(ik);
     close_all();
 }
@@ -843,6 +903,7 @@ int main(void)
     tcase_add_test(tc, runhash_checkpoints_run_twice_change_nothing);
     tcase_add_test(tc, runhash_sweep_deletes_expired_runs_only);
     tcase_add_test(tc, runhash_sweep_goes_on_past_its_limit);
+    tcase_add_test(tc, runhash_sweep_keeps_runs_that_may_have_moved);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
