@@ -303,26 +303,35 @@ static long long read_len(const char **s, const char *end)
     return n;
 }
 
-/* The hash of a member "<lt>:<task>:<lr>:<run>"; 0 when it is not one
- * (a reply from Redis: validated, and what is not ours is ignored). */
-static uint64_t member_hash(const char *s, size_t len)
+/* Splits a member "<lt>:<task>:<lr>:<run>" into new strings; -1 when it is
+ * not one. */
+static int member_split(const char *s, size_t len, char **task, char **run)
 {
     const char *end = s + len;
     long long lt = read_len(&s, end);
     if (lt < 0 || lt >= end - s || s[lt] != ':')
-        return 0;
-    const char *task = s;
+        return -1;
+    const char *t = s;
     s += lt + 1;
     long long lr = read_len(&s, end);
-    if (lr < 0 || lr != end - s)
+    if (lr < 0 || lr != end - s || memchr(t, '\0', (size_t)lt) || memchr(s, '\0', (size_t)lr))
+        return -1;
+    *task = st_malloc((size_t)lt + 1);
+    memcpy(*task, t, (size_t)lt);
+    (*task)[lt] = '\0';
+    *run = st_malloc((size_t)lr + 1);
+    memcpy(*run, s, (size_t)lr);
+    (*run)[lr] = '\0';
+    return 0;
+}
+
+/* The hash of a member "<lt>:<task>:<lr>:<run>"; 0 when it is not one
+ * (a reply from Redis: validated, and what is not ours is ignored). */
+static uint64_t member_hash(const char *s, size_t len)
+{
+    char *t, *r;
+    if (member_split(s, len, &t, &r))
         return 0;
-    if (memchr(task, '\0', (size_t)lt) || memchr(s, '\0', (size_t)lr))
-        return 0;
-    char *t = st_malloc((size_t)lt + 1), *r = st_malloc((size_t)lr + 1);
-    memcpy(t, task, (size_t)lt);
-    t[lt] = '\0';
-    memcpy(r, s, (size_t)lr);
-    r[lr] = '\0';
     uint64_t h = st_runidx_hash(t, r);
     free(t);
     free(r);
@@ -412,28 +421,6 @@ void st_runidx_set_sweep(struct st_runidx *x, const char *const *detectors, int 
 {
     x->sweep_det = detectors;
     x->nsweep_det = n;
-}
-
-/* Splits a member "<lt>:<task>:<lr>:<run>" into new strings; -1 when it is
- * not one. */
-static int member_split(const char *s, size_t len, char **task, char **run)
-{
-    const char *end = s + len;
-    long long lt = read_len(&s, end);
-    if (lt < 0 || lt >= end - s || s[lt] != ':')
-        return -1;
-    const char *t = s;
-    s += lt + 1;
-    long long lr = read_len(&s, end);
-    if (lr < 0 || lr != end - s || memchr(t, '\0', (size_t)lt) || memchr(s, '\0', (size_t)lr))
-        return -1;
-    *task = st_malloc((size_t)lt + 1);
-    memcpy(*task, t, (size_t)lt);
-    (*task)[lt] = '\0';
-    *run = st_malloc((size_t)lr + 1);
-    memcpy(*run, s, (size_t)lr);
-    (*run)[lr] = '\0';
-    return 0;
 }
 
 static int on_sweep(const redisReply *rep, void *arg)

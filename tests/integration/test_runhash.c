@@ -652,69 +652,102 @@ START_TEST(runhash_checkpoints_run_twice_change_nothing)
 }
 END_TEST
 
-/* The sweep (runidx.h) of partition 0 with state.ttl_s 60: runs A (score
- * 100 s ago), B (10 s ago) and C (100 s ago in Redis, noted just now in
- * memory: written by this batch) and D (60 s ago) each have fields da
- * and db, and A a field dz of a window this part does not keep. A loses
- * da and db, not dz; B, C and D keep theirs; every index entry stays
- * (another part may have written the run since), C's moved on; the next
- * sweep is not due before a tenth of the TTL, then takes D; a part with
- * nothing to sweep never reads. */
-START_TEST(runhash_sweep_deletes_expired_runs_only)
+/* The sweep tests' helpers: partition 0, state.ttl_s 60, the fields
+ * written through the runhash, the index entries straight into Redis. */
+static const char *const sweep_dets[] = {"da", "db", "dc"};
+
+/* run's fields of the first nf detectors, and its entry scored age s ago */
+static void seed_run(const char *run, int nf, int64_t now, int64_t age)
 {
-    open_all("sw2");
-    conf.state_ttl_s = 60;
-    char err[256];
-    const char *v = "\x01\x00\x00\x00";
-    int64_t now = (int64_t)time(NULL);
-    const char *runs[] = {"runA", "runB", "runC", "runD"};
-    int64_t ages[] = {100, 10, 100, 60};
-    char *ik = st_detect_index_key(&conf, 0);
-    for (int i = 0; i < 4; i++) {
-        st_runhash_put(rh, st_runidx_hash("task", runs[i]), "task", runs[i], "da", v, 4);
-        st_runhash_put(rh, st_runidx_hash("task", runs[i]), "task", runs[i], "db", v, 4);
-        char score[32];
-        snprintf(score, sizeof(score), "%lld", (long long)(now - ages[i]));
-        char *m = st_detect_run_member("task", runs[i]);
-        const char *za[] = {"ZADD", ik, score, m};
-        redis_int(4, za);
-        free(m);
-    }
-    st_runhash_put(rh, st_runidx_hash("task", "runA"), "task", "runA", "dz", v, 4);
+    for (int d = 0; d < nf; d++)
+        st_runhash_put(rh, st_runidx_hash("task", run), "task", run, sweep_dets[d],
+                       "\x01\x00\x00\x00", 4);
     flush_run();
+    char *ik = st_detect_index_key(&conf, 0), score[32];
+    snprintf(score, sizeof(score), "%lld", (long long)(now - age));
+    char *m = st_detect_run_member("task", run);
+    const char *za[] = {"ZADD", ik, score, m};
+    redis_int(4, za);
+    free(m);
+    free(ik);
+}
+
+/* A part's index of partition 0, loaded, trusted, sweeping the first nd
+ * detectors (0: none, like the global part) */
+static struct st_runidx *sweeper(int nd)
+{
+    char err[256];
     struct st_runidx *x = st_runidx_new(&conf);
-    struct st_runidx *g = st_runidx_new(&conf); /* the global part: no sweep */
-    const char *const sweep[] = {"da", "db", "dc"};
-    st_runidx_set_sweep(x, sweep, 3);
-    st_runidx_set_since(x, 0); /* trusted: a fresh prefix */
+    if (nd)
+        st_runidx_set_sweep(x, sweep_dets, nd);
+    st_runidx_set_since(x, 0); /* a fresh prefix */
+    ck_assert_msg(st_runidx_check(x, p, 1, err, sizeof(err)) == 0, "%s", err);
     st_runidx_begin(x);
-    st_runidx_begin(g);
     ck_assert_int_eq(st_runidx_queue_load(x, p, 0), 1);
-    ck_assert_int_eq(st_runidx_queue_load(g, p, 0), 1);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    /* C written by this batch: its entry noted now (before the flush) */
-    st_runidx_note(x, 0, "task", "runC", st_runidx_hash("task", "runC"), 1, now);
+    return x;
+}
+
+/* One batch's sweep at now: its read (returns whether one was due) and its
+ * flush's deletions, run */
+static int sweep_at(struct st_runidx *x, int64_t now)
+{
+    char err[256];
     st_runidx_begin(x);
-    ck_assert_int_eq(st_runidx_queue_sweeps(g, p, now), 0);
-    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now), 1);
+    int queued = st_runidx_queue_sweeps(x, p, now);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
     struct st_checkpoint *ck = st_checkpoint_new();
     st_runidx_flush(x, ck, now);
     ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
     st_checkpoint_destroy(ck);
+    return queued;
+}
+
+/* how many of the detectors' fields, among the first nd, run has */
+static long long fields_of(const char *run, int nd)
+{
     struct st_buf b;
     st_buf_init(&b);
+    char key[256];
+    snprintf(key, sizeof(key), "%s",
+             st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", run)));
+    st_buf_fini(&b);
+    long long n = 0;
+    for (int d = 0; d < nd; d++) {
+        const char *c[] = {"HEXISTS", key, field_of(run, sweep_dets[d])};
+        n += redis_int(3, c);
+    }
+    return n;
+}
+
+/* The sweep (runidx.h) with state.ttl_s 60: runs A (score 100 s ago), B
+ * (10 s ago), C (100 s ago in Redis, noted just now in memory: written by
+ * this batch) and D (60 s ago) each have fields da and db, and A a field
+ * dc of a window this part does not keep. A loses da and db, not dc; B, C
+ * and D keep theirs; every index entry stays (another part may have
+ * written the run since), C's moved on; the next sweep is not due before
+ * a tenth of the TTL, then takes D; a part with nothing to sweep never
+ * reads. */
+START_TEST(runhash_sweep_deletes_expired_runs_only)
+{
+    open_all("sw2");
+    conf.state_ttl_s = 60;
+    char err[256];
+    int64_t now = (int64_t)time(NULL);
+    const char *runs[] = {"runA", "runB", "runC", "runD"};
+    int64_t ages[] = {100, 10, 100, 60};
+    for (int i = 0; i < 4; i++)
+        seed_run(runs[i], i ? 2 : 3, now, ages[i]);
+    struct st_runidx *x = sweeper(2), *g = sweeper(0);
+    /* C written by this batch: its entry noted now (before the flush) */
+    st_runidx_note(x, 0, "task", "runC", st_runidx_hash("task", "runC"), 1, now);
+    st_runidx_begin(g);
+    ck_assert_int_eq(st_runidx_queue_sweeps(g, p, now), 0);
+    ck_assert_int_eq(sweep_at(x, now), 1);
     long long want[] = {0, 2, 2, 2};
+    char *ik = st_detect_index_key(&conf, 0);
     for (int i = 0; i < 4; i++) {
-        const char *bk = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", runs[i]));
-        char key[256];
-        snprintf(key, sizeof(key), "%s", bk);
-        long long n = 0;
-        for (int d = 0; d < 2; d++) {
-            const char *c[] = {"HEXISTS", key, field_of(runs[i], sweep[d])};
-            n += redis_int(3, c);
-        }
-        ck_assert_msg(n == want[i], "%s: %lld fields", runs[i], n);
+        ck_assert_msg(fields_of(runs[i], 2) == want[i], "%s", runs[i]);
         char *m = st_detect_run_member("task", runs[i]);
         const char *zs[] = {"ZSCORE", ik, m};
         st_rpipe_cmd(p, on_str, NULL, 3, zs);
@@ -724,24 +757,13 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
         if (i == 2)
             ck_assert_int_eq(strtoll(str_reply.data, NULL, 10), now);
     }
-    const char *bz = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", "runA"));
-    const char *hz[] = {"HEXISTS", bz, field_of("runA", "dz")};
-    ck_assert_int_eq(redis_int(3, hz), 1);
+    ck_assert_int_eq(fields_of("runA", 3), 1); /* dc */
     /* not due again before a tenth of the TTL, though D (60 s old, kept:
      * the TTL is not past) is past it a second later; then D goes */
-    st_runidx_begin(x);
-    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now + 1), 0);
-    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now + 6), 1);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    ck = st_checkpoint_new();
-    st_runidx_flush(x, ck, now + 6);
-    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
-    st_checkpoint_destroy(ck);
-    const char *bd = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", "runD"));
-    const char *hd[] = {"HEXISTS", bd, field_of("runD", "da")};
-    ck_assert_int_eq(redis_int(3, hd), 0);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    st_buf_fini(&b);
+    ck_assert_int_eq(sweep_at(x, now + 1), 0);
+    ck_assert_int_eq(fields_of("runD", 2), 2);
+    ck_assert_int_eq(sweep_at(x, now + 6), 1);
+    ck_assert_int_eq(fields_of("runD", 2), 0);
     st_runidx_destroy(x);
     st_runidx_destroy(g);
     free(ik);
@@ -757,58 +779,21 @@ START_TEST(runhash_sweep_keeps_runs_that_may_have_moved)
 {
     open_all("swm");
     conf.state_ttl_s = 60;
-    char err[256];
-    const char *v = "\x01\x00\x00\x00";
     int64_t now = (int64_t)time(NULL);
-    const char *runs[] = {"runE", "runF"};
-    int64_t ages[] = {100, 90};
-    char *ik = st_detect_index_key(&conf, 0);
-    for (int i = 0; i < 2; i++) {
-        st_runhash_put(rh, st_runidx_hash("task", runs[i]), "task", runs[i], "da", v, 4);
-        char score[32];
-        snprintf(score, sizeof(score), "%lld", (long long)(now - ages[i]));
-        char *m = st_detect_run_member("task", runs[i]);
-        const char *za[] = {"ZADD", ik, score, m};
-        redis_int(4, za);
-        free(m);
-    }
-    flush_run();
+    seed_run("runE", 1, now, 100);
+    seed_run("runF", 1, now, 90);
     char mkey[128], mval[32];
     snprintf(mkey, sizeof(mkey), "%sruns:moved_since", prefix);
     snprintf(mval, sizeof(mval), "%lld", (long long)(now - 95));
     const char *ms[] = {"SET", mkey, mval};
-    st_rpipe_cmd(p, NULL, NULL, 3, ms);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    struct st_runidx *x = st_runidx_new(&conf);
-    const char *const sweep[] = {"da"};
-    st_runidx_set_sweep(x, sweep, 1);
-    st_runidx_set_since(x, 0);
-    ck_assert_msg(st_runidx_check(x, p, 1, err, sizeof(err)) == 0, "%s", err);
-    st_runidx_begin(x);
-    ck_assert_int_eq(st_runidx_queue_load(x, p, 0), 1);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    st_runidx_begin(x);
-    ck_assert_int_eq(st_runidx_queue_sweeps(x, p, now), 1);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    struct st_checkpoint *ck = st_checkpoint_new();
-    st_runidx_flush(x, ck, now);
-    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
-    st_checkpoint_destroy(ck);
-    struct st_buf b;
-    st_buf_init(&b);
-    long long want[] = {1, 0};
-    for (int i = 0; i < 2; i++) {
-        const char *bk = st_detect_run_bucket_key_buf(&b, &conf, st_runidx_hash("task", runs[i]));
-        char key[256];
-        snprintf(key, sizeof(key), "%s", bk);
-        const char *c[] = {"HEXISTS", key, field_of(runs[i], "da")};
-        ck_assert_msg(redis_int(3, c) == want[i], "%s", runs[i]);
-    }
-    st_buf_fini(&b);
+    redis_int(3, ms);
+    struct st_runidx *x = sweeper(1);
+    ck_assert_int_eq(sweep_at(x, now), 1);
+    ck_assert_int_eq(fields_of("runE", 1), 1);
+    ck_assert_int_eq(fields_of("runF", 1), 0);
     const char *dm[] = {"DEL", mkey};
     redis_int(2, dm);
     st_runidx_destroy(x);
-    free(ik);
     close_all();
 }
 END_TEST
@@ -823,8 +808,6 @@ START_TEST(runhash_sweep_goes_on_past_its_limit)
 {
     open_all("swl");
     conf.state_ttl_s = 60;
-    char err[256];
-    const char *v = "\x01\x00\x00\x00";
     int64_t now = (int64_t)time(NULL);
     enum { N = 20001 };
     static char names_[N][16];
@@ -837,31 +820,18 @@ START_TEST(runhash_sweep_goes_on_past_its_limit)
     za[1] = ik;
     for (int i = 0; i < N; i++) {
         snprintf(names_[i], sizeof(names_[i]), "m%d", i);
-        st_runhash_put(rh, st_runidx_hash("task", names_[i]), "task", names_[i], "da", v, 4);
+        st_runhash_put(rh, st_runidx_hash("task", names_[i]), "task", names_[i], "da",
+                       "\x01\x00\x00\x00", 4);
         members[i] = st_detect_run_member("task", names_[i]);
         za[2 + 2 * i] = score;
         za[3 + 2 * i] = members[i];
     }
     flush_run();
-    redis_int(2 + 2 * N, za);
-    struct st_runidx *x = st_runidx_new(&conf);
-    const char *const sweep[] = {"da"};
-    st_runidx_set_sweep(x, sweep, 1);
-    st_runidx_set_since(x, 0);
-    st_runidx_begin(x);
-    ck_assert_int_eq(st_runidx_queue_load(x, p, 0), 1);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    redis_int(2 + 2 * N, za); /* one command: seed_run's one per run is slow here */
+    struct st_runidx *x = sweeper(1);
     int sweeps = 0;
-    for (; sweeps < 3; sweeps++) {
-        st_runidx_begin(x);
-        if (!st_runidx_queue_sweeps(x, p, now))
-            break;
-        ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-        struct st_checkpoint *ck = st_checkpoint_new();
-        st_runidx_flush(x, ck, now);
-        ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
-        st_checkpoint_destroy(ck);
-    }
+    while (sweeps < 3 && sweep_at(x, now))
+        sweeps++;
     long long left = 0;
     for (uint64_t k = 0; k < ST_DETECT_RUN_BUCKETS; k++) {
         struct st_buf b;

@@ -472,6 +472,11 @@ START_TEST(state_partitions_added_reads_runs_that_moved)
                     w.name, w.name);
     ck_assert_msg(strncmp(out, "2\n", 2) == 0 && atol(out + 2) > 0, "%s", out);
     free(out);
+    /* and when runs may have moved from: the sweep keeps those scored
+     * before it (runidx.c) */
+    out = world_shf("redis-cli -u \"$SANDTRAIL_REDIS_URL\" get '%s:runs:moved_since'", w.name);
+    ck_assert_msg(atol(out) > t / 1000, "moved_since %s", out);
+    free(out);
 
     produce_runs(&clean, "old", 20, 0, 12, t);
     produce_runs(&clean, "new", 20, 0, 3, t);
