@@ -286,10 +286,53 @@ int st_json_bytes_ok(const unsigned char *s, size_t n)
     return 1;
 }
 
+/* The bytes of w (8 bytes of text, in memory order) that a plain
+ * string cannot hold as they are: a quote, a backslash, a control byte
+ * (< 0x20) or one of a multi-byte UTF-8 sequence (>= 0x80), each marked
+ * by its high bit. 0 when there is none. The least significant mark is
+ * exact (on a little-endian machine, the first such byte); a borrow may
+ * mark more significant bytes, never less. The caller checks the byte it
+ * stops at, so a mark that is not exact only costs the general path. */
+static uint64_t plain_stop(uint64_t w)
+{
+    const uint64_t lo = 0x0101010101010101u, hi = 0x8080808080808080u;
+    uint64_t q = w ^ (lo * '"'), b = w ^ (lo * '\\');
+    return (((w - lo * 0x20) & ~w) | ((q - lo) & ~q) | ((b - lo) & ~b) | w) & hi;
+}
+
 /* j->p at the opening quote; returns the decoded string (jp_mem). */
 static char *jp_string(struct jp *j)
 {
     const unsigned char *s = ++j->p;
+    /* the common case first, in one pass: printable ASCII up to the
+     * closing quote (8 bytes at a time, then byte by byte); anything else
+     * (an escape, UTF-8, a control byte, no end) takes the general path
+     * below, from the start */
+    const unsigned char *t = s;
+    while (j->end - t >= 8) {
+        uint64_t w, stop;
+        memcpy(&w, t, 8);
+        if ((stop = plain_stop(w)) != 0) {
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            t += __builtin_clzll(stop) / 8; /* the first such byte */
+#else
+            t += __builtin_ctzll(stop) / 8;
+#endif
+            break;
+        }
+        t += 8;
+    }
+    if (j->end - t < 8)
+        while (t < j->end && *t >= 0x20 && *t < 0x80 && *t != '"' && *t != '\\')
+            t++;
+    if (t < j->end && *t == '"') {
+        size_t n = (size_t)(t - s);
+        char *out = jp_mem(j, n + 1);
+        memcpy(out, s, n);
+        out[n] = '\0';
+        j->p = t + 1;
+        return out;
+    }
     const unsigned char *q = memchr(s, '"', (size_t)(j->end - s));
     const unsigned char *bs = q ? memchr(s, '\\', (size_t)(q - s)) : NULL;
     if (q && !bs) {

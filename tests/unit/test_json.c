@@ -68,6 +68,46 @@ START_TEST(json_builds_the_tree_cjson_builds)
 }
 END_TEST
 
+/* Each byte a string may not hold as it is, and each it may, at every
+ * place of strings of 1 to 20 bytes: the plain strings' fast scan (8 bytes
+ * at a time) must stop at every one of them, whatever its place in a word,
+ * and give the tree cJSON gives, or refuse what RFC 8259 refuses. */
+START_TEST(json_strings_special_bytes_anywhere)
+{
+    static const struct {
+        const char *bytes; /* inserted as they are in the JSON text */
+        int ok;            /* 1: a valid string */
+    } ins[] = {
+        {"\\\"", 1}, {"\\\\", 1}, {"\\n", 1}, {"\\u00e9", 1}, {"\\ud83d\\udd12", 1},
+        {"\xC3\xA9", 1}, {"\xF0\x9F\x94\x92", 1}, {"\x7F", 1}, {" ", 1}, {"~", 1},
+        {"\x01", 0}, {"\x1F", 0}, {"\t", 0}, {"\xC3", 0}, {"\xFF", 0}, {"\x80", 0},
+        {"\\x", 0}, {"\\q", 0},
+    };
+    char text[192];
+    struct st_reject rej;
+    for (size_t k = 0; k < sizeof(ins) / sizeof(ins[0]); k++)
+        for (int len = 1; len <= 20; len++)
+            for (int at = 0; at < len; at++) {
+                char str[64];
+                int n = 0;
+                for (int i = 0; i < len; i++) {
+                    if (i == at)
+                        n += snprintf(str + n, sizeof(str) - (size_t)n, "%s", ins[k].bytes);
+                    else
+                        str[n++] = (char)('a' + i % 26);
+                }
+                str[n] = '\0';
+                snprintf(text, sizeof(text), "{\"k%s\":\"%s\",\"z\":1}", str, str);
+                if (ins[k].ok) {
+                    ck_assert_msg(same_as_cjson(text, &rej), "refused %s: %s", text, rej.msg);
+                } else {
+                    cJSON *doc = st_json_parse(text, strlen(text), &rej);
+                    ck_assert_msg(doc == NULL, "took %s", text);
+                }
+            }
+}
+END_TEST
+
 START_TEST(json_valueint_is_clamped_like_cjson)
 {
     struct st_reject rej;
@@ -186,6 +226,7 @@ int main(void)
     Suite *s = suite_create("json");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, json_builds_the_tree_cjson_builds);
+    tcase_add_test(tc, json_strings_special_bytes_anywhere);
     tcase_add_test(tc, json_valueint_is_clamped_like_cjson);
     tcase_add_test(tc, json_refuses_what_rfc8259_refuses);
     tcase_add_test(tc, json_refusals_name_the_first_fault);
