@@ -855,7 +855,7 @@ static void memo_add(struct st_runwin *w, const struct st_event *ev, struct run 
 void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
                         const struct st_event *ev)
 {
-    uint64_t h = st_runidx_hash(ev->task_id, ev->run_id);
+    uint64_t h = st_event_run_hash(ev);
     struct run *r = run_find(w, ev->task_id, ev->run_id, h);
     if (r && (r->state == RUN_READY || r->queued_gen == w->gen)) {
         memo_add(w, ev, r);
@@ -956,7 +956,7 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
         r = w->cur;
         if (!r || strcmp(r->run_id, ev->run_id) || strcmp(r->task_id, ev->task_id))
             r = run_find(w, ev->task_id, ev->run_id,
-                         st_runidx_hash(ev->task_id, ev->run_id));
+                         st_event_run_hash(ev));
     }
     if (!r || r->state != RUN_READY)
         st_fatal("%s: fed a run that was not prefetched", w->name);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "arena.h"
+#include "buf.h"
 #include "event.h"
 #include "log.h"
 #include "redact.h"
@@ -368,6 +369,7 @@ int st_event_parse(struct st_event *ev, const char *buf, size_t len,
     }
     ev->may_mark = holds(buf, len, ST_REDACT_MARKER_OPEN, strlen(ST_REDACT_MARKER_OPEN)) ||
                    holds(buf, len, "\\u", 2);
+    ev->run_hash = st_hash_pair(ev->task_id, ev->run_id);
     return 0;
 }
 
@@ -424,4 +426,9 @@ const char *st_event_target(const struct st_event *ev)
         break;
     }
     return s ? s : "";
+}
+
+uint64_t st_event_run_hash(const struct st_event *ev)
+{
+    return ev->run_hash ? ev->run_hash : st_hash_pair(ev->task_id, ev->run_id);
 }

@@ -67,6 +67,9 @@ struct st_event {
      * of it holds a marker (redact.h), and a detector looking for markers
      * need not walk it. 1 otherwise, and for an event made from a tree. */
     int may_mark;
+    /* st_hash_pair(task_id, run_id), set by st_event_parse while the ids
+     * are in cache (0: not set; st_event_run_hash computes it) */
+    uint64_t run_hash;
 };
 
 /* Parses and validates one event from buf[0..len) (one NDJSON line, without
@@ -123,5 +126,9 @@ const char *st_decision_name(enum st_decision d);
  * proxy request's host, an exec's command, a file's path, a broker event's
  * audience or requested scope. Never NULL (may be ""). */
 const char *st_event_target(const struct st_event *ev);
+
+/* st_hash_pair(ev->task_id, ev->run_id): the key of the run's state in the
+ * analyzer's tables, computed once per parse. */
+uint64_t st_event_run_hash(const struct st_event *ev);
 
 #endif
