@@ -36,6 +36,11 @@ void *st_arena_alloc(struct st_arena *a, size_t n);
  * walk of its blocks: one for most events). Accepts NULL (0). */
 size_t st_arena_bytes(const struct st_arena *a);
 
+/* Blocks a thread keeps for its next arenas, and blocks moved at a time
+ * between a thread and the shared pool (arena.c says why these sizes). */
+#define ST_ARENA_CACHE_BLOCKS 8192
+#define ST_ARENA_MOVE_BLOCKS 512
+
 /* Blocks in the shared pool now (for tests). */
 size_t st_arena_pooled(void);
 

@@ -1,6 +1,6 @@
 /* test_arena.c: the blocks of arenas made on one thread and destroyed on
- * another come back to the first through the shared pool (arena.h), 256 at
- * a time, instead of going to free on one side and coming from malloc on
+ * another come back to the first through the shared pool (arena.h),
+ * ST_ARENA_MOVE_BLOCKS at a time, instead of going to free on one side and coming from malloc on
  * the other. */
 #include <check.h>
 #include <pthread.h>
@@ -9,7 +9,11 @@
 
 #include "arena.h"
 
-#define N 3000
+#define CACHE ST_ARENA_CACHE_BLOCKS
+#define MOVE ST_ARENA_MOVE_BLOCKS
+/* past the destroying thread's cache, four moves to the pool and half of
+ * a fifth */
+#define N (CACHE + 3 * MOVE + MOVE / 2)
 
 static struct st_arena *made[N];
 
@@ -32,22 +36,23 @@ START_TEST(arena_blocks_cross_threads_through_the_pool)
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, destroy_all, NULL), 0);
     ck_assert_int_eq(pthread_join(t, NULL), 0);
-    /* the destroying thread's cache holds 2,048; past that it gave 256 at a
-     * time to the pool: at the 2,049th, 2,305th, 2,561st and 2,817th */
-    ck_assert_uint_eq(st_arena_pooled(), 4 * 256);
-    /* this thread's cache is empty: it takes 256 from the pool */
+    /* the destroying thread's cache holds CACHE; past that it gave MOVE at
+     * a time to the pool: at the CACHE+1st, +MOVE+1st, +2 MOVE+1st and
+     * +3 MOVE+1st */
+    ck_assert_uint_eq(st_arena_pooled(), 4 * MOVE);
+    /* this thread's cache is empty: it takes MOVE from the pool */
     struct st_arena *a = st_arena_new(100);
-    ck_assert_uint_eq(st_arena_pooled(), 3 * 256);
+    ck_assert_uint_eq(st_arena_pooled(), 3 * MOVE);
     int found = 0;
     for (int i = 0; i < N && !found; i++)
         found = (void *)made[i] == (void *)a;
     ck_assert_msg(found, "the new arena is not in a block the other thread freed");
-    /* and the next 255 come from this thread's cache, not the pool */
-    struct st_arena *more[255];
-    for (int i = 0; i < 255; i++)
+    /* and the next MOVE - 1 come from this thread's cache, not the pool */
+    static struct st_arena *more[MOVE - 1];
+    for (int i = 0; i < MOVE - 1; i++)
         more[i] = st_arena_new(100);
-    ck_assert_uint_eq(st_arena_pooled(), 3 * 256);
-    for (int i = 0; i < 255; i++)
+    ck_assert_uint_eq(st_arena_pooled(), 3 * MOVE);
+    for (int i = 0; i < MOVE - 1; i++)
         st_arena_destroy(more[i]);
     st_arena_destroy(a);
 }
