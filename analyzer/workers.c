@@ -16,7 +16,7 @@
 #define MAX_DETECTORS 16
 #define MAX_WORKERS 64
 
-enum job { JOB_NONE, JOB_PREFETCH, JOB_FEED, JOB_PARSE, JOB_QUIT };
+enum job { JOB_NONE, JOB_PREFETCH, JOB_FEED, JOB_PARSE, JOB_END_BATCH, JOB_AFTER_COMMIT, JOB_QUIT };
 
 /* One worker's share (index < K) or the global part (index == K). Written
  * by its thread only between a hand-off and its answer; by the main thread
@@ -62,6 +62,11 @@ struct st_workers {
     uint64_t seq;
     uint64_t pending_from; /* ctx->pending_from of its end_batch */
     int write; /* a checkpoint to write into: end_batch writes */
+    /* between batches (st_workers_end_batch, st_workers_after_commit):
+     * the checkpoint's number, the next one's, and whether the trims held
+     * back go too */
+    uint64_t job_seq, job_dirty_seq;
+    int job_all;
     /* the batch being parsed (st_workers_parse), the same way */
     rd_kafka_message_t *const *pmsgs;
     size_t npmsgs;
@@ -229,6 +234,44 @@ static void part_feed(struct part *p)
     p->cpu_us += thread_cpu_us() - cpu0;
 }
 
+/* Writes every change of the part's detectors no checkpoint carried yet
+ * into its own checkpoint part (JOB_END_BATCH), which st_workers_end_batch
+ * joins after: between batches p->ckpt is empty (st_workers_detect took
+ * it). */
+static void part_flush(struct part *p)
+{
+    struct st_workers *w = p->w;
+    struct st_detect_ctx ctx = part_ctx(p, p->ckpt);
+    int64_t cpu0 = thread_cpu_us();
+
+    ctx.seq = w->job_seq;
+    ctx.pending_from = 0; /* everything pending */
+    if (w->job_all)
+        ctx.hold_trims = 0;
+    part_end_batch(p, &ctx, p->ckpt);
+    p->cpu_us += thread_cpu_us() - cpu0;
+}
+
+/* The part's trims and evictions once checkpoint w->job_seq is committed
+ * (JOB_AFTER_COMMIT). */
+static void part_after_commit(struct part *p)
+{
+    struct st_workers *w = p->w;
+    struct st_detect_ctx ctx = part_ctx(p, NULL);
+    int64_t cpu0 = thread_cpu_us();
+
+    ctx.findings = NULL;
+    ctx.seq = w->job_seq;
+    ctx.dirty_seq = w->job_dirty_seq;
+    for (int d = 0; st_detectors[d]; d++)
+        if (is_mine(p, st_detectors[d]) && st_detectors[d]->after_commit)
+            st_detectors[d]->after_commit(p->det[d], &ctx);
+    if (p->global)
+        st_registry_after_commit(w->wc.registry, &ctx);
+    st_runidx_committed(p->runidx, p->redis, w->job_seq);
+    p->cpu_us += thread_cpu_us() - cpu0;
+}
+
 /* Parses the messages of the part's partitions (JOB_PARSE). Each out[i]
  * is written by one thread only; the caller reads them after the
  * hand-off's answer. */
@@ -271,6 +314,10 @@ static void *worker_main(void *arg)
             part_feed(p);
         else if (job == JOB_PARSE)
             part_parse(p);
+        else if (job == JOB_END_BATCH)
+            part_flush(p);
+        else if (job == JOB_AFTER_COMMIT)
+            part_after_commit(p);
         pthread_mutex_lock(&w->mu);
         w->ndone++;
         pthread_cond_signal(&w->done);
@@ -301,11 +348,14 @@ static void await(struct st_workers *w, int64_t *wait_us)
     *wait_us += st_time_mono_us() - t0;
 }
 
-/* Runs job on every part: workers 1 .. K-1 on their threads, worker 0
- * and then the global part here meanwhile. */
+/* Runs job (not JOB_PARSE) on every part: workers 1 .. K-1 on their
+ * threads, worker 0 and then the global part here meanwhile. */
 static void run_job(struct st_workers *w, enum job job, int64_t *wait_us)
 {
-    void (*fn)(struct part *) = job == JOB_PREFETCH ? part_prefetch : part_feed;
+    void (*fn)(struct part *) = job == JOB_PREFETCH    ? part_prefetch
+                                : job == JOB_FEED      ? part_feed
+                                : job == JOB_END_BATCH ? part_flush
+                                                       : part_after_commit;
     if (w->nthreads)
         post(w, job);
     fn(&w->parts[0]);
@@ -527,32 +577,22 @@ int st_workers_detect(struct st_workers *w, const struct st_reorder_item *rel, s
 void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq,
                           int all)
 {
-    for (int i = 0; i <= w->k; i++) {
-        struct part *p = &w->parts[i];
-        struct st_detect_ctx ctx = part_ctx(p, ckpt);
-        ctx.seq = seq;
-        ctx.pending_from = 0; /* everything pending */
-        if (all)
-            ctx.hold_trims = 0;
-        part_end_batch(p, &ctx, ckpt);
-    }
+    int64_t wait_us = 0;
+    w->job_seq = seq;
+    w->job_all = all;
+    run_job(w, JOB_END_BATCH, &wait_us);
+    /* the order of st_workers_detect's join: the same commands whatever
+     * the threads' timing */
+    for (int i = 0; i <= w->k; i++)
+        st_checkpoint_take(ckpt, w->parts[i].ckpt);
 }
 
 void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_seq)
 {
-    for (int i = 0; i <= w->k; i++) {
-        struct part *p = &w->parts[i];
-        struct st_detect_ctx ctx = part_ctx(p, NULL);
-        ctx.findings = NULL;
-        ctx.seq = seq;
-        ctx.dirty_seq = dirty_seq;
-        for (int d = 0; st_detectors[d]; d++)
-            if (is_mine(p, st_detectors[d]) && st_detectors[d]->after_commit)
-                st_detectors[d]->after_commit(p->det[d], &ctx);
-        if (p->global)
-            st_registry_after_commit(w->wc.registry, &ctx);
-        st_runidx_committed(p->runidx, p->redis, seq);
-    }
+    int64_t wait_us = 0;
+    w->job_seq = seq;
+    w->job_dirty_seq = dirty_seq;
+    run_job(w, JOB_AFTER_COMMIT, &wait_us);
 }
 
 void st_workers_set_partitions(struct st_workers *w, int32_t n)

@@ -35,8 +35,10 @@
  * denial stream a seventh of the detection CPU, so a main thread that only
  * waited for K threads would leave a core idle). Workers 1 .. K-1 are
  * threads started by st_workers_new; they run only inside
- * st_workers_detect and st_workers_parse (the batch's parse, split the
- * same way: see there) and are parked (waiting on a condition variable) at
+ * st_workers_detect, st_workers_parse (the batch's parse, split the
+ * same way: see there), st_workers_end_batch and st_workers_after_commit
+ * (each part's own checkpoint part, trims and evictions, between batches)
+ * and are parked (waiting on a condition variable) at
  * every other time, so the other calls use their instances with no lock,
  * and what one side wrote is seen by the other through the hand-off's
  * mutex. With K == 1 there is no thread: the single-threaded analyzer. No
@@ -124,12 +126,14 @@ void st_workers_parse(struct st_workers *w, rd_kafka_message_t *const *msgs, siz
 /* The same operations for every instance and the registry (detect.h),
  * workers parked: */
 void st_workers_reset(struct st_workers *w); /* reset_batch */
-/* end_batch between batches (no feed): every change pending into ckpt;
+/* end_batch between batches (no feed), each part on its own thread:
+ * every change pending into ckpt, the parts joined in st_workers_detect's
+ * order;
  * all: the trims too, even those held while few (ctx->hold_trims: before
  * a revoke forgets the state, and at a stop) */
 void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint64_t seq,
                           int all);
-/* after_commit: every checkpoint up to seq ran and Kafka took the offsets
+/* after_commit, each part on its own thread: every checkpoint up to seq ran and Kafka took the offsets
  * up to it; the trims' deletions wait for the checkpoint of batch
  * dirty_seq (the next one detected) */
 void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_seq);
