@@ -26,6 +26,7 @@ struct st_checkpoint {
     size_t nsegs, capsegs;
     size_t *offs, *lens; /* where each command starts in its segment's bytes, and its length */
     size_t n, cap;
+    size_t args_left; /* of the command st_checkpoint_begin opened */
 };
 
 struct st_checkpoint *st_checkpoint_new(void)
@@ -92,6 +93,34 @@ void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv
     struct st_buf *b = &(c->nsegs ? &c->segs[c->nsegs - 1] : seg_open(c))->bytes;
     c->offs[c->n] = b->len;
     c->lens[c->n] = st_rpipe_format_buf_lens(b, argc, argv, argvlen);
+    c->n++;
+}
+
+void st_checkpoint_begin(struct st_checkpoint *c, size_t argc)
+{
+    if (c->args_left)
+        st_fatal("checkpoint: a command begun with %zu arguments missing", c->args_left);
+    cmds_reserve(c, 1);
+    struct st_buf *b = &(c->nsegs ? &c->segs[c->nsegs - 1] : seg_open(c))->bytes;
+    c->offs[c->n] = b->len;
+    c->args_left = argc;
+    st_rpipe_format_head(b, argc);
+}
+
+void st_checkpoint_arg(struct st_checkpoint *c, const char *a, size_t alen, const char *a2,
+                       size_t alen2)
+{
+    if (!c->args_left)
+        st_fatal("checkpoint: an argument past the command's count");
+    c->args_left--;
+    st_rpipe_format_arg(&c->segs[c->nsegs - 1].bytes, a, alen, a2, alen2);
+}
+
+void st_checkpoint_end(struct st_checkpoint *c)
+{
+    if (c->args_left)
+        st_fatal("checkpoint: a command ended with %zu arguments missing", c->args_left);
+    c->lens[c->n] = c->segs[c->nsegs - 1].bytes.len - c->offs[c->n];
     c->n++;
 }
 

@@ -91,13 +91,11 @@ const char *st_detect_run_bucket_key_buf(struct st_buf *b, const struct st_analy
     return b->data;
 }
 
-const char *st_detect_run_field_buf(struct st_buf *b, const char *task_id, const char *run_id,
-                                    const char *detector)
+void st_detect_run_field_prefix_add(struct st_buf *b, const char *task_id, const char *run_id)
 {
-    size_t lt = strlen(task_id), lr = strlen(run_id), ld = strlen(detector);
-    st_buf_reset(b);
-    st_buf_reserve(b, lt + lr + ld + 2 * 24 + 4);
-    char *o = b->data;
+    size_t lt = strlen(task_id), lr = strlen(run_id);
+    st_buf_reserve(b, lt + lr + 2 * 24 + 3);
+    char *o = b->data + b->len;
     o = put_size(o, lt);
     *o++ = ':';
     o = put(o, task_id, lt);
@@ -106,9 +104,16 @@ const char *st_detect_run_field_buf(struct st_buf *b, const char *task_id, const
     *o++ = ':';
     o = put(o, run_id, lr);
     *o++ = ':';
-    o = put(o, detector, ld);
     *o = '\0';
     b->len = (size_t)(o - b->data);
+}
+
+const char *st_detect_run_field_buf(struct st_buf *b, const char *task_id, const char *run_id,
+                                    const char *detector)
+{
+    st_buf_reset(b);
+    st_detect_run_field_prefix_add(b, task_id, run_id);
+    st_buf_adds(b, detector);
     return b->data;
 }
 

@@ -290,7 +290,10 @@ const char *st_detect_run_bucket_key_buf(struct st_buf *b, const struct st_analy
                                          uint64_t hash);
 
 /* The field of a detector's small state of a run in its bucket,
- * "<len>:<task>:<len>:<run>:<detector>", written into b. */
+ * "<len>:<task>:<len>:<run>:<detector>", written into b; the run's part,
+ * "<len>:<task>:<len>:<run>:", which every detector's field of the run
+ * starts with, appended to b (runhash.c builds it once per run). */
+void st_detect_run_field_prefix_add(struct st_buf *b, const char *task_id, const char *run_id);
 const char *st_detect_run_field_buf(struct st_buf *b, const char *task_id, const char *run_id,
                                     const char *detector);
 

@@ -173,6 +173,31 @@ size_t st_rpipe_format_buf_lens(struct st_buf *b, int argc, const char **argv,
     return at;
 }
 
+void st_rpipe_format_head(struct st_buf *b, size_t argc)
+{
+    st_buf_reserve(b, 24 + 3);
+    b->len += resp_head(b->data + b->len, '*', argc);
+    b->data[b->len] = '\0';
+}
+
+void st_rpipe_format_arg(struct st_buf *b, const char *a, size_t alen, const char *a2,
+                         size_t alen2)
+{
+    st_buf_reserve(b, 24 + 3 + alen + alen2 + 2);
+    char *out = b->data + b->len;
+    size_t at = resp_head(out, '$', alen + alen2);
+    memcpy(out + at, a, alen);
+    at += alen;
+    if (alen2) {
+        memcpy(out + at, a2, alen2);
+        at += alen2;
+    }
+    out[at++] = '\r';
+    out[at++] = '\n';
+    out[at] = '\0';
+    b->len += at;
+}
+
 size_t st_rpipe_format(int argc, const char **argv, char **cmd)
 {
     struct st_buf b;

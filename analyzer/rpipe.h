@@ -59,6 +59,14 @@ size_t st_rpipe_format_buf(struct st_buf *b, int argc, const char **argv);
 size_t st_rpipe_format_buf_lens(struct st_buf *b, int argc, const char **argv,
                                 const size_t *argvlen);
 
+/* The same form built argument by argument, with no argv gathered first:
+ * st_rpipe_format_head with the number of arguments, then that many
+ * st_rpipe_format_arg, each one argument made of a[0 .. alen) followed by
+ * a2[0 .. alen2) (alen2 0: a alone). b stays NUL-terminated. */
+void st_rpipe_format_head(struct st_buf *b, size_t argc);
+void st_rpipe_format_arg(struct st_buf *b, const char *a, size_t alen, const char *a2,
+                         size_t alen2);
+
 /* Queues a command already in the protocol's form (checkpoint.h), with no
  * callback. Not copied: cmd stays the caller's and must live until the
  * next st_rpipe_exec or st_rpipe_discard returns. */

@@ -10,10 +10,10 @@
 
 struct entry {
     const char *field; /* the detector */
+    size_t flen;       /* strlen(field) */
     size_t off, len;   /* the value in h->vals */
     int del;
     size_t next;       /* the run's next entry; 0: none (entries start at 1) */
-    size_t foff;       /* at flush: its field of the bucket in h->fields */
 };
 
 struct group {
@@ -21,6 +21,7 @@ struct group {
     const char *task, *run;
     size_t first, last; /* entries */
     size_t slot;        /* its place in h->slot */
+    size_t poff, plen;  /* at flush: its fields' common prefix in h->fields */
 };
 
 struct st_runhash {
@@ -31,12 +32,9 @@ struct st_runhash {
     size_t ng, capg;
     size_t *slot;    /* open addressing: group index + 1; 0 empty */
     size_t nslot;    /* a power of two, at least 2 x ng */
-    struct st_buf vals, key, fields, field;
+    struct st_buf vals, key, fields;
     size_t *order; /* at flush: the runs by bucket */
     size_t caporder;
-    const char **argv;
-    size_t *argvlen;
-    size_t capargv;
     char ttl[ST_I64_LEN];
 };
 
@@ -48,7 +46,6 @@ struct st_runhash *st_runhash_new(const struct st_analyzer_conf *conf)
     st_buf_init(&h->vals);
     st_buf_init(&h->key);
     st_buf_init(&h->fields);
-    st_buf_init(&h->field);
     st_fmt_i64(h->ttl, conf->state_ttl_s);
     return h;
 }
@@ -60,13 +57,10 @@ void st_runhash_destroy(struct st_runhash *h)
     free(h->e);
     free(h->g);
     free(h->slot);
-    free(h->argv);
-    free(h->argvlen);
     free(h->order);
     st_buf_fini(&h->vals);
     st_buf_fini(&h->key);
     st_buf_fini(&h->fields);
-    st_buf_fini(&h->field);
     free(h);
 }
 
@@ -107,7 +101,7 @@ static struct group *group_of(struct st_runhash *h, uint64_t hash, const char *t
     }
     h->slot[s] = h->ng + 1;
     struct group *g = &h->g[h->ng++];
-    *g = (struct group){hash, task, run, 0, 0, s};
+    *g = (struct group){hash, task, run, 0, 0, s, 0, 0};
     return g;
 }
 
@@ -120,7 +114,7 @@ void st_runhash_put(struct st_runhash *h, uint64_t hash, const char *task, const
         h->e = st_realloc(h->e, h->cape * sizeof(*h->e));
     }
     size_t i = h->ne++;
-    h->e[i] = (struct entry){field, h->vals.len, data ? len : 0, data == NULL, 0, 0};
+    h->e[i] = (struct entry){field, strlen(field), h->vals.len, data ? len : 0, data == NULL, 0};
     if (data)
         st_buf_add(&h->vals, data, len);
     if (g->last)
@@ -130,36 +124,25 @@ void st_runhash_put(struct st_runhash *h, uint64_t hash, const char *task, const
     g->last = i;
 }
 
-static void arg(struct st_runhash *h, int *argc, const char *s, size_t len)
-{
-    if ((size_t)*argc == h->capargv) {
-        h->capargv = h->capargv ? 2 * h->capargv : 16;
-        h->argv = st_realloc(h->argv, h->capargv * sizeof(*h->argv));
-        h->argvlen = st_realloc(h->argvlen, h->capargv * sizeof(*h->argvlen));
-    }
-    h->argv[*argc] = s;
-    h->argvlen[(*argc)++] = len;
-}
-
 /* The commands of one bucket's runs, order[0 .. n): HSET of every field
  * set, HDEL of every field emptied, then the key's EXPIRE when anything
  * was set (a key the HSET creates gets its TTL in the same checkpoint;
- * an HDEL alone leaves the TTL the last HSET gave). */
+ * an HDEL alone leaves the TTL the last HSET gave). Each argument is
+ * formatted straight into ck; a field is its run's prefix, built once per
+ * run, and its detector's name. */
 static void flush_bucket(struct st_runhash *h, struct st_checkpoint *ck, const size_t *order,
                          size_t n)
 {
     const char *key = st_detect_run_bucket_key_buf(&h->key, h->conf, h->g[order[0]].hash);
     size_t klen = h->key.len;
-    /* every field's name first, into one buffer (pointers taken after:
-     * it moves while it grows) */
     st_buf_reset(&h->fields);
     size_t nset = 0, ndel = 0;
     for (size_t k = 0; k < n; k++) {
-        const struct group *g = &h->g[order[k]];
+        struct group *g = &h->g[order[k]];
+        g->poff = h->fields.len;
+        st_detect_run_field_prefix_add(&h->fields, g->task, g->run);
+        g->plen = h->fields.len - g->poff;
         for (size_t i = g->first; i; i = h->e[i].next) {
-            st_detect_run_field_buf(&h->field, g->task, g->run, h->e[i].field);
-            h->e[i].foff = h->fields.len;
-            st_buf_add(&h->fields, h->field.data, h->field.len + 1);
             if (h->e[i].del)
                 ndel++;
             else
@@ -167,23 +150,24 @@ static void flush_bucket(struct st_runhash *h, struct st_checkpoint *ck, const s
         }
     }
     for (int pass = 0; pass < 2; pass++) {
-        if (!(pass ? ndel : nset))
+        size_t count = pass ? ndel : nset;
+        if (!count)
             continue;
-        int argc = 0;
-        arg(h, &argc, pass ? "HDEL" : "HSET", 4);
-        arg(h, &argc, key, klen);
+        st_checkpoint_begin(ck, 2 + (pass ? count : 2 * count));
+        st_checkpoint_arg(ck, pass ? "HDEL" : "HSET", 4, NULL, 0);
+        st_checkpoint_arg(ck, key, klen, NULL, 0);
         for (size_t k = 0; k < n; k++) {
             const struct group *g = &h->g[order[k]];
             for (size_t i = g->first; i; i = h->e[i].next) {
-                if (h->e[i].del != pass)
+                const struct entry *e = &h->e[i];
+                if (e->del != pass)
                     continue;
-                const char *f = h->fields.data + h->e[i].foff;
-                arg(h, &argc, f, strlen(f));
+                st_checkpoint_arg(ck, h->fields.data + g->poff, g->plen, e->field, e->flen);
                 if (!pass)
-                    arg(h, &argc, h->vals.data + h->e[i].off, h->e[i].len);
+                    st_checkpoint_arg(ck, h->vals.data + e->off, e->len, NULL, 0);
             }
         }
-        st_checkpoint_cmd_lens(ck, argc, h->argv, h->argvlen);
+        st_checkpoint_end(ck);
     }
     if (nset) {
         const char *ex[] = {"EXPIRE", key, h->ttl};
