@@ -151,7 +151,13 @@ static char *dead_letters(const char *topic, int *count)
 /* `sandtrail evidence audit` of a database: what it says, then its exit status. */
 #define AUDIT "SANDTRAIL_PG_DSN='%s' " CLI " evidence audit 2>&1; echo $?"
 
-static void assert_same(const struct world *ref, const struct world *pair)
+/* crashed: the pair's store was killed between a flush of the dead-letter
+ * producer and the offsets' commit, so a record may have been sent again
+ * on the redo (docs/architecture.md, "Error classes and the dead-letter
+ * path": at least once, each record naming its message's partition and
+ * offset). Then each bad message must still be there, with its reason, and
+ * any repeat must be an exact one: no other record, none lost. */
+static void assert_same(const struct world *ref, const struct world *pair, int crashed)
 {
     char diff[800];
     for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++) {
@@ -172,8 +178,23 @@ static void assert_same(const struct world *ref, const struct world *pair)
     int nref, npair;
     char *dref = dead_letters(ref->dlq, &nref), *dpair = dead_letters(pair->dlq, &npair);
     ck_assert_int_eq(nref, 2);
-    ck_assert_int_eq(npair, 2); /* the store role's, once each */
-    ck_assert_str_eq(dpair, dref);
+    if (!crashed) {
+        ck_assert_int_eq(npair, 2); /* the store role's, once each */
+        ck_assert_str_eq(dpair, dref);
+    } else {
+        /* one crash: at most one more copy of each */
+        ck_assert_msg(npair >= 2 && npair <= 4, "%d dead-letter records", npair);
+        char *path = strdup("/tmp/st-roles-dlq-XXXXXX");
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, dpair, strlen(dpair)), (ssize_t)strlen(dpair));
+        close(fd);
+        char *uniq = world_shf("sort -u %s", path);
+        unlink(path);
+        free(path);
+        ck_assert_str_eq(uniq, dref);
+        free(uniq);
+    }
     free(dref);
     free(dpair);
 }
@@ -196,7 +217,7 @@ START_TEST(roles_store_and_detect_side_by_side_equal_all)
                                      " exit \\$((s * 16 + d))",
                          pair.name, noredis, pair.name),
                      0);
-    assert_same(&ref, &pair);
+    assert_same(&ref, &pair, 0);
     world_drop(&ref);
     world_drop(&pair);
 }
@@ -241,7 +262,7 @@ START_TEST(roles_detect_crash_then_store_equal_all)
     ck_assert_int_eq(run(&pair, pair.name, pair.name, STORE(pair) " 2>/dev/null",
                          pair.name),
                      0);
-    assert_same(&ref, &pair);
+    assert_same(&ref, &pair, 1);
     world_drop(&ref);
     world_drop(&pair);
 }
