@@ -1156,8 +1156,12 @@ int main(void)
     tcase_add_test(tc, state_eviction_waits_for_the_interval_checkpoint);
     tcase_add_test(tc, state_lost_assignment_writes_nothing);
     tcase_add_test(tc, state_fenced_checkpoint_in_flight_does_not_land);
-    tcase_add_loop_test(tc, state_rolling_crash_after_any_batch_redoes_from_the_cut, 0, 6);
     suite_add_tcase(s, tc);
+    /* a case of its own (ctest's test_state_rolling: CK_RUN_CASE=rolling) */
+    TCase *rolling = tcase_create("rolling");
+    tcase_set_timeout(rolling, 300);
+    tcase_add_loop_test(rolling, state_rolling_crash_after_any_batch_redoes_from_the_cut, 0, 6);
+    suite_add_tcase(s, rolling);
     /* a case of its own: CK_RUN_CASE=late runs these alone */
     TCase *late = tcase_create("late");
     tcase_set_timeout(late, 300);
