@@ -63,7 +63,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with lock:
             n = seen[delivery] = seen.get(delivery, 0) + 1
             rec = {"path": self.path, "delivery": delivery, "n": n,
-                   "verified": verify(self.headers, body), "body": body.decode()}
+                   "verified": verify(self.headers, body), "body": body.decode(),
+                   "received": time.time()}
             if validator:
                 errors = [e.message for e in validator.iter_errors(json.loads(body))]
                 rec["schema_errors"] = errors

@@ -549,9 +549,13 @@ START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
     write_secret(spath);
     snprintf(opts, sizeof(opts), "--secret-file %s --schema " SCHEMA, spath);
     world_receiver_start(&r, "flood", opts);
-    /* start early in a 10 s window, so that the flood falls in one */
+    /* start early in a 10 s window, so that the flood falls in one; on a
+     * loaded machine it may still run into the next: first_window.. are
+     * the windows it can have counted in (throttle.c: by the clock at the
+     * claim, which is before the request arrives) */
     while (time(NULL) % 10 > 2)
         usleep(100000);
+    long first_window = (long)(time(NULL) / 10), last_window = first_window;
     snprintf(opts, sizeof(opts),
              "--drain -X alert.alertmanager.url= -X alert.throttle.max=5"
              " -X alert.throttle.window_s=10 -X alert.batch=20"
@@ -576,6 +580,9 @@ START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
         cJSON *body = cJSON_Parse(cJSON_GetObjectItem(q, "body")->valuestring);
         const char *type = cJSON_GetObjectItem(body, "type")->valuestring;
         const char *task = cJSON_GetObjectItem(body, "task_id")->valuestring;
+        long received = (long)(cJSON_GetObjectItem(q, "received")->valuedouble / 10);
+        if (strcmp(type, "digest") && received > last_window)
+            last_window = received;
         if (!strcmp(type, "digest")) {
             digests++;
             ck_assert_str_eq(task, "T-FLOOD");
@@ -607,11 +614,19 @@ START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
     }
     cJSON_Delete(reqs);
     /* five alone, the critical one never held, the other task untouched,
-     * the 194 others in one digest */
-    ck_assert_int_eq(singles, 5);
+     * the 194 others in one digest; if the flood ran into a second window
+     * (a loaded machine), at most five alone and one digest per window */
+    long windows = last_window - first_window + 1;
+    ck_assert_msg(windows == 1 || windows == 2, "the flood took %ld windows", windows);
+    if (windows == 1) {
+        ck_assert_int_eq(singles, 5);
+        ck_assert_int_eq(digests, 1);
+    } else {
+        ck_assert_msg(singles >= 5 && singles <= 10 && digests >= 1 && digests <= 2,
+                      "%d alone, %d digests over two windows", singles, digests);
+    }
     ck_assert_int_eq(critical, 1);
     ck_assert_int_eq(other, 2);
-    ck_assert_int_eq(digests, 1);
     ck_assert_int_eq(named, 200);
     /* every T-FLOOD finding named exactly once */
     char path[256];
@@ -628,7 +643,9 @@ START_TEST(alerts_throttle_folds_a_flood_into_digests_naming_every_finding)
     /* and on record: every notification delivered, alone or in the digest */
     char *rec = rows(w.dsn, "SELECT digest_id IS NOT NULL, count(*) FROM finding_notices"
                             " WHERE delivered_at IS NOT NULL GROUP BY 1 ORDER BY 1");
-    ck_assert_str_eq(rec, "f|8\nt|194\n");
+    char want[64];
+    snprintf(want, sizeof(want), "f|%d\nt|%d\n", singles + 3, 199 - singles);
+    ck_assert_str_eq(rec, want);
     free(rec);
 
     unlink(spath);
