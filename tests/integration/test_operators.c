@@ -160,7 +160,7 @@ START_TEST(health_readyz_follows_the_stores)
 {
     struct world w;
     char url_h[128], url_r[128];
-    int port = 20000 + (int)(getpid() % 20000);
+    int port = world_free_port();
     world_init(&w, "health");
     ck_assert_int_eq(run(&w, w.name, w.name, BIN "/cli/sandtrail migrate >/dev/null"), 0);
     snprintf(url_h, sizeof(url_h), "http://127.0.0.1:%d/healthz", port);
