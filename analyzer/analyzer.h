@@ -64,6 +64,7 @@ struct st_analyzer_conf {
     int64_t evidence_checkpoint_s;
     int64_t health_max_lag;   /* health.max_lag */
     int64_t crash_after_commits; /* fault.crash_after_pg_commits (tests) */
+    int64_t crash_in_dlq_commits; /* fault.crash_in_dlq_commits (tests) */
     int64_t fail_pg_commits;     /* fault.fail_pg_commits (tests) */
     int64_t crash_after_copy_splits; /* fault.crash_after_copy_splits (tests) */
     int64_t fail_copy_sides;         /* fault.fail_copy_sides (tests) */

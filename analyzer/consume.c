@@ -425,8 +425,10 @@ int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
     return n;
 }
 
-int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
-                       const int64_t *offsets, const int64_t *clocks, int n)
+rd_kafka_topic_partition_list_t *st_consumer_offsets(const struct st_consumer *c,
+                                                     const int32_t *partitions,
+                                                     const int64_t *offsets,
+                                                     const int64_t *clocks, int n)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n ? n : 1);
     for (int i = 0; i < n; i++) {
@@ -444,6 +446,13 @@ int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
             tp->metadata_size = (size_t)len;
         }
     }
+    return l;
+}
+
+int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
+                       const int64_t *offsets, const int64_t *clocks, int n)
+{
+    rd_kafka_topic_partition_list_t *l = st_consumer_offsets(c, partitions, offsets, clocks, n);
     if (l->cnt == 0) {
         rd_kafka_topic_partition_list_destroy(l);
         return 0;
@@ -455,6 +464,16 @@ int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
         return -1;
     }
     return 0;
+}
+
+rd_kafka_consumer_group_metadata_t *st_consumer_group_metadata(const struct st_consumer *c)
+{
+    return rd_kafka_consumer_group_metadata(c->rk);
+}
+
+const char *st_consumer_topic(const struct st_consumer *c)
+{
+    return c->topic;
 }
 
 int st_consumer_drained(const struct st_consumer *c)

@@ -45,6 +45,22 @@ int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
 int st_consumer_commit(struct st_consumer *c, const int32_t *partitions,
                        const int64_t *offsets, const int64_t *clocks, int n);
 
+/* The list st_consumer_commit commits: offsets[i] for partitions[i], those
+ * with a negative offset left out, each with its clock in the metadata.
+ * The caller destroys it. */
+rd_kafka_topic_partition_list_t *st_consumer_offsets(const struct st_consumer *c,
+                                                     const int32_t *partitions,
+                                                     const int64_t *offsets,
+                                                     const int64_t *clocks, int n);
+
+/* The group's metadata (generation, member), which a transaction that
+ * commits offsets of this consumer sends along (KIP-447): the caller
+ * destroys it (rd_kafka_consumer_group_metadata_destroy). */
+rd_kafka_consumer_group_metadata_t *st_consumer_group_metadata(const struct st_consumer *c);
+
+/* The subscribed topic (owned by c). */
+const char *st_consumer_topic(const struct st_consumer *c);
+
 /* Called, inside st_consumer_poll_batch and before any message of it, for
  * each partition assigned (after st_consumer_assign_cb) whose committed offset carries a clock (the
  * metadata st_consumer_commit wrote): the offset the partition starts at

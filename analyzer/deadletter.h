@@ -11,15 +11,24 @@
  * event) and "store_refused" (PostgreSQL refused the event's row for its
  * data; the error holds PostgreSQL's message).
  *
- * The producer is idempotent (acks=all). Records are kept until Kafka
- * acknowledges them: the caller commits offsets past a dead-lettered
- * message only after st_deadletter_flush returned 0, so a crash can
- * duplicate a record but never lose one.
+ * Exactly once, a crash or not: a record is produced only in the Kafka
+ * transaction that also commits the offset passing its message (KIP-98,
+ * consume-transform-produce), so readers that read committed records
+ * (librdkafka's default isolation.level) see it once the offset moved past
+ * its message, and never a second time: a redo starts at that offset. Each
+ * partition of the events topic has a transactional producer of its own
+ * (transactional.id "sandtrail-dlq.<group>.<topic>.<partition>", made
+ * when it is first needed): the partition's next owner takes the same id,
+ * which aborts a transaction its crashed owner left open and fences a
+ * zombie out; the consumer group's metadata fences an owner whose
+ * generation is gone (KIP-447). Until a commit passes its message, a record
+ * is queued here, in memory: a crash loses it, and the redo dead-letters
+ * the message again.
  *
  * @locality: any thread. The analyzer's main thread queues records of
  * invalid messages, its store thread (store.c) records of refused ones and
- * flushes; a lock makes each call whole (a send waits for a flush in
- * progress). */
+ * commits; the main thread commits at a revoke and at the end; a lock makes
+ * each call whole. */
 #ifndef ST_DEADLETTER_H
 #define ST_DEADLETTER_H
 
@@ -28,6 +37,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "analyzer.h"
+#include "consume.h"
 
 #define ST_DEADLETTER_STORE_REFUSED "store_refused"
 
@@ -44,13 +54,26 @@ void st_deadletter_destroy(struct st_deadletter *d); /* accepts NULL */
 void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
                         const char *reason, const char *error);
 
-/* Waits up to timeout_ms until Kafka acknowledged every queued record;
- * records whose delivery failed are produced again. Returns 0 when none is
- * left, or -1 with errstr set (call again). */
-int st_deadletter_flush(struct st_deadletter *d, int timeout_ms, char *errstr,
-                        size_t errsz);
+/* Commits offsets[i] for partitions[i] of the consumer's topic (with
+ * clocks[i], as st_consumer_commit) and, in the same transaction, the
+ * queued records of the messages each offset passes (offset < offsets[i]):
+ * one transaction per partition that has such records, on its producer;
+ * the other partitions' offsets the consumer commits, at once. Records of
+ * messages at or past their partition's offset stay queued for a later
+ * commit. Returns 0 when every offset was committed, or -1 with errstr
+ * (what was not committed stays queued: a later commit carries it). A
+ * producer that Kafka fenced out (another analyzer owns the partition now)
+ * is fatal: the process stops with a message, as after a lost
+ * assignment. */
+int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
+                         const int32_t *partitions, const int64_t *offsets,
+                         const int64_t *clocks, int n, char *errstr, size_t errsz);
 
-/* Records waiting for an acknowledgement. */
-size_t st_deadletter_pending(struct st_deadletter *d);
+/* A partition taken away: its queued records are dropped (its next owner
+ * redoes their messages) and its producer closed. */
+void st_deadletter_forget(struct st_deadletter *d, int32_t partition);
+
+/* Records queued, not yet committed (for tests and the log). */
+size_t st_deadletter_queued(struct st_deadletter *d);
 
 #endif

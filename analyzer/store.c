@@ -209,8 +209,8 @@ static int write_batch(struct st_store *s, struct st_store_batch *b)
 
 /* The committer: the sink's writes that follow the batch's transaction
  * (st_sink_write_after), the after-commit hook (the detectors'
- * checkpoint), the dead-letter acknowledgements, then the offsets. Batches reach it in
- * submission order, so Redis is written and offsets committed in order.
+ * checkpoint), then the offsets with their dead-letter records. Batches
+ * reach it in submission order, so Redis is written and offsets committed in order.
  * Returns 0, or -1 when asked to stop. */
 static int commit_batch(struct st_store *s, struct st_store_batch *b)
 {
@@ -229,14 +229,13 @@ static int commit_batch(struct st_store *s, struct st_store_batch *b)
         if (backoff_sleep(s, RETRY_COMMITTER, &backoff,
                           "batch stored, its after-commit hook failed", errstr))
             return -1;
-    /* offsets past a dead-lettered message only once Kafka has its record */
-    while (st_deadletter_flush(s->conf.dlq, 5000, errstr, sizeof(errstr))) {
-        st_error("%s: offsets are not committed until they are", errstr);
-        if (*s->conf.stop)
-            return -1;
-    }
-    b->committed = st_consumer_commit(s->conf.consumer, b->parts, b->offsets, b->clocks,
-                                      b->nparts) == 0;
+    /* the offsets, each with the dead-letter records of the messages it
+     * passes, in one transaction (deadletter.h); not committed, they and
+     * the records are carried by a later batch's commit */
+    b->committed = st_deadletter_commit(s->conf.dlq, s->conf.consumer, b->parts, b->offsets,
+                                        b->clocks, b->nparts, errstr, sizeof(errstr)) == 0;
+    if (!b->committed)
+        st_warn("%s: offsets not committed (a later batch's commit carries them)", errstr);
     return 0;
 }
 
@@ -386,8 +385,8 @@ struct st_store *st_store_new(const struct st_store_conf *conf, char *errstr,
                                 "failed PostgreSQL transactions (the batch is retried)", "");
     s->m_store_s = st_metric_get(m, ST_METRIC_HISTOGRAM, "sandtrail_analyzer_store_seconds",
                                  "time from handing a batch to the store to its being "
-                                 "done: its transaction, checkpoint, dead-letter "
-                                 "acknowledgements and offset commit, retries included",
+                                 "done: its transaction, checkpoint and offset commit "
+                                 "(with its dead-letter records), retries included",
                                  "");
     s->m_wait_s = st_metric_get(m, ST_METRIC_HISTOGRAM,
                                 "sandtrail_analyzer_store_wait_seconds",

@@ -19,9 +19,10 @@
  *      store role's refresh: st_sink_write_after, on the sink's second
  *      connection), then runs the after_pg_commit hook (if any: the
  *      detectors' checkpoint to Redis), each until it succeeds;
- *   3. waits until Kafka acknowledged the dead-letter records queued so far;
- *   4. commits the Kafka offsets the batch holds (those of its cut, a batch
- *      before it: main.c; none, nparts 0, when the cut did not move);
+ *   3. commits the Kafka offsets the batch holds (those of its cut, a batch
+ *      before it: main.c; none, nparts 0, when the cut did not move), each
+ *      in one Kafka transaction with the dead-letter records of the
+ *      messages it passes (deadletter.h);
  * and marks the batch done. st_store_wait returns the oldest batch once it
  * is done. At most ST_STORE_IN_FLIGHT batches are in flight: while the
  * committer finishes batch N, the writer writes N+1, the prestorer stores
