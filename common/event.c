@@ -134,9 +134,13 @@ static int lookup(const char *s, const char *const *names, int n)
     return -1;
 }
 
+/* Checks the attrs members ti names; found[i] is the one ti->attrs[i]
+ * names (NULL: absent or null). */
 static int check_attrs(const struct st_type_info *ti, const cJSON *attrs,
-                       struct st_reject *rej)
+                       const cJSON *found[ST_EVENT_ATTRS_MAX], struct st_reject *rej)
 {
+    for (int i = 0; i < ST_EVENT_ATTRS_MAX; i++)
+        found[i] = NULL;
     for (const struct st_attr_spec *a = ti->attrs; a < ti->attrs + ST_EVENT_ATTRS_MAX && a->name;
          a++) {
         const cJSON *v = attrs ? st_json_get(attrs, a->name) : NULL;
@@ -149,9 +153,10 @@ static int check_attrs(const struct st_type_info *ti, const cJSON *attrs,
             continue;
         }
         int ok = 0;
+        found[a - ti->attrs] = v;
         switch (a->kind) {
         case ST_ATTR_STRING: ok = st_json_is(v, cJSON_String); break;
-        case ST_ATTR_INT: ok = st_json_int(attrs, a->name, &iv); break;
+        case ST_ATTR_INT: ok = st_json_as_int(v, &iv); break;
         case ST_ATTR_NUMBER: ok = st_json_is(v, cJSON_Number); break;
         case ST_ATTR_ARRAY: ok = st_json_is(v, cJSON_Array); break;
         }
@@ -327,7 +332,11 @@ static int event_validate(struct st_event *ev, struct st_reject *rej)
             return reject(rej, ST_REASON_TYPE, "field \"attrs\" must be an object");
         ev->attrs = attrs;
     }
-    return check_attrs(&types[t], ev->attrs, rej);
+    if (check_attrs(&types[t], ev->attrs, ev->attr, rej))
+        return -1;
+    ev->attrs_named = 1;
+    ev->target = st_event_target(ev);
+    return 0;
 }
 
 /* The first block of an event's arena: a document of strings and cJSON
@@ -404,23 +413,48 @@ void st_event_fini(struct st_event *ev)
     memset(ev, 0, sizeof(*ev));
 }
 
+const cJSON *st_event_attr(const struct st_event *ev, const char *name)
+{
+    if (ev->attrs_named) {
+        const struct st_attr_spec *a = types[ev->type].attrs;
+        for (int i = 0; i < ST_EVENT_ATTRS_MAX && a[i].name; i++)
+            if (strcmp(a[i].name, name) == 0)
+                return ev->attr[i];
+    }
+    /* a member the schema does not name is carried, and may be asked for */
+    const cJSON *v = st_json_get(ev->attrs, name);
+    return st_json_is(v, cJSON_NULL) ? NULL : v;
+}
+
+const char *st_event_attr_str(const struct st_event *ev, const char *name)
+{
+    return st_json_as_str(st_event_attr(ev, name));
+}
+
+int st_event_attr_int(const struct st_event *ev, const char *name, int64_t *out)
+{
+    return st_json_as_int(st_event_attr(ev, name), out);
+}
+
 const char *st_event_target(const struct st_event *ev)
 {
+    if (ev->target)
+        return ev->target;
     const char *s = NULL;
     switch (ev->type) {
-    case ST_TYPE_REQUEST: s = st_json_str(ev->attrs, "host"); break;
-    case ST_TYPE_EXEC: s = st_json_str(ev->attrs, "command"); break;
+    case ST_TYPE_REQUEST: s = st_event_attr_str(ev, "host"); break;
+    case ST_TYPE_EXEC: s = st_event_attr_str(ev, "command"); break;
     case ST_TYPE_FILE_READ:
-    case ST_TYPE_FILE_WRITE: s = st_json_str(ev->attrs, "path"); break;
-    case ST_TYPE_UPLOAD: s = st_json_str(ev->attrs, "artifact"); break;
-    case ST_TYPE_COMMIT: s = st_json_str(ev->attrs, "branch"); break;
+    case ST_TYPE_FILE_WRITE: s = st_event_attr_str(ev, "path"); break;
+    case ST_TYPE_UPLOAD: s = st_event_attr_str(ev, "artifact"); break;
+    case ST_TYPE_COMMIT: s = st_event_attr_str(ev, "branch"); break;
     case ST_TYPE_TOKEN_DENY:
-        s = st_json_str(ev->attrs, "requested_scope");
+        s = st_event_attr_str(ev, "requested_scope");
         if (!s)
-            s = st_json_str(ev->attrs, "requested_audience");
+            s = st_event_attr_str(ev, "requested_audience");
         break;
     default:
-        s = st_json_str(ev->attrs, "audience");
+        s = st_event_attr_str(ev, "audience");
         if (!s)
             s = st_json_str(ev->identity, "audience");
         break;

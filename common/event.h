@@ -15,6 +15,8 @@
 
 #define ST_EVENT_SCHEMA "sandtrail.event.v1"
 #define ST_EVENT_ID_MAX 128
+/* attrs members the schema names for one type, at most */
+#define ST_EVENT_ATTRS_MAX 8
 
 /* The event times accepted: from 1970-01-01T00:00:00Z up to
  * 9999-12-31T23:59:59.999999Z. Inside PostgreSQL's timestamptz range, and
@@ -70,6 +72,16 @@ struct st_event {
     /* st_hash_pair(task_id, run_id), set by st_event_parse while the ids
      * are in cache (0: not set; st_event_run_hash computes it) */
     uint64_t run_hash;
+    /* Set by the validation, while the document is in cache, so that a
+     * detector reading them later (the document long out of cache on a
+     * busy analyzer) does not walk it: attrs_named 1, attr[i] the attrs
+     * member named by st_event_type_info(type)->attrs[i] (NULL: absent or
+     * null), target what st_event_target returns. attrs_named 0 (an event
+     * not validated by event.c): st_event_attr and st_event_target look
+     * them up. */
+    int attrs_named;
+    const cJSON *attr[ST_EVENT_ATTRS_MAX];
+    const char *target;
 };
 
 /* Parses and validates one event from buf[0..len) (one NDJSON line, without
@@ -106,8 +118,6 @@ struct st_attr_spec {
     int required;
 };
 
-#define ST_EVENT_ATTRS_MAX 8
-
 struct st_type_info {
     const char *name;
     enum st_source_kind kind;
@@ -126,6 +136,15 @@ const char *st_decision_name(enum st_decision d);
  * proxy request's host, an exec's command, a file's path, a broker event's
  * audience or requested scope. Never NULL (may be ""). */
 const char *st_event_target(const struct st_event *ev);
+
+/* ev's attrs member name: the node st_json_get(ev->attrs, name) finds,
+ * from ev->attr when the type's schema names it (no walk of the
+ * document), NULL when absent or null. */
+const cJSON *st_event_attr(const struct st_event *ev, const char *name);
+/* Its string, or NULL (st_json_str's rules). */
+const char *st_event_attr_str(const struct st_event *ev, const char *name);
+/* 1 and *out when it is an integer (st_json_int's rules), else 0. */
+int st_event_attr_int(const struct st_event *ev, const char *name, int64_t *out);
 
 /* st_hash_pair(ev->task_id, ev->run_id): the key of the run's state in the
  * analyzer's tables, computed once per parse. */

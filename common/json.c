@@ -665,18 +665,26 @@ cJSON *st_json_parse_in(const char *buf, size_t len, struct st_arena *arena,
     return parse(buf, len, arena, rej);
 }
 
-const char *st_json_str(const cJSON *obj, const char *key)
+const char *st_json_as_str(const cJSON *v)
 {
-    const cJSON *v = st_json_get(obj, key);
     return st_json_is(v, cJSON_String) ? v->valuestring : NULL;
 }
 
-int st_json_int(const cJSON *obj, const char *key, int64_t *out)
+int st_json_as_int(const cJSON *v, int64_t *out)
 {
-    const cJSON *v = st_json_get(obj, key);
     if (!st_json_is(v, cJSON_Number) || v->valuedouble != floor(v->valuedouble) ||
         fabs(v->valuedouble) > 9007199254740992.0)
         return 0;
     *out = (int64_t)v->valuedouble;
     return 1;
+}
+
+const char *st_json_str(const cJSON *obj, const char *key)
+{
+    return st_json_as_str(st_json_get(obj, key));
+}
+
+int st_json_int(const cJSON *obj, const char *key, int64_t *out)
+{
+    return st_json_as_int(st_json_get(obj, key), out);
 }

@@ -103,5 +103,9 @@ static inline cJSON *st_json_get(const cJSON *obj, const char *key)
 
 const char *st_json_str(const cJSON *obj, const char *key);
 int st_json_int(const cJSON *obj, const char *key, int64_t *out);
+/* The same of a node already found (NULL: absent): its string, or 1 and
+ * *out when it is an integer (a number with no fraction, within 2^53). */
+const char *st_json_as_str(const cJSON *v);
+int st_json_as_int(const cJSON *v, int64_t *out);
 
 #endif

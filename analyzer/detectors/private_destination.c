@@ -124,8 +124,8 @@ static void pd_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
     (void)state;
     if (ev->type != ST_TYPE_REQUEST)
         return;
-    const char *host = st_json_str(ev->attrs, "host");
-    const char *dst = st_json_str(ev->attrs, "dst_ip");
+    const char *host = st_event_attr_str(ev, "host");
+    const char *dst = st_event_attr_str(ev, "dst_ip");
     enum st_ipclass hc = st_ipclass_classify(host, hnorm, sizeof(hnorm));
     enum st_ipclass dc = st_ipclass_classify(dst, dnorm, sizeof(dnorm));
     /* the worse class wins (a public name that resolved to 169.254.169.254

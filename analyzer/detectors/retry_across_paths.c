@@ -156,15 +156,15 @@ static void rp_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
 
     st_buf_reset(&st->payload);
     if (ev->type == ST_TYPE_REQUEST) {
-        if (st_json_int(ev->attrs, "status", &status) && status >= 400)
+        if (st_event_attr_int(ev, "status", &status) && status >= 400)
             failed = 1;
-        const char *path = st_json_str(ev->attrs, "path");
+        const char *path = st_event_attr_str(ev, "path");
         st_buf_addc(&st->payload, failed ? 'F' : 'A');
         st_buf_adds(&st->payload, st_event_target(ev));
         if (path && strcmp(path, "/") != 0)
             st_buf_adds(&st->payload, path);
     } else if (ev->type == ST_TYPE_TOKEN_USE || ev->type == ST_TYPE_TOKEN_DENY) {
-        const char *op = st_json_str(ev->attrs, "operation");
+        const char *op = st_event_attr_str(ev, "operation");
         failed |= ev->type == ST_TYPE_TOKEN_DENY;
         st_buf_addc(&st->payload, failed ? 'F' : 'A');
         st_buf_adds(&st->payload, "broker:");

@@ -164,8 +164,8 @@ static void check_use(struct sd_state *st, const struct pending *p,
     const char *scopes = c->scopes, *aud = c->audience, *task = c->task, *run = c->run;
     int64_t expires = c->expires, revoked = c->revoked;
     const char *cred = st_json_str(ev->identity, "credential_id");
-    const char *op = st_json_str(ev->attrs, "operation");
-    const char *use_aud = st_json_str(ev->attrs, "audience");
+    const char *op = st_event_attr_str(ev, "operation");
+    const char *use_aud = st_event_attr_str(ev, "audience");
     if (!use_aud)
         use_aud = st_json_str(ev->identity, "audience");
 
@@ -283,7 +283,7 @@ static void issue(struct sd_state *st, struct st_detect_ctx *ctx, const struct s
 {
     struct st_buf scopes;
     int64_t expires = 0;
-    const char *exp = st_json_str(ev->attrs, "expires_at");
+    const char *exp = st_event_attr_str(ev, "expires_at");
     const char *aud = st_json_str(ev->identity, "audience");
     const char *fp = st_json_str(ev->identity, "credential_fp");
     int64_t exp_us;

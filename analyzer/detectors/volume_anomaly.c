@@ -100,7 +100,7 @@ static void va_feed(void *state, struct st_detect_ctx *ctx, const struct st_even
 
     if (ev->type != ST_TYPE_REQUEST)
         return;
-    st_json_int(ev->attrs, "bytes_out", &bytes);
+    st_event_attr_int(ev, "bytes_out", &bytes);
     if (bytes < 0)
         bytes = 0;
     int64_t window_us = conf->vol_window_s * 1000000;
