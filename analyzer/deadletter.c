@@ -21,9 +21,12 @@
  * is open for milliseconds; a crashed owner's is aborted at the latest this
  * long after (sooner by the partition's next producer), and until then
  * holds back what read-committed readers of the topic see. */
-#define TXN_TIMEOUT_MS "10000"
-/* Longest wait for one transactional call (init, offsets, commit). */
+#define TXN_TIMEOUT_MS "60000"
+/* Longest wait for one transactional call (init, offsets, commit, abort). */
 #define TXN_CALL_MS 10000
+/* Tries of a call that failed retriably (a timeout: Kafka unavailable),
+ * within TXN_TIMEOUT_MS in all for offsets and commit. */
+#define TXN_TRIES 4
 
 /* One record until a transaction commits it (text and key owned). */
 struct rec {
@@ -40,12 +43,13 @@ struct txp {
     int ready; /* init_transactions done */
 };
 
-/* lock guards recs, n, cap, txps and the redactor (it keeps scratch
- * state): the main thread queues records of invalid messages while the
- * store thread queues refused ones and commits. It is held through a
- * commit, so a send waits for a commit in progress. */
+/* lock guards recs, n, cap and the redactor (it keeps scratch state):
+ * the main thread queues records of invalid messages while the store
+ * thread queues refused ones; it is never held across a call to Kafka.
+ * commit_lock guards txps and txns, and is held through a commit (a
+ * revoke's forget waits for one in progress). */
 struct st_deadletter {
-    pthread_mutex_t lock;
+    pthread_mutex_t lock, commit_lock;
     const struct st_analyzer_conf *conf; /* kept: brokers, group, kafka.* */
     rd_kafka_t *rk; /* creates the topic; produces nothing */
     char *topic;
@@ -97,6 +101,7 @@ struct st_deadletter *st_deadletter_new(const struct st_analyzer_conf *conf,
     struct st_deadletter *d = st_calloc(1, sizeof(*d));
     char err[512];
     pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->commit_lock, NULL);
     /* The analyzer holds no redaction key: messages in the events topic are
      * redacted already, and a forged one is redacted here under a key of
      * this process, so its fingerprints match nothing elsewhere. */
@@ -154,6 +159,7 @@ void st_deadletter_destroy(struct st_deadletter *d)
     st_redactor_destroy(d->redactor);
     free(d->topic);
     pthread_mutex_destroy(&d->lock);
+    pthread_mutex_destroy(&d->commit_lock);
     free(d);
 }
 
@@ -237,114 +243,201 @@ static void txp_close(struct st_deadletter *d, struct txp *t)
     *t = d->txps[--d->ntxp];
 }
 
-/* An error of a transactional call: fatal ends the process (Kafka fenced
- * this producer out: another analyzer owns the partition); any other
- * aborts the transaction (nothing of it is committed: its records stay
- * queued), and a producer that cannot abort is closed (a new one takes
- * over next time). errstr says what failed. Consumes e. */
-static void txn_failed(struct st_deadletter *d, struct txp *t, rd_kafka_error_t *e,
-                       const char *what, char *errstr, size_t errsz)
+/* A transaction whose outcome this process cannot know or settle: it stops
+ * (status 1, as after a lost assignment) rather than guess, and the redo
+ * starts from what Kafka committed: if the transaction committed, its
+ * offset passed the records' messages; if not, their messages are redone
+ * and dead-lettered again. */
+static void __attribute__((noreturn)) txn_die(int32_t p, const char *what, const char *why)
+{
+    st_error("dead-letter transaction of partition %" PRId32 ": %s: %s; stopping (a "
+             "fenced producer means another analyzer owns the partition; the redo starts "
+             "from what Kafka committed)",
+             p, what, why);
+    _exit(1);
+}
+
+/* Aborts t's open transaction: nothing of it is committed, its records
+ * stay queued. Retried while Kafka is unavailable; an abort that cannot
+ * be made stops the process. */
+static void txn_abort(struct txp *t)
+{
+    for (int tries = 1;; tries++) {
+        rd_kafka_error_t *e = rd_kafka_abort_transaction(t->rk, TXN_CALL_MS);
+        if (!e)
+            return;
+        char why[512];
+        snprintf(why, sizeof(why), "%s", rd_kafka_error_string(e));
+        int again = rd_kafka_error_is_retriable(e) && tries < TXN_TRIES;
+        rd_kafka_error_destroy(e);
+        if (!again)
+            txn_die(t->partition, "abort", why);
+    }
+}
+
+/* An error of begin or of the offsets' send (consumed): fatal stops the
+ * process; one that asks for it aborts the transaction (nothing
+ * committed); errstr says what failed. Returns -1. */
+static int txn_failed(struct txp *t, rd_kafka_error_t *e, const char *what, int open,
+                      char *errstr, size_t errsz)
 {
     snprintf(errstr, errsz, "dead-letter transaction of partition %" PRId32 " (%s): %s",
              t->partition, what, rd_kafka_error_string(e));
     int fatal = rd_kafka_error_is_fatal(e);
     rd_kafka_error_destroy(e);
     if (fatal)
-        st_fatal("%s: this analyzer no longer owns the partition (fenced); stopping",
-                 errstr);
-    rd_kafka_error_t *ae = rd_kafka_abort_transaction(t->rk, TXN_CALL_MS);
-    if (ae) {
-        rd_kafka_error_destroy(ae);
-        txp_close(d, t);
-    }
+        txn_die(t->partition, what, errstr);
+    if (open)
+        txn_abort(t);
+    return -1;
 }
 
-/* One transaction on partition p's producer: its records below offset
- * (the offsets list l holds p's entry alone), then the offset. */
+/* One transaction on partition p's producer: the records rs[0..nr) (the
+ * queue's records of p below its offset, copies of their entries), then
+ * the offset (l: p's entry alone). Returns 0 once committed, -1 with
+ * errstr when nothing of it was (the records stay queued). A commit whose
+ * outcome stays unknown stops the process (txn_die): keeping the records
+ * for a later transaction could send them twice. */
 static int txn_commit(struct st_deadletter *d, struct st_consumer *c, int32_t p,
-                      rd_kafka_topic_partition_list_t *l, int64_t offset, char *errstr,
-                      size_t errsz)
+                      rd_kafka_topic_partition_list_t *l, const struct rec *rs, size_t nr,
+                      char *errstr, size_t errsz)
 {
     struct txp *t = txp_of(d, p, errstr, errsz);
     rd_kafka_error_t *e;
     if (!t)
         return -1;
     if (!t->ready) {
-        /* aborts what a crashed owner left open, fences an older one */
+        /* aborts what a crashed owner left open, fences an older one; a
+         * timeout (Kafka unavailable) is tried again with the next commit */
         if ((e = rd_kafka_init_transactions(t->rk, TXN_CALL_MS))) {
             snprintf(errstr, errsz, "dead-letter producer of partition %" PRId32 ": %s", p,
                      rd_kafka_error_string(e));
             int fatal = rd_kafka_error_is_fatal(e);
             rd_kafka_error_destroy(e);
-            if (fatal)
-                txp_close(d, t); /* a new one next time */
+            if (fatal) /* a refused transactional id (ACL), an unsupported broker */
+                txn_die(p, "init", errstr);
             return -1;
         }
         t->ready = 1;
     }
-    if ((e = rd_kafka_begin_transaction(t->rk))) {
-        txn_failed(d, t, e, "begin", errstr, errsz);
-        return -1;
-    }
-    for (size_t i = 0; i < d->n; i++) {
-        struct rec *r = &d->recs[i];
-        if (r->partition != p || r->offset >= offset)
-            continue;
-        rd_kafka_resp_err_t pe = rd_kafka_producev(
-            t->rk, RD_KAFKA_V_TOPIC(d->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-            RD_KAFKA_V_KEY(r->key, r->keylen), RD_KAFKA_V_VALUE(r->text, strlen(r->text)),
-            RD_KAFKA_V_END);
+    if ((e = rd_kafka_begin_transaction(t->rk)))
+        return txn_failed(t, e, "begin", 0, errstr, errsz);
+    for (size_t i = 0; i < nr; i++) {
+        rd_kafka_resp_err_t pe;
+        for (int waits = 0;; waits++) {
+            pe = rd_kafka_producev(t->rk, RD_KAFKA_V_TOPIC(d->topic),
+                                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                   RD_KAFKA_V_KEY(rs[i].key, rs[i].keylen),
+                                   RD_KAFKA_V_VALUE(rs[i].text, strlen(rs[i].text)),
+                                   RD_KAFKA_V_END);
+            if (pe != RD_KAFKA_RESP_ERR__QUEUE_FULL || waits == 600)
+                break;
+            rd_kafka_poll(t->rk, 100); /* room as Kafka takes what is queued */
+        }
         if (pe) {
-            txn_failed(d, t, rd_kafka_error_new(pe, "%s", rd_kafka_err2str(pe)), "produce",
-                       errstr, errsz);
+            snprintf(errstr, errsz, "dead-letter transaction of partition %" PRId32
+                     " (produce): %s", p, rd_kafka_err2str(pe));
+            txn_abort(t);
             return -1;
         }
     }
+    rd_kafka_consumer_group_metadata_t *md = st_consumer_group_metadata(c);
+    for (int tries = 1;; tries++) {
+        e = rd_kafka_send_offsets_to_transaction(t->rk, l, md, TXN_CALL_MS);
+        if (!e || !rd_kafka_error_is_retriable(e) || tries == TXN_TRIES)
+            break;
+        rd_kafka_error_destroy(e);
+    }
+    rd_kafka_consumer_group_metadata_destroy(md);
+    if (e)
+        return txn_failed(t, e, "offsets", 1, errstr, errsz);
     if (d->conf->crash_in_dlq_commits && ++d->txns >= d->conf->crash_in_dlq_commits) {
-        /* fault injection: the records in the log, uncommitted */
+        /* fault injection: the records in the log and the offset sent,
+         * neither committed */
         rd_kafka_flush(t->rk, TXN_CALL_MS);
         st_warn("fault injection: exiting inside dead-letter transaction %ld, its records "
-                "written, before their commit",
+                "and offset sent, before their commit",
                 d->txns);
         _exit(3);
     }
-    rd_kafka_consumer_group_metadata_t *md = st_consumer_group_metadata(c);
-    e = rd_kafka_send_offsets_to_transaction(t->rk, l, md, TXN_CALL_MS);
-    rd_kafka_consumer_group_metadata_destroy(md);
-    if (e) {
-        txn_failed(d, t, e, "offsets", errstr, errsz);
+    for (int tries = 1;; tries++) {
+        if (!(e = rd_kafka_commit_transaction(t->rk, TXN_CALL_MS)))
+            return 0;
+        snprintf(errstr, errsz, "%s", rd_kafka_error_string(e));
+        /* retriable: the outcome is not known yet, the same call resumes */
+        int retry = rd_kafka_error_is_retriable(e) && tries < TXN_TRIES;
+        int abort = rd_kafka_error_txn_requires_abort(e);
+        rd_kafka_error_destroy(e);
+        if (retry)
+            continue;
+        if (!abort)
+            txn_die(p, "commit", errstr);
+        /* it failed for sure: nothing of it is committed */
+        txn_abort(t);
+        char why[512];
+        snprintf(why, sizeof(why), "%s", errstr);
+        snprintf(errstr, errsz, "dead-letter transaction of partition %" PRId32
+                 " (commit): %s", p, why);
         return -1;
     }
-    /* a retriable failure (a timeout) may be retried as it is */
-    for (int tries = 0;; tries++) {
-        if (!(e = rd_kafka_commit_transaction(t->rk, TXN_CALL_MS)))
-            break;
-        if (!rd_kafka_error_is_retriable(e) || tries == 2) {
-            txn_failed(d, t, e, "commit", errstr, errsz);
-            return -1;
+}
+
+/* Removes from the queue the records rs[0..nr) named (copies of their
+ * entries: by their text, owned by the queue) and frees them. */
+static void recs_remove(struct st_deadletter *d, const struct rec *rs, size_t nr)
+{
+    pthread_mutex_lock(&d->lock);
+    size_t o = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        struct rec *r = &d->recs[i];
+        int gone = 0;
+        for (size_t j = 0; j < nr && !gone; j++)
+            gone = rs[j].text == r->text;
+        if (gone) {
+            free(r->text);
+            free(r->key);
+        } else {
+            d->recs[o++] = *r;
         }
-        rd_kafka_error_destroy(e);
     }
-    recs_drop_if(d, 0, p, offset);
-    return 0;
+    d->n = o;
+    pthread_mutex_unlock(&d->lock);
 }
 
 int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
                          const int32_t *partitions, const int64_t *offsets,
                          const int64_t *clocks, int n, char *errstr, size_t errsz)
 {
+    if (st_consumer_assignment_lost(c)) {
+        snprintf(errstr, errsz, "the assignment was lost: no offset committed");
+        return -1;
+    }
     int rc = 0;
-    int32_t *plain_p = st_malloc((size_t)(n ? n : 1) * sizeof(*plain_p));
-    int64_t *plain_o = st_malloc((size_t)(n ? n : 1) * sizeof(*plain_o));
-    int64_t *plain_c = st_malloc((size_t)(n ? n : 1) * sizeof(*plain_c));
+    size_t sz = (size_t)(n ? n : 1);
+    int32_t *plain_p = st_malloc(sz * sizeof(*plain_p));
+    int64_t *plain_o = st_malloc(sz * sizeof(*plain_o));
+    int64_t *plain_c = st_malloc(sz * sizeof(*plain_c));
     int nplain = 0;
+    struct rec *rs = NULL;
+    size_t caprs = 0;
 
-    pthread_mutex_lock(&d->lock);
+    pthread_mutex_lock(&d->commit_lock);
     for (int i = 0; i < n; i++) {
-        int has = 0;
-        for (size_t j = 0; j < d->n && !has && offsets[i] >= 0; j++)
-            has = d->recs[j].partition == partitions[i] && d->recs[j].offset < offsets[i];
-        if (!has) {
+        /* the partition's records its offset passes, copied (their strings
+         * stay the queue's: only this thread removes them) */
+        size_t nr = 0;
+        pthread_mutex_lock(&d->lock);
+        for (size_t j = 0; j < d->n && offsets[i] >= 0; j++) {
+            if (d->recs[j].partition != partitions[i] || d->recs[j].offset >= offsets[i])
+                continue;
+            if (nr == caprs) {
+                caprs = caprs ? 2 * caprs : 16;
+                rs = st_realloc(rs, caprs * sizeof(*rs));
+            }
+            rs[nr++] = d->recs[j];
+        }
+        pthread_mutex_unlock(&d->lock);
+        if (nr == 0) {
             plain_p[nplain] = partitions[i];
             plain_o[nplain] = offsets[i];
             plain_c[nplain++] = clocks ? clocks[i] : INT64_MIN;
@@ -352,14 +445,17 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
         }
         rd_kafka_topic_partition_list_t *l =
             st_consumer_offsets(c, &partitions[i], &offsets[i], clocks ? &clocks[i] : NULL, 1);
-        if (txn_commit(d, c, partitions[i], l, offsets[i], errstr, errsz))
+        if (txn_commit(d, c, partitions[i], l, rs, nr, errstr, errsz) == 0)
+            recs_remove(d, rs, nr);
+        else
             rc = -1;
         rd_kafka_topic_partition_list_destroy(l);
     }
-    pthread_mutex_unlock(&d->lock);
-    if (st_consumer_commit(c, plain_p, plain_o, plain_c, nplain) && !rc) {
+    pthread_mutex_unlock(&d->commit_lock);
+    free(rs);
+    if (st_consumer_commit(c, plain_p, plain_o, plain_c, nplain) && rc == 0) {
         snprintf(errstr, errsz, "could not commit offsets");
-        rc = -1;
+        rc = 1;
     }
     free(plain_p);
     free(plain_o);
@@ -369,14 +465,16 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
 
 void st_deadletter_forget(struct st_deadletter *d, int32_t partition)
 {
+    pthread_mutex_lock(&d->commit_lock);
     pthread_mutex_lock(&d->lock);
     recs_drop_if(d, 0, partition, INT64_MAX);
+    pthread_mutex_unlock(&d->lock);
     for (size_t i = 0; i < d->ntxp; i++)
         if (d->txps[i].partition == partition) {
             txp_close(d, &d->txps[i]);
             break;
         }
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->commit_lock);
 }
 
 size_t st_deadletter_queued(struct st_deadletter *d)

@@ -58,13 +58,18 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
  * clocks[i], as st_consumer_commit) and, in the same transaction, the
  * queued records of the messages each offset passes (offset < offsets[i]):
  * one transaction per partition that has such records, on its producer;
- * the other partitions' offsets the consumer commits, at once. Records of
- * messages at or past their partition's offset stay queued for a later
- * commit. Returns 0 when every offset was committed, or -1 with errstr
- * (what was not committed stays queued: a later commit carries it). A
- * producer that Kafka fenced out (another analyzer owns the partition now)
- * is fatal: the process stops with a message, as after a lost
- * assignment. */
+ * the other partitions' offsets the consumer commits. Records of messages
+ * at or past their partition's offset stay queued for a later commit.
+ * Returns 0 when every offset was committed; -1 with errstr when a
+ * transaction was not (nothing of it committed: its records stay queued;
+ * call again: the offsets may not be passed over, or the records would
+ * wait on a later commit unbounded), and when the assignment was lost
+ * (nothing is committed then); 1 when only the consumer's own commit
+ * failed (st_consumer_commit: not worth a retry, the events are seen
+ * again). A transaction whose outcome cannot be known or settled (a
+ * commit that failed neither retriably nor abortably, a fenced producer:
+ * another analyzer owns the partition) stops the process with status 1,
+ * as after a lost assignment. */
 int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
                          const int32_t *partitions, const int64_t *offsets,
                          const int64_t *clocks, int n, char *errstr, size_t errsz);

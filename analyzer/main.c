@@ -279,8 +279,7 @@ static const struct st_conf_prop analyzer_props[] = {
     {"fault.crash_in_dlq_commits", NULL, ST_CONF_INT, A(crash_in_dlq_commits), 0, 1000000,
      "0",
      "tests only: exit abruptly inside this many-th transaction of dead-letter records, "
-     "once Kafka holds its records and before it commits them with their offsets "
-     "(0 = never)"},
+     "once Kafka holds its records and its offset, before it commits them (0 = never)"},
     {"fault.fail_pg_commits", NULL, ST_CONF_INT, A(fail_pg_commits), 0, 1000000, "0",
      "tests only: the first this many PostgreSQL transactions fail, after the "
      "batch's detection and before its Redis checkpoint, as an unavailable "
@@ -862,13 +861,17 @@ static int flush_commit(void *arg)
     int32_t parts[1024];
     int64_t offsets[1024], clocks[1024];
     int n = offsets_now(a, parts, offsets, clocks);
-    /* with the dead-letter records they pass (deadletter.h) */
-    if (st_deadletter_commit(a->dlq, a->consumer, parts, offsets, clocks, n, errstr,
-                             sizeof(errstr))) {
-        st_warn("%s: offsets not committed", errstr);
-        return 1;
+    /* with the dead-letter records they pass (deadletter.h), retried until
+     * Kafka takes them */
+    int rc;
+    while ((rc = st_deadletter_commit(a->dlq, a->consumer, parts, offsets, clocks, n, errstr,
+                                      sizeof(errstr))) < 0) {
+        st_error("%s: offsets are not committed until they are", errstr);
+        if (stop)
+            return -1;
+        usleep(200 * 1000);
     }
-    return 0;
+    return rc ? 1 : 0;
 }
 
 static void flush_after_commit(void *arg, uint64_t seq)

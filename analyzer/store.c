@@ -230,12 +230,17 @@ static int commit_batch(struct st_store *s, struct st_store_batch *b)
                           "batch stored, its after-commit hook failed", errstr))
             return -1;
     /* the offsets, each with the dead-letter records of the messages it
-     * passes, in one transaction (deadletter.h); not committed, they and
-     * the records are carried by a later batch's commit */
-    b->committed = st_deadletter_commit(s->conf.dlq, s->conf.consumer, b->parts, b->offsets,
-                                        b->clocks, b->nparts, errstr, sizeof(errstr)) == 0;
-    if (!b->committed)
-        st_warn("%s: offsets not committed (a later batch's commit carries them)", errstr);
+     * passes, in one transaction (deadletter.h), retried until Kafka takes
+     * them: the store waits, as for PostgreSQL */
+    backoff = 100;
+    int rc;
+    while ((rc = st_deadletter_commit(s->conf.dlq, s->conf.consumer, b->parts, b->offsets,
+                                      b->clocks, b->nparts, errstr, sizeof(errstr))) < 0)
+        if (backoff_sleep(s, RETRY_COMMITTER, &backoff,
+                          "batch stored, its offsets and dead-letter records not committed",
+                          errstr))
+            return -1;
+    b->committed = rc == 0;
     return 0;
 }
 

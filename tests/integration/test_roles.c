@@ -255,8 +255,9 @@ START_TEST(roles_detect_crash_then_store_equal_all)
 END_TEST
 
 /* The store role is killed inside its first dead-letter transaction, once
- * Kafka holds the records and before they commit with their offsets (the
- * point where an at-least-once producer would have sent them for good):
+ * Kafka holds the records and the offset was sent, before they commit
+ * (the point where an at-least-once producer would have sent them for
+ * good):
  * the restarted store, the partition's next producer, aborts that
  * transaction, redoes the batch and commits each record once. The records
  * equal the reference's, one each. */
