@@ -660,17 +660,25 @@ int main(void)
     if (world_setup())
         return EXIT_FAILURE;
     Suite *s = suite_create("roles");
+    /* three cases, one ctest test each (CK_RUN_CASE: tests/CMakeLists.txt),
+     * so that they run side by side */
     TCase *tc = tcase_create("roles");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, roles_refuse_the_default_group);
     tcase_add_test(tc, roles_store_and_detect_side_by_side_equal_all);
     tcase_add_test(tc, roles_detect_crash_then_store_equal_all);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("dlq");
+    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, roles_store_crash_inside_dead_letter_commit_sends_each_once);
+    tcase_add_test(tc, roles_store_caught_up_stores_an_event_at_once);
+    tcase_add_test(tc, roles_drain_ends_without_the_broker_wait);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("batches");
+    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, roles_store_behind_writes_fewer_larger_transactions);
     tcase_add_test(tc, roles_all_behind_writes_fewer_larger_transactions);
     tcase_add_loop_test(tc, roles_crash_between_split_shares_equal_unsplit, 0, 2);
-    tcase_add_test(tc, roles_store_caught_up_stores_an_event_at_once);
-    tcase_add_test(tc, roles_drain_ends_without_the_broker_wait);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
