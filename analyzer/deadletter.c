@@ -1,6 +1,7 @@
 /* deadletter.c: the analyzer's dead-letter producer (see deadletter.h). */
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,10 @@
 #define TXN_TIMEOUT_MS "60000"
 /* Longest wait for one transactional call (init, offsets, commit, abort). */
 #define TXN_CALL_MS 10000
-/* Tries of a call that failed retriably (a timeout: Kafka unavailable),
- * within TXN_TIMEOUT_MS in all for offsets and commit. */
+/* Tries of the offsets' send that failed retriably (a timeout: Kafka
+ * unavailable) before the transaction is aborted and left to the caller's
+ * retry. A commit or an abort is resumed for as long as Kafka is away
+ * (their outcome decides what may be sent again), unless asked to stop. */
 #define TXN_TRIES 4
 
 /* One record until a transaction commits it (text and key owned). */
@@ -258,20 +261,22 @@ static void __attribute__((noreturn)) txn_die(int32_t p, const char *what, const
 }
 
 /* Aborts t's open transaction: nothing of it is committed, its records
- * stay queued. Retried while Kafka is unavailable; an abort that cannot
- * be made stops the process. */
-static void txn_abort(struct txp *t)
+ * stay queued. Resumed while Kafka is unavailable; an abort that cannot be
+ * made, or one still waiting when asked to stop, stops the process. */
+static void txn_abort(struct txp *t, const volatile sig_atomic_t *stop)
 {
-    for (int tries = 1;; tries++) {
+    for (;;) {
         rd_kafka_error_t *e = rd_kafka_abort_transaction(t->rk, TXN_CALL_MS);
         if (!e)
             return;
         char why[512];
         snprintf(why, sizeof(why), "%s", rd_kafka_error_string(e));
-        int again = rd_kafka_error_is_retriable(e) && tries < TXN_TRIES;
+        int again = rd_kafka_error_is_retriable(e) && !*stop;
         rd_kafka_error_destroy(e);
         if (!again)
             txn_die(t->partition, "abort", why);
+        st_warn("dead-letter transaction of partition %" PRId32 ": abort: %s; resuming",
+                t->partition, why);
     }
 }
 
@@ -279,7 +284,7 @@ static void txn_abort(struct txp *t)
  * process; one that asks for it aborts the transaction (nothing
  * committed); errstr says what failed. Returns -1. */
 static int txn_failed(struct txp *t, rd_kafka_error_t *e, const char *what, int open,
-                      char *errstr, size_t errsz)
+                      const volatile sig_atomic_t *stop, char *errstr, size_t errsz)
 {
     snprintf(errstr, errsz, "dead-letter transaction of partition %" PRId32 " (%s): %s",
              t->partition, what, rd_kafka_error_string(e));
@@ -288,7 +293,7 @@ static int txn_failed(struct txp *t, rd_kafka_error_t *e, const char *what, int 
     if (fatal)
         txn_die(t->partition, what, errstr);
     if (open)
-        txn_abort(t);
+        txn_abort(t, stop);
     return -1;
 }
 
@@ -300,7 +305,7 @@ static int txn_failed(struct txp *t, rd_kafka_error_t *e, const char *what, int 
  * for a later transaction could send them twice. */
 static int txn_commit(struct st_deadletter *d, struct st_consumer *c, int32_t p,
                       rd_kafka_topic_partition_list_t *l, const struct rec *rs, size_t nr,
-                      char *errstr, size_t errsz)
+                      const volatile sig_atomic_t *stop, char *errstr, size_t errsz)
 {
     struct txp *t = txp_of(d, p, errstr, errsz);
     rd_kafka_error_t *e;
@@ -321,7 +326,7 @@ static int txn_commit(struct st_deadletter *d, struct st_consumer *c, int32_t p,
         t->ready = 1;
     }
     if ((e = rd_kafka_begin_transaction(t->rk)))
-        return txn_failed(t, e, "begin", 0, errstr, errsz);
+        return txn_failed(t, e, "begin", 0, stop, errstr, errsz);
     for (size_t i = 0; i < nr; i++) {
         rd_kafka_resp_err_t pe;
         for (int waits = 0;; waits++) {
@@ -337,7 +342,7 @@ static int txn_commit(struct st_deadletter *d, struct st_consumer *c, int32_t p,
         if (pe) {
             snprintf(errstr, errsz, "dead-letter transaction of partition %" PRId32
                      " (produce): %s", p, rd_kafka_err2str(pe));
-            txn_abort(t);
+            txn_abort(t, stop);
             return -1;
         }
     }
@@ -350,7 +355,7 @@ static int txn_commit(struct st_deadletter *d, struct st_consumer *c, int32_t p,
     }
     rd_kafka_consumer_group_metadata_destroy(md);
     if (e)
-        return txn_failed(t, e, "offsets", 1, errstr, errsz);
+        return txn_failed(t, e, "offsets", 1, stop, errstr, errsz);
     if (d->conf->crash_in_dlq_commits && ++d->txns >= d->conf->crash_in_dlq_commits) {
         /* fault injection: the records in the log and the offset sent,
          * neither committed */
@@ -360,20 +365,24 @@ static int txn_commit(struct st_deadletter *d, struct st_consumer *c, int32_t p,
                 d->txns);
         _exit(3);
     }
-    for (int tries = 1;; tries++) {
+    for (;;) {
         if (!(e = rd_kafka_commit_transaction(t->rk, TXN_CALL_MS)))
             return 0;
         snprintf(errstr, errsz, "%s", rd_kafka_error_string(e));
-        /* retriable: the outcome is not known yet, the same call resumes */
-        int retry = rd_kafka_error_is_retriable(e) && tries < TXN_TRIES;
+        /* retriable: the outcome is not known yet, the same call resumes
+         * (Kafka away: for as long as it is) */
+        int retry = rd_kafka_error_is_retriable(e) && !*stop;
         int abort = rd_kafka_error_txn_requires_abort(e);
         rd_kafka_error_destroy(e);
-        if (retry)
+        if (retry) {
+            st_warn("dead-letter transaction of partition %" PRId32 ": commit: %s; resuming",
+                    p, errstr);
             continue;
+        }
         if (!abort)
             txn_die(p, "commit", errstr);
         /* it failed for sure: nothing of it is committed */
-        txn_abort(t);
+        txn_abort(t, stop);
         char why[512];
         snprintf(why, sizeof(why), "%s", errstr);
         snprintf(errstr, errsz, "dead-letter transaction of partition %" PRId32
@@ -406,11 +415,15 @@ static void recs_remove(struct st_deadletter *d, const struct rec *rs, size_t nr
 
 int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
                          const int32_t *partitions, const int64_t *offsets,
-                         const int64_t *clocks, int n, char *errstr, size_t errsz)
+                         const int64_t *clocks, int n, const volatile sig_atomic_t *stop,
+                         char *errstr, size_t errsz)
 {
     if (st_consumer_assignment_lost(c)) {
+        /* as a refused commit: the partitions' next owner redoes their
+         * messages, dead-letter records included, and this analyzer stops
+         * at its next poll (waiting here would keep that poll from coming) */
         snprintf(errstr, errsz, "the assignment was lost: no offset committed");
-        return -1;
+        return 1;
     }
     int rc = 0;
     size_t sz = (size_t)(n ? n : 1);
@@ -445,7 +458,7 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
         }
         rd_kafka_topic_partition_list_t *l =
             st_consumer_offsets(c, &partitions[i], &offsets[i], clocks ? &clocks[i] : NULL, 1);
-        if (txn_commit(d, c, partitions[i], l, rs, nr, errstr, errsz) == 0)
+        if (txn_commit(d, c, partitions[i], l, rs, nr, stop, errstr, errsz) == 0)
             recs_remove(d, rs, nr);
         else
             rc = -1;

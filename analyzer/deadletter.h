@@ -32,6 +32,7 @@
 #ifndef ST_DEADLETTER_H
 #define ST_DEADLETTER_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include <librdkafka/rdkafka.h>
@@ -63,16 +64,18 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
  * Returns 0 when every offset was committed; -1 with errstr when a
  * transaction was not (nothing of it committed: its records stay queued;
  * call again: the offsets may not be passed over, or the records would
- * wait on a later commit unbounded), and when the assignment was lost
- * (nothing is committed then); 1 when only the consumer's own commit
- * failed (st_consumer_commit: not worth a retry, the events are seen
- * again). A transaction whose outcome cannot be known or settled (a
- * commit that failed neither retriably nor abortably, a fenced producer:
- * another analyzer owns the partition) stops the process with status 1,
- * as after a lost assignment. */
+ * wait on a later commit unbounded); 1 when only the consumer's own
+ * commit failed (st_consumer_commit: not worth a retry, the events are
+ * seen again), and when the assignment was lost (nothing is committed
+ * then: the next owner redoes the messages, records included). A commit or abort that Kafka's absence holds up is resumed until
+ * Kafka answers; one whose outcome cannot be known or settled (a commit
+ * that failed neither retriably nor abortably, a fenced producer: another
+ * analyzer owns the partition, or *stop set while it waits) stops the
+ * process with status 1, as after a lost assignment. */
 int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
                          const int32_t *partitions, const int64_t *offsets,
-                         const int64_t *clocks, int n, char *errstr, size_t errsz);
+                         const int64_t *clocks, int n, const volatile sig_atomic_t *stop,
+                         char *errstr, size_t errsz);
 
 /* A partition taken away: its queued records are dropped (its next owner
  * redoes their messages) and its producer closed. */

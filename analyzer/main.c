@@ -864,8 +864,8 @@ static int flush_commit(void *arg)
     /* with the dead-letter records they pass (deadletter.h), retried until
      * Kafka takes them */
     int rc;
-    while ((rc = st_deadletter_commit(a->dlq, a->consumer, parts, offsets, clocks, n, errstr,
-                                      sizeof(errstr))) < 0) {
+    while ((rc = st_deadletter_commit(a->dlq, a->consumer, parts, offsets, clocks, n, &stop,
+                                      errstr, sizeof(errstr))) < 0) {
         st_error("%s: offsets are not committed until they are", errstr);
         if (stop)
             return -1;

@@ -235,12 +235,15 @@ static int commit_batch(struct st_store *s, struct st_store_batch *b)
     backoff = 100;
     int rc;
     while ((rc = st_deadletter_commit(s->conf.dlq, s->conf.consumer, b->parts, b->offsets,
-                                      b->clocks, b->nparts, errstr, sizeof(errstr))) < 0)
+                                      b->clocks, b->nparts, s->conf.stop, errstr,
+                                      sizeof(errstr))) < 0)
         if (backoff_sleep(s, RETRY_COMMITTER, &backoff,
                           "batch stored, its offsets and dead-letter records not committed",
                           errstr))
             return -1;
     b->committed = rc == 0;
+    if (rc)
+        st_warn("%s", errstr);
     return 0;
 }
 
