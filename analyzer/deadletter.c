@@ -23,6 +23,10 @@
  * long after (sooner by the partition's next producer), and until then
  * holds back what read-committed readers of the topic see. */
 #define TXN_TIMEOUT_MS "60000"
+/* The largest record printed: under librdkafka's message.max.bytes and the
+ * broker's max.message.bytes defaults (1,000,000 and 1,048,588), whatever
+ * dlq.raw_bytes allows. */
+#define RECORD_MAX (512 * 1024)
 /* Longest wait for one transactional call (init, offsets, commit, abort). */
 #define TXN_CALL_MS 10000
 /* Tries of the offsets' send that failed retriably (a timeout: Kafka
@@ -166,30 +170,19 @@ void st_deadletter_destroy(struct st_deadletter *d)
     free(d);
 }
 
-void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
-                        const char *reason, const char *error)
+/* The record of msg printed, its raw message cut to raw_max bytes: a
+ * string the caller frees. */
+static char *record_print(const rd_kafka_message_t *msg, const char *reason,
+                          const char *why, const char *red, size_t redlen, size_t raw_max)
 {
     char now[40], created[40];
     int64_t created_ms = rd_kafka_message_timestamp(msg, NULL);
-    int nred = 0;
-    size_t redlen;
-    /* the redactor keeps scratch state: redaction is under the lock too */
-    pthread_mutex_lock(&d->lock);
-    char *red = st_redact_bytes(d->redactor, msg->payload ? msg->payload : "", msg->len,
-                                &nred, &redlen);
-    char *quoted = st_utf8_sanitize(red, redlen, d->raw_max);
-    free(red);
-    /* PostgreSQL's message may quote the row ("Failing row contains ...") */
-    red = st_redact_text(d->redactor, error, strlen(error), &nred);
-    char *why = st_utf8_sanitize(red, strlen(red), 1024);
-    free(red);
-
+    char *quoted = st_utf8_sanitize(red, redlen, raw_max);
     cJSON *o = cJSON_CreateObject();
     st_time_format(st_time_now_us(), now, sizeof(now));
     cJSON_AddStringToObject(o, "schema", "sandtrail.dlq.v1");
     cJSON_AddStringToObject(o, "reason", reason);
     cJSON_AddStringToObject(o, "error", why);
-    free(why);
     cJSON_AddStringToObject(o, "input", "analyzer");
     cJSON_AddStringToObject(o, "topic", rd_kafka_topic_name(msg->rkt));
     cJSON_AddNumberToObject(o, "partition", msg->partition);
@@ -200,13 +193,41 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
     }
     cJSON_AddStringToObject(o, "rejected_at", now);
     cJSON_AddNumberToObject(o, "raw_bytes", (double)msg->len);
-    cJSON_AddBoolToObject(o, "raw_truncated", redlen > d->raw_max);
+    cJSON_AddBoolToObject(o, "raw_truncated", redlen > raw_max);
     cJSON_AddStringToObject(o, "raw", quoted);
     free(quoted);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text)
         st_fatal("out of memory printing a dead-letter record");
+    return text;
+}
+
+void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
+                        const char *reason, const char *error)
+{
+    int nred = 0;
+    size_t redlen;
+    /* the redactor keeps scratch state: redaction is under the lock too */
+    pthread_mutex_lock(&d->lock);
+    char *red = st_redact_bytes(d->redactor, msg->payload ? msg->payload : "", msg->len,
+                                &nred, &redlen);
+    /* PostgreSQL's message may quote the row ("Failing row contains ...") */
+    char *rerr = st_redact_text(d->redactor, error, strlen(error), &nred);
+    char *why = st_utf8_sanitize(rerr, strlen(rerr), 1024);
+    free(rerr);
+    /* a record Kafka would refuse could never be committed, and would hold
+     * its partition's offsets for good: its raw message is cut further
+     * (control bytes print as six) until it fits */
+    size_t raw_max = d->raw_max;
+    char *text = record_print(msg, reason, why, red, redlen, raw_max);
+    while (strlen(text) > RECORD_MAX && raw_max > 0) {
+        free(text);
+        raw_max = raw_max > 64 ? raw_max / 2 : 0;
+        text = record_print(msg, reason, why, red, redlen, raw_max);
+    }
+    free(red);
+    free(why);
 
     if (d->n == d->cap) {
         d->cap = d->cap ? d->cap * 2 : 16;
@@ -214,8 +235,10 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
     }
     struct rec *r = &d->recs[d->n++];
     r->text = text;
-    r->keylen = msg->key_len;
-    r->key = msg->key_len ? st_strndup(msg->key, msg->key_len) : NULL;
+    /* the key only places the record; a forged message's huge one is not
+     * worth a refusal (RECORD_MAX) */
+    r->keylen = msg->key_len <= 1024 ? msg->key_len : 0;
+    r->key = r->keylen ? st_strndup(msg->key, r->keylen) : NULL;
     r->partition = msg->partition;
     r->offset = msg->offset;
     pthread_mutex_unlock(&d->lock);
@@ -233,8 +256,13 @@ static struct txp *txp_of(struct st_deadletter *d, int32_t p, char *errstr, size
     const char *const set[] = {"transactional.id", id, "transaction.timeout.ms",
                                TXN_TIMEOUT_MS, NULL};
     rd_kafka_t *rk = producer_new(d->conf, set, errstr, errsz);
-    if (!rk)
-        return NULL;
+    if (!rk) {
+        /* kafka.rdkafka.* that a transactional producer refuses (acks,
+         * enable.idempotence, message.timeout.ms): the same every time */
+        st_error("%s: stopping (a kafka.rdkafka.* setting a transactional producer "
+                 "refuses)", errstr);
+        _exit(78);
+    }
     d->txps = st_realloc(d->txps, (d->ntxp + 1) * sizeof(*d->txps));
     d->txps[d->ntxp] = (struct txp){p, rk, 0};
     return &d->txps[d->ntxp++];

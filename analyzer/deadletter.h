@@ -67,11 +67,16 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
  * wait on a later commit unbounded); 1 when only the consumer's own
  * commit failed (st_consumer_commit: not worth a retry, the events are
  * seen again), and when the assignment was lost (nothing is committed
- * then: the next owner redoes the messages, records included). A commit or abort that Kafka's absence holds up is resumed until
- * Kafka answers; one whose outcome cannot be known or settled (a commit
- * that failed neither retriably nor abortably, a fenced producer: another
- * analyzer owns the partition, or *stop set while it waits) stops the
- * process with status 1, as after a lost assignment. */
+ * then: the next owner redoes the messages, records included). A commit
+ * or abort that Kafka's absence holds up is resumed while Kafka is away;
+ * one whose outcome cannot be known or settled (a commit that failed
+ * neither retriably nor abortably; a fenced producer: another analyzer
+ * owns the partition, or Kafka aborted the transaction after
+ * transaction.timeout.ms; *stop set while it waits) stops the process with
+ * status 1, as after a lost assignment; a producer the kafka.rdkafka.*
+ * settings make impossible, with status 78. A record is at most 512 KiB
+ * (its raw message cut further when dlq.raw_bytes would pass that), so
+ * Kafka's default size limits never refuse one. */
 int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
                          const int32_t *partitions, const int64_t *offsets,
                          const int64_t *clocks, int n, const volatile sig_atomic_t *stop,

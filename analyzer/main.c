@@ -101,7 +101,8 @@ static const struct st_conf_prop analyzer_props[] = {
      "dead-letter topic for consumed messages that are not valid events or that "
      "PostgreSQL refuses (the collector's)"},
     {"dlq.raw_bytes", NULL, ST_CONF_INT, A(dlq_raw_bytes), 0, 1024 * 1024, "4096",
-     "bytes of a dead-lettered message kept in its record (redacted first)"},
+     "bytes of a dead-lettered message kept in its record (redacted first; fewer when "
+     "the record would pass 512 KiB, so that Kafka's default size limits take it)"},
     {"kafka.group", "SANDTRAIL_GROUP", ST_CONF_STR, A(group), 0, 0,
      "sandtrail-analyzer", "consumer group; analyzers in one group split partitions"},
     {"kafka.group.instance_id", "SANDTRAIL_GROUP_INSTANCE_ID", ST_CONF_STR,

@@ -281,6 +281,47 @@ START_TEST(roles_store_crash_inside_dead_letter_commit_sends_each_once)
 }
 END_TEST
 
+/* A message whose record would pass Kafka's size limits (900,000 control
+ * bytes, printed as six each, with dlq.raw_bytes at its 1 MiB maximum):
+ * its raw message is cut until the record fits, so it is committed and the
+ * drain ends; a record Kafka refused would hold its partition's offsets
+ * for good (the store retries the commit until it stops). */
+START_TEST(roles_store_dead_letters_a_huge_message_within_kafka_limits)
+{
+    struct world w;
+    char input[128];
+    world_init(&w, "rolehuge");
+    snprintf(input, sizeof(input), "/tmp/st_roles_huge_%d.ndjson", (int)getpid());
+    bursts(input, 13, 20, 0);
+    ck_assert_int_eq(run(&w, w.name, w.name, COLLECTOR " --input %s 2>/dev/null", input), 0);
+    FILE *f = fopen(input, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 900000; i++)
+        fputc('\x01', f);
+    fputc('\n', f);
+    fclose(f);
+    free(world_shf("kcat -P -b '%s' -t '%s' < %s", getenv("SANDTRAIL_KAFKA_BROKERS"), w.topic,
+                   input));
+    unlink(input);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         "timeout -k 5 60 " ANALYZER OPTS " -X analyzer.role=store"
+                         " -X kafka.group=%s-store -X dlq.raw_bytes=1048576 2>/dev/null",
+                         w.name),
+                     0);
+    int n;
+    char *dump = topic_dump(w.dlq, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_msg(strlen(dump) <= 512 * 1024 + 1, "a record of %zu bytes", strlen(dump));
+    ck_assert_ptr_nonnull(strstr(dump, "\"raw_truncated\":true"));
+    ck_assert_ptr_nonnull(strstr(dump, "\"raw_bytes\":900000"));
+    free(dump);
+    char *rows_n = rows(w.dsn, "SELECT count(*) FROM events");
+    ck_assert_str_eq(rows_n, "20\n");
+    free(rows_n);
+    world_drop(&w);
+}
+END_TEST
+
 /* The transactions (batches= in its last log line) of an analyzer of role
  * ("store" or "all") that drains the topic with batch.max_events=100 and
  * extra options, into w. */
@@ -671,6 +712,7 @@ int main(void)
     tc = tcase_create("dlq");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, roles_store_crash_inside_dead_letter_commit_sends_each_once);
+    tcase_add_test(tc, roles_store_dead_letters_a_huge_message_within_kafka_limits);
     tcase_add_test(tc, roles_store_caught_up_stores_an_event_at_once);
     tcase_add_test(tc, roles_drain_ends_without_the_broker_wait);
     suite_add_tcase(s, tc);
