@@ -708,13 +708,13 @@ int main(void)
     tcase_add_test(tc, roles_refuse_the_default_group);
     tcase_add_test(tc, roles_store_and_detect_side_by_side_equal_all);
     tcase_add_test(tc, roles_detect_crash_then_store_equal_all);
+    tcase_add_test(tc, roles_store_caught_up_stores_an_event_at_once);
+    tcase_add_test(tc, roles_drain_ends_without_the_broker_wait);
     suite_add_tcase(s, tc);
     tc = tcase_create("dlq");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, roles_store_crash_inside_dead_letter_commit_sends_each_once);
     tcase_add_test(tc, roles_store_dead_letters_a_huge_message_within_kafka_limits);
-    tcase_add_test(tc, roles_store_caught_up_stores_an_event_at_once);
-    tcase_add_test(tc, roles_drain_ends_without_the_broker_wait);
     suite_add_tcase(s, tc);
     tc = tcase_create("batches");
     tcase_set_timeout(tc, 300);
