@@ -94,6 +94,17 @@ static void bursts(const char *path, unsigned seed, int n, int from)
     fclose(f);
 }
 
+/* w, its topic holding n events of bursts(seed), loaded by the collector. */
+static void world_loaded(struct world *w, const char *tag, unsigned seed, int n)
+{
+    char input[128];
+    world_init(w, tag);
+    snprintf(input, sizeof(input), "/tmp/st_roles_%s_%d.ndjson", tag, (int)getpid());
+    bursts(input, seed, n, 0);
+    ck_assert_int_eq(run(w, w->name, w->name, COLLECTOR " --input %s 2>/dev/null", input), 0);
+    unlink(input);
+}
+
 /* ref's topic: 1,500 events, two messages that are not events, 1,500 more,
  * drained by the all role with every batch's events in its own transaction
  * (pg.copy_connections=1: the reference the split batches are held to).
@@ -188,6 +199,22 @@ static void assert_same(const struct world *ref, const struct world *pair, int c
 #define STORE(w) ANALYZER OPTS " -X analyzer.role=store -X kafka.group=%s-store"
 #define DETECT(w) ANALYZER OPTS " -X analyzer.role=detect -X kafka.group=%s-detect"
 
+/* The pair's store killed by the fault option (exit 3), then run to the
+ * end: the pair then equals ref, a crash between (assert_same); both
+ * worlds dropped. */
+static void store_crash_then_equal(struct world *ref, struct world *pair, const char *fault)
+{
+    ck_assert_int_eq(run(pair, pair->name, pair->name, STORE(pair) " 2>/dev/null %s",
+                         pair->name, fault),
+                     3);
+    ck_assert_int_eq(run(pair, pair->name, pair->name, STORE(pair) " 2>/dev/null",
+                         pair->name),
+                     0);
+    assert_same(ref, pair, 1);
+    world_drop(ref);
+    world_drop(pair);
+}
+
 /* The two roles at once: both drain, and the tables equal the all role's.
  * The store analyzer is pointed at a Redis where nothing listens: it never
  * connects to Redis. */
@@ -241,16 +268,7 @@ START_TEST(roles_detect_crash_then_store_equal_all)
     int ndlq;
     free(topic_dump(pair.dlq, &ndlq));
     ck_assert_int_eq(ndlq, 0); /* nor dead-letters */
-    ck_assert_int_eq(run(&pair, pair.name, pair.name,
-                         STORE(pair) " 2>/dev/null -X fault.crash_after_pg_commits=2",
-                         pair.name),
-                     3);
-    ck_assert_int_eq(run(&pair, pair.name, pair.name, STORE(pair) " 2>/dev/null",
-                         pair.name),
-                     0);
-    assert_same(&ref, &pair, 1);
-    world_drop(&ref);
-    world_drop(&pair);
+    store_crash_then_equal(&ref, &pair, "-X fault.crash_after_pg_commits=2");
 }
 END_TEST
 
@@ -268,16 +286,7 @@ START_TEST(roles_store_crash_inside_dead_letter_commit_sends_each_once)
     ck_assert_int_eq(run(&pair, pair.name, pair.name, DETECT(pair) " 2>/dev/null",
                          pair.name),
                      0);
-    ck_assert_int_eq(run(&pair, pair.name, pair.name,
-                         STORE(pair) " 2>/dev/null -X fault.crash_in_dlq_commits=1",
-                         pair.name),
-                     3);
-    ck_assert_int_eq(run(&pair, pair.name, pair.name, STORE(pair) " 2>/dev/null",
-                         pair.name),
-                     0);
-    assert_same(&ref, &pair, 1);
-    world_drop(&ref);
-    world_drop(&pair);
+    store_crash_then_equal(&ref, &pair, "-X fault.crash_in_dlq_commits=1");
 }
 END_TEST
 
@@ -290,10 +299,8 @@ START_TEST(roles_store_dead_letters_a_huge_message_within_kafka_limits)
 {
     struct world w;
     char input[128];
-    world_init(&w, "rolehuge");
+    world_loaded(&w, "rolehuge", 13, 20);
     snprintf(input, sizeof(input), "/tmp/st_roles_huge_%d.ndjson", (int)getpid());
-    bursts(input, 13, 20, 0);
-    ck_assert_int_eq(run(&w, w.name, w.name, COLLECTOR " --input %s 2>/dev/null", input), 0);
     FILE *f = fopen(input, "w");
     ck_assert_ptr_nonnull(f);
     for (int i = 0; i < 900000; i++)
@@ -666,12 +673,7 @@ static int64_t empty_drain_ms(const struct world *w, const char *extra)
 START_TEST(roles_drain_ends_without_the_broker_wait)
 {
     struct world w;
-    char input[128];
-    world_init(&w, "roledrain");
-    snprintf(input, sizeof(input), "/tmp/st_roles_drain_%d.ndjson", (int)getpid());
-    bursts(input, 11, 200, 0);
-    ck_assert_int_eq(run(&w, w.name, w.name, COLLECTOR " --input %s 2>/dev/null", input), 0);
-    unlink(input);
+    world_loaded(&w, "roledrain", 11, 200);
     empty_drain_ms(&w, ""); /* stores the 200 */
     int64_t waited = empty_drain_ms(&w, "-X kafka.rdkafka.fetch.wait.max.ms=500");
     int64_t fast = empty_drain_ms(&w, "");
