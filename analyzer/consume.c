@@ -471,11 +471,6 @@ rd_kafka_consumer_group_metadata_t *st_consumer_group_metadata(const struct st_c
     return rd_kafka_consumer_group_metadata(c->rk);
 }
 
-const char *st_consumer_topic(const struct st_consumer *c)
-{
-    return c->topic;
-}
-
 int st_consumer_drained(const struct st_consumer *c)
 {
     if (c->nparts == 0)

@@ -58,9 +58,6 @@ rd_kafka_topic_partition_list_t *st_consumer_offsets(const struct st_consumer *c
  * destroys it (rd_kafka_consumer_group_metadata_destroy). */
 rd_kafka_consumer_group_metadata_t *st_consumer_group_metadata(const struct st_consumer *c);
 
-/* The subscribed topic (owned by c). */
-const char *st_consumer_topic(const struct st_consumer *c);
-
 /* Called, inside st_consumer_poll_batch and before any message of it, for
  * each partition assigned (after st_consumer_assign_cb) whose committed offset carries a clock (the
  * metadata st_consumer_commit wrote): the offset the partition starts at

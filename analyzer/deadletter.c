@@ -244,7 +244,8 @@ void st_deadletter_send(struct st_deadletter *d, const rd_kafka_message_t *msg,
     pthread_mutex_unlock(&d->lock);
 }
 
-/* The producer of partition p, made if missing. */
+/* The producer of partition p, made if missing (never NULL: a producer
+ * that cannot be made stops the process). */
 static struct txp *txp_of(struct st_deadletter *d, int32_t p, char *errstr, size_t errsz)
 {
     for (size_t i = 0; i < d->ntxp; i++)
@@ -337,8 +338,6 @@ static int txn_commit(struct st_deadletter *d, struct st_consumer *c, int32_t p,
 {
     struct txp *t = txp_of(d, p, errstr, errsz);
     rd_kafka_error_t *e;
-    if (!t)
-        return -1;
     if (!t->ready) {
         /* aborts what a crashed owner left open, fences an older one; a
          * timeout (Kafka unavailable) is tried again with the next commit */

@@ -163,6 +163,37 @@ static int may_mark_of(const char *attrs)
     return m;
 }
 
+/* The attrs members the schema names are kept at validation; one it does
+ * not name is still found (the document carries it); a null one is absent;
+ * the same whether the event was parsed into an arena or from a tree. */
+START_TEST(event_attrs_kept_at_validation_match_the_document)
+{
+    static const char line[] =
+        "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"e1\","
+        "\"ts\":\"2026-11-29T10:00:00Z\",\"source\":{\"kind\":\"proxy\",\"name\":\"squid\"},"
+        "\"task_id\":\"T\",\"run_id\":\"r\",\"type\":\"request\","
+        "\"attrs\":{\"host\":\"h.example\",\"port\":443,\"path\":null,\"extra\":\"x\"}}";
+    for (int tree = 0; tree < 2; tree++) {
+        struct st_event ev;
+        struct st_reject rej;
+        int rc = tree ? st_event_parse_tree(&ev, line, strlen(line), &rej)
+                      : st_event_parse(&ev, line, strlen(line), &rej);
+        ck_assert_msg(rc == 0, "%s", rej.msg);
+        ck_assert_int_eq(ev.attrs_named, 1);
+        int64_t port = 0;
+        ck_assert_str_eq(st_event_attr_str(&ev, "host"), "h.example");
+        ck_assert(st_event_attr_str(&ev, "host") == st_json_str(ev.attrs, "host"));
+        ck_assert(st_event_attr_int(&ev, "port", &port));
+        ck_assert_int_eq(port, 443);
+        ck_assert_ptr_null(st_event_attr(&ev, "path"));
+        ck_assert_ptr_null(st_event_attr(&ev, "status"));
+        ck_assert_str_eq(st_event_attr_str(&ev, "extra"), "x");
+        ck_assert_str_eq(st_event_target(&ev), "h.example");
+        st_event_fini(&ev);
+    }
+}
+END_TEST
+
 START_TEST(event_may_mark_whenever_a_string_could_hold_a_marker)
 {
     ck_assert_int_eq(may_mark_of("{\"host\":\"h.example\",\"path\":\"/[x]\"}"), 0);
@@ -319,6 +350,7 @@ int main(void)
     tcase_add_test(tc, event_rejects_every_invalid_example_with_its_reason);
     tcase_add_test(tc, event_parses_fields_and_keeps_unknown_members);
     tcase_add_test(tc, event_decision_and_target);
+    tcase_add_test(tc, event_attrs_kept_at_validation_match_the_document);
     tcase_add_test(tc, event_may_mark_whenever_a_string_could_hold_a_marker);
     tcase_add_test(tc, event_rejects_malformed_json);
     tcase_add_test(tc, event_rejects_invalid_utf8);
