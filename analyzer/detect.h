@@ -129,6 +129,7 @@
 struct st_registry;
 struct st_runhash;
 struct st_runidx;
+struct st_runkeys;
 
 /* Counters the analyzer publishes as metrics. */
 struct st_detect_stats {
@@ -153,6 +154,9 @@ struct st_detect_ctx {
     /* the runs of each partition whose state Redis holds (runidx.h); NULL:
      * every run not in memory is loaded */
     struct st_runidx *runidx;
+    /* the part's runs, one record each shared by its run windows
+     * (runkeys.h); NULL: each window keeps its own */
+    struct st_runkeys *runkeys;
     int32_t partition; /* prefetch, feed: the event's Kafka partition */
     /* prefetch, feed, end_batch: the number of the batch, which is that of
      * the checkpoint it carries; after_commit: the newest checkpoint that

@@ -429,8 +429,16 @@ struct mark {
     int n;
 };
 
+/* Where the main thread's time goes (wall, monotonic), summed over a run
+ * of run(): the last log line's phase_ms (docs/architecture.md, "Where
+ * the analyzer's time goes"). */
+enum { PH_POLL, PH_INGEST, PH_RELEASE, PH_DETECT, PH_STORE_WAIT, PH_SUBMIT, PH_END, PH__N };
+static const char *const phase_names[PH__N] = {"poll",       "ingest", "release", "detect",
+                                                "store_wait", "submit", "end"};
+
 struct analyzer {
     struct st_analyzer_conf conf;
+    int64_t phase_us[PH__N];
     struct st_consumer *consumer;
     struct st_rpipe *redis;        /* global detectors' prefetch, idle trims */
     struct st_rpipe *store_redis;  /* checkpoints (the store thread only) */
@@ -1201,15 +1209,20 @@ static int run(struct analyzer *a, int drain)
     st_consumer_on_assign(a->consumer, on_assign, a);
     st_consumer_on_resume(a->consumer, on_resume, a);
     a->last_ckpt_ms = st_time_mono_ms(); /* the first checkpoint one interval in */
+    int64_t t = st_time_mono_us(), t1;
+/* the time since the last mark goes to phase ph */
+#define PHASE(ph) (t1 = st_time_mono_us(), a->phase_us[ph] += t1 - t, t = t1)
     while (!stop) {
         if (hup)
             reload(&a->conf);
         struct slot *sl = &a->slots[a->fill];
         struct st_store_batch *b = sl->b;
         /* events left to release (a bounded release, below): no wait */
+        PHASE(PH_SUBMIT);
         int n = st_consumer_poll_batch(a->consumer, b->msgs, max, behind,
                                       behind_ms(&a->conf),
                                       more ? 0 : (int)a->conf.batch_max_ms);
+        PHASE(PH_POLL);
         if (n < 0) {
             rc = -1;
             break;
@@ -1221,6 +1234,7 @@ static int run(struct analyzer *a, int drain)
         }
         int64_t now = st_time_mono_ms();
         ingest(a, b, now);
+        PHASE(PH_INGEST);
         int flush = drain && st_consumer_drained(a->consumer);
         /* bounded: a flush (the end of --drain) or an idle partition
          * releases what it holds over the next batches (ST_RELEASE_MAX) */
@@ -1231,6 +1245,7 @@ static int run(struct analyzer *a, int drain)
          * document, while more than detect.park_above wait: copied now,
          * while b holds the messages */
         st_reorder_park(a->reorder, (size_t)a->conf.park_above);
+        PHASE(PH_RELEASE);
         /* caught up: the evidence part signs what is pending (all of it at
          * the end of --drain, what is old enough otherwise) */
         if (flush || (!drain && st_consumer_drained(a->consumer)))
@@ -1244,11 +1259,13 @@ static int run(struct analyzer *a, int drain)
                 failed = 1;
                 break;
             }
+            PHASE(PH_DETECT);
             /* at most ST_STORE_IN_FLIGHT batches in flight: batch N is
              * finished here before N+3 goes (N+1 is being written, N+2's
              * events stored ahead) */
             while (!failed && st_store_in_flight(a->store) >= ST_STORE_IN_FLIGHT)
                 failed = batch_done(a);
+            PHASE(PH_STORE_WAIT);
             if (failed)
                 break;
             batch_offsets(a, b);
@@ -1279,6 +1296,7 @@ static int run(struct analyzer *a, int drain)
             }
         }
     }
+    PHASE(PH_SUBMIT);
     /* a clean stop, or the end of --drain, waits for the batches in
      * flight, then writes what no checkpoint carried yet (and the last
      * trims) and commits the offsets */
@@ -1287,6 +1305,8 @@ static int run(struct analyzer *a, int drain)
             failed = 1;
     if (!rc && !failed && detectors_flush(a, 1))
         failed = 1;
+    PHASE(PH_END);
+#undef PHASE
     slot_clear(&a->slots[a->fill]);
     /* A failed run leaves what it did not write as a crash does (a batch
      * the store gave up on, changes no checkpoint carried): closing the
@@ -1302,8 +1322,8 @@ static int run(struct analyzer *a, int drain)
  * connection's counter is read safely). */
 static void log_totals(struct analyzer *a)
 {
-    char per[256] = "", cpu[256] = "";
-    size_t used = 0, cused = 0;
+    char per[256] = "", cpu[256] = "", phases[256] = "";
+    size_t used = 0, cused = 0, pused = 0;
     int64_t det_us = 0, wait_us = 0;
     unsigned long sent = a->redis ? st_rpipe_sent(a->redis) + st_rpipe_sent(a->store_redis) : 0;
 
@@ -1319,14 +1339,17 @@ static void log_totals(struct analyzer *a)
         st_workers_times(a->workers, &det_us, &wait_us);
         sent += st_workers_redis_sent(a->workers);
     }
+    for (int i = 0; i < PH__N && pused < sizeof(phases) - 40; i++)
+        pused += (size_t)snprintf(phases + pused, sizeof(phases) - pused, "%s%s:%" PRId64,
+                                  i ? "," : "", phase_names[i], a->phase_us[i] / 1000);
     st_info("events=%ld invalid=%ld refused=%ld late=%ld skewed=%ld batches=%ld "
             "stored_ahead=%ld findings_updated=%ld redis_commands=%lu state_loads=%" PRId64
             " state_evictions=%" PRId64 " state_runs=%" PRId64
             " worker_events=%s detect_ms=%" PRId64 " detect_wait_ms=%" PRId64
-            " detect_cpu_ms=%s",
+            " detect_cpu_ms=%s phase_ms=%s",
             a->events, a->invalid, a->refused, a->late, a->skewed, a->batches,
             st_store_ahead(a->store), a->findings_written, sent, a->stats.loads, a->stats.evictions, a->stats.runs,
-            per, det_us / 1000, wait_us / 1000, cpu);
+            per, det_us / 1000, wait_us / 1000, cpu, phases);
     size_t queued = a->dlq ? st_deadletter_queued(a->dlq) : 0;
     if (queued)
         st_warn("%zu dead-letter record(s) not committed: no offset passed their messages, "

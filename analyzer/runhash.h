@@ -41,9 +41,13 @@ void st_runhash_destroy(struct st_runhash *h); /* accepts NULL */
  * st_runidx_hash of them) in the run's bucket: set to data (len bytes,
  * copied), or deleted when data is NULL. task, run and field are not
  * copied: they must live until flush. A run's fields are put at most once
- * each between flushes. */
-void st_runhash_put(struct st_runhash *h, uint64_t hash, const char *task, const char *run,
-                    const char *field, const char *data, size_t len);
+ * each between flushes. id, when not NULL, names the run for the caller
+ * (runwin.c: its st_runkey): puts with the same id are of the same run,
+ * and their ids are not compared; a run put under two ids (or an id and
+ * NULL) is written as two runs of the same bucket, which is still right
+ * (each field once). */
+void st_runhash_put(struct st_runhash *h, const void *id, uint64_t hash, const char *task,
+                    const char *run, const char *field, const char *data, size_t len);
 
 /* Appends to ck the commands of every run put since the last flush, by
  * bucket in ascending order, each bucket's runs in the order first put:

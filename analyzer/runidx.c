@@ -83,6 +83,7 @@ struct st_runidx {
     const char *const *sweep_det;
     int nsweep_det;
     struct st_buf bkey, field;
+    uint64_t flushes; /* st_runidx_flushes */
 };
 
 static void update_trust(struct st_runidx *x)
@@ -109,6 +110,7 @@ struct st_runidx *st_runidx_new(const struct st_analyzer_conf *conf)
     x->since = -1;
     x->check_due = 1;
     x->topic_parts = x->checked_parts = -1;
+    x->flushes = 1;
     return x;
 }
 
@@ -151,6 +153,12 @@ void st_runidx_forget(struct st_runidx *x)
 {
     unload_all(x);
     x->check_due = 1; /* an assignment follows: the count may have grown */
+    x->flushes++;
+}
+
+uint64_t st_runidx_flushes(const struct st_runidx *x)
+{
+    return x->flushes;
 }
 
 void st_runidx_set_partitions(struct st_runidx *x, int32_t n)
@@ -594,6 +602,7 @@ static void sweep_flush(struct st_runidx *x, struct pidx *p, struct st_checkpoin
 
 void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t now)
 {
+    x->flushes++;
     int64_t ttl = x->conf->state_ttl_s, every = ttl / 10 > 0 ? ttl / 10 : 1;
     for (size_t i = 0; i < x->nparts; i++) {
         struct pidx *p = x->parts[i];

@@ -218,6 +218,12 @@ void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t no
  * and the next st_runidx_check checks. */
 void st_runidx_forget(struct st_runidx *x);
 
+/* The number of st_runidx_flush and st_runidx_forget calls so far, from
+ * 1: a caller that noted a run in the same number may skip noting it
+ * again with an expiry no later (runwin.c notes a run once for all its
+ * windows). */
+uint64_t st_runidx_flushes(const struct st_runidx *x);
+
 /* Runs held in memory, all partitions. */
 int64_t st_runidx_size(const struct st_runidx *x);
 

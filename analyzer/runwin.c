@@ -65,6 +65,7 @@
 #include "runblob.h"
 #include "runhash.h"
 #include "runidx.h"
+#include "runkeys.h"
 #include "runwin.h"
 #include "window.h"
 
@@ -152,10 +153,10 @@ enum {
  * a run of each windowed detector is held per run of the stream
  * (docs/architecture.md, "State bounds"). */
 struct run {
-    struct run *hnext;        /* hash chain */
+    /* its ids and hash, shared with the run's other windows of the part
+     * (runkeys.h); this state is the record's slot w->slot */
+    struct st_runkey *key;
     struct run *prev, *next;  /* least recently fed first */
-    char *task_id, *run_id;   /* one allocation */
-    uint64_t hash;            /* st_runidx_hash */
     uint64_t queued_gen;      /* prefetch pass that queued its load */
     struct st_runwin_member *m; /* sorted by (time, member) like Redis */
     struct episode *eps;
@@ -201,8 +202,12 @@ struct st_runwin {
     char *name;
     int64_t window_us, keep_us, bucket_us;
     int flags;
-    struct run **table;
-    size_t tcap, nruns;
+    /* the runs' records (runkeys.h): the context's table of the part,
+     * taken at the first prefetch, or the window's own (own_keys) when the
+     * context has none or no slot left; slot: this window's in each */
+    struct st_runkeys *keys;
+    int slot, own_keys;
+    size_t nruns;
     struct run *lru_head, *lru_tail;
     struct run **batch; /* runs fed in this batch */
     size_t nbatch, capbatch;
@@ -287,8 +292,6 @@ struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char 
     w->keep_us = keep_us;
     w->flags = flags;
     w->bucket_us = bucket_us > 0 ? bucket_us : 1;
-    w->tcap = 1024;
-    w->table = st_calloc(w->tcap, sizeof(*w->table));
     st_buf_init(&w->member);
     st_buf_init(&w->wkey);
     st_buf_init(&w->lkey);
@@ -302,8 +305,27 @@ struct st_runwin *st_runwin_new(const struct st_analyzer_conf *conf, const char 
     return w;
 }
 
-static void run_free(struct run *r)
+/* The table of the window's runs (see struct st_runwin). */
+static struct st_runkeys *keys_of(struct st_runwin *w, const struct st_detect_ctx *ctx)
 {
+    if (w->keys)
+        return w->keys;
+    if (ctx && ctx->runkeys && (w->slot = st_runkeys_slot(ctx->runkeys)) >= 0) {
+        w->keys = ctx->runkeys;
+    } else {
+        w->keys = st_runkeys_new();
+        w->own_keys = 1;
+        w->slot = st_runkeys_slot(w->keys);
+    }
+    return w->keys;
+}
+
+/* Frees r, the window's state of a run, and leaves the run's record (freed
+ * with its last window's state). */
+static void run_free(struct st_runwin *w, struct run *r)
+{
+    st_runkeys_set(w->keys, r->key, w->slot, NULL);
+    w->nruns--;
     for (size_t i = 0; i < r->n; i++)
         free((char *)r->m[i].key);
     free(r->m);
@@ -311,7 +333,7 @@ static void run_free(struct run *r)
     free(r->b);
     free(r->del_eps);
     free(r->del_b);
-    free(r); /* and its ids, in the same block */
+    free(r);
 }
 
 static void lru_unlink(struct st_runwin *w, struct run *r)
@@ -338,25 +360,14 @@ static void lru_append(struct st_runwin *w, struct run *r)
     w->lru_tail = r;
 }
 
-static void table_remove(struct st_runwin *w, struct run *r)
-{
-    struct run **p = &w->table[r->hash & (w->tcap - 1)];
-    while (*p != r)
-        p = &(*p)->hnext;
-    *p = r->hnext;
-    w->nruns--;
-}
-
 void st_runwin_forget(struct st_runwin *w, struct st_detect_ctx *ctx)
 {
-    for (struct run *r = w->lru_head, *next; r; r = next) {
-        next = r->next;
-        run_free(r);
-    }
     if (ctx && ctx->stats)
         ctx->stats->runs -= (int64_t)w->nruns;
-    memset(w->table, 0, w->tcap * sizeof(*w->table));
-    w->nruns = 0;
+    for (struct run *r = w->lru_head, *next; r; r = next) {
+        next = r->next;
+        run_free(w, r);
+    }
     w->lru_head = w->lru_tail = NULL;
     w->nbatch = w->dirty_head = w->ndirty = w->ntrimq = w->trimq_head = 0;
     w->cur = NULL;
@@ -368,7 +379,8 @@ void st_runwin_destroy(struct st_runwin *w)
     if (!w)
         return;
     st_runwin_forget(w, NULL);
-    free(w->table);
+    if (w->own_keys)
+        st_runkeys_destroy(w->keys);
     free(w->batch);
     free(w->dirty);
     free(w->trimq);
@@ -396,6 +408,8 @@ void st_runwin_begin(struct st_runwin *w, size_t nevents)
     w->clock_s = (int64_t)time(NULL);
     w->gen++;
     w->nmemo = w->next_memo = 0;
+    if (w->keys)
+        st_runkeys_begin(w->keys); /* the last batch's events are gone */
 }
 
 void st_runwin_reset(struct st_runwin *w)
@@ -409,29 +423,12 @@ void st_runwin_reset(struct st_runwin *w)
     w->nmemo = w->next_memo = 0;
 }
 
-static struct run *run_find(struct st_runwin *w, const char *task, const char *run_id,
-                            uint64_t h)
+static struct run *run_find(struct st_runwin *w, const struct st_event *ev)
 {
-    for (struct run *r = w->table[h & (w->tcap - 1)]; r; r = r->hnext)
-        if (r->hash == h && !strcmp(r->run_id, run_id) && !strcmp(r->task_id, task))
-            return r;
-    return NULL;
-}
-
-static void table_grow(struct st_runwin *w)
-{
-    size_t cap = 2 * w->tcap;
-    struct run **t = st_calloc(cap, sizeof(*t));
-    for (size_t i = 0; i < w->tcap; i++) {
-        for (struct run *r = w->table[i], *next; r; r = next) {
-            next = r->hnext;
-            r->hnext = t[r->hash & (cap - 1)];
-            t[r->hash & (cap - 1)] = r;
-        }
-    }
-    free(w->table);
-    w->table = t;
-    w->tcap = cap;
+    if (!w->keys)
+        return NULL;
+    struct st_runkey *k = st_runkeys_get(w->keys, ev, 0);
+    return k ? k->slot[w->slot] : NULL;
 }
 
 /* Appends r to the dirty list as dirty since checkpoint seq (never below
@@ -683,7 +680,7 @@ static int on_log(const redisReply *rep, void *arg)
     if (st_runblob_log_read(rep->str, rep->len, log_member, r)) {
         st_warn("%s: the log of run \"%s\" in Redis (%zu bytes) is not in a format "
                 "this analyzer reads: ignored, the run goes on without it",
-                w->name, r->run_id, rep->len);
+                w->name, r->key->run_id, rep->len);
         if (w->stats)
             w->stats->malformed++;
         r->lbytes = LOG_UNKNOWN;
@@ -820,7 +817,7 @@ static int on_blob(const redisReply *rep, struct run *r, int layout)
     if (!shadowed && blob_decode(w, r, rep->str, rep->len)) {
         st_warn("%s: the state of run \"%s\" in Redis (%zu bytes) is not in a format "
                 "this analyzer reads: ignored, the run starts without it",
-                w->name, r->run_id, rep->len);
+                w->name, r->key->run_id, rep->len);
         if (w->stats)
             w->stats->malformed++;
     }
@@ -855,30 +852,22 @@ static void memo_add(struct st_runwin *w, const struct st_event *ev, struct run 
 void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
                         const struct st_event *ev)
 {
-    uint64_t h = st_event_run_hash(ev);
-    struct run *r = run_find(w, ev->task_id, ev->run_id, h);
+    struct st_runkeys *keys = keys_of(w, ctx);
+    struct st_runkey *k = st_runkeys_get(keys, ev, 1);
+    uint64_t h = k->hash;
+    struct run *r = k->slot[w->slot];
     if (r && (r->state == RUN_READY || r->queued_gen == w->gen)) {
         memo_add(w, ev, r);
         return;
     }
     if (!r) {
-        size_t lt = strlen(ev->task_id), lr = strlen(ev->run_id);
-        /* the ids in the run's own block: a lookup that finds the run
-         * compares them without a second cache miss */
-        r = st_calloc(1, sizeof(*r) + lt + lr + 2);
-        r->task_id = (char *)(r + 1);
-        memcpy(r->task_id, ev->task_id, lt + 1);
-        r->run_id = r->task_id + lt + 1;
-        memcpy(r->run_id, ev->run_id, lr + 1);
-        r->hash = h;
+        r = st_calloc(1, sizeof(*r));
+        r->key = k;
+        st_runkeys_set(keys, k, w->slot, r);
         r->max_ts = r->trim_ts = INT64_MIN;
         r->trim_below = INT64_MIN;
         r->touched_s = batch_s(w, ctx);
         r->partition = ctx->partition;
-        if (w->nruns >= w->tcap)
-            table_grow(w);
-        r->hnext = w->table[h & (w->tcap - 1)];
-        w->table[h & (w->tcap - 1)] = r;
         w->nruns++;
         lru_append(w, r);
         if (ctx->stats)
@@ -954,9 +943,8 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
         r = w->memo[w->next_memo++].run;
     } else {
         r = w->cur;
-        if (!r || strcmp(r->run_id, ev->run_id) || strcmp(r->task_id, ev->task_id))
-            r = run_find(w, ev->task_id, ev->run_id,
-                         st_event_run_hash(ev));
+        if (!r || strcmp(r->key->run_id, ev->run_id) || strcmp(r->key->task_id, ev->task_id))
+            r = run_find(w, ev);
     }
     if (!r || r->state != RUN_READY)
         st_fatal("%s: fed a run that was not prefetched", w->name);
@@ -1228,10 +1216,38 @@ static int trims_held(const struct run *r, const struct st_detect_ctx *ctx, int6
            now - r->touched_s < ctx->conf->state_evict_s && !trims_hit_writes(r);
 }
 
+/* The run's entry in its partition's run index, for a write of its state
+ * in the checkpoint being built, with its EXPIRE when due: once per run
+ * and checkpoint for all the run's windows of the part (the record
+ * remembers the index flush it was noted in), unless a later window's
+ * write asks for more (an expiry due, a later second) -- what
+ * st_runidx_note would do with the second call: nothing. */
+static void note_run(struct st_runwin *w, struct run *r, struct st_detect_ctx *ctx, int due)
+{
+    if (!ctx->runidx)
+        return;
+    struct st_runkey *k = r->key;
+    uint64_t gen = st_runidx_flushes(ctx->runidx);
+    int64_t now = batch_s(w, ctx);
+    if (k->noted_by == ctx->runidx && k->noted == gen &&
+        (!due || (k->noted_due && now <= k->noted_s)))
+        return;
+    st_runidx_note(ctx->runidx, r->partition, k->task_id, k->run_id, k->hash, due, now);
+    if (k->noted_by != ctx->runidx || k->noted != gen) {
+        k->noted_by = ctx->runidx;
+        k->noted = gen;
+        k->noted_due = 0;
+    }
+    if (due) {
+        k->noted_due = 1;
+        k->noted_s = now;
+    }
+}
+
 static const char *run_key(struct st_runwin *w, const struct run *r, struct st_buf *b,
                            const char *kind)
 {
-    return st_detect_key_buf(b, w->conf, w->name, kind, r->task_id, r->run_id);
+    return st_detect_key_buf(b, w->conf, w->name, kind, r->key->task_id, r->key->run_id);
 }
 
 static int any_dirty_episode(const struct run *r)
@@ -1420,9 +1436,8 @@ static void run_checkpoint(struct st_runwin *w, struct run *r, struct st_detect_
         }
         cmd_flush(c, ctx->ckpt, 1000000);
     }
-    if (wrote && ctx->runidx)
-        st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, expired,
-                       batch_s(w, ctx));
+    if (wrote)
+        note_run(w, r, ctx, expired);
     r->ck_seq = ctx->seq;
     r->fed = 0;
 #undef LKEY
@@ -1478,8 +1493,8 @@ static int cmd_del_layout(struct st_runwin *w, struct run *r, struct cmd *c, int
 /* The HDEL of the run's field of its bucket, alone (in a layout switch) */
 static void cmd_hdel_field(struct st_runwin *w, struct run *r, struct st_checkpoint *ck)
 {
-    const char *key = st_detect_run_bucket_key_buf(&w->bucket, w->conf, r->hash);
-    const char *field = st_detect_run_field_buf(&w->field, r->task_id, r->run_id, w->name);
+    const char *key = st_detect_run_bucket_key_buf(&w->bucket, w->conf, r->key->hash);
+    const char *field = st_detect_run_field_buf(&w->field, r->key->task_id, r->key->run_id, w->name);
     const char *hdel[] = {"HDEL", key, field};
     st_checkpoint_cmd(ck, 3, hdel);
 }
@@ -1487,7 +1502,7 @@ static void cmd_hdel_field(struct st_runwin *w, struct run *r, struct st_checkpo
 /* The HDEL of the run's field of its own hash (LAYOUT_RUNH), alone */
 static void cmd_hdel_legacy(struct st_runwin *w, struct run *r, struct st_checkpoint *ck)
 {
-    const char *key = st_detect_run_hash_key_buf(&w->hkey, w->conf, r->task_id, r->run_id);
+    const char *key = st_detect_run_hash_key_buf(&w->hkey, w->conf, r->key->task_id, r->key->run_id);
     const char *hdel[] = {"HDEL", key, w->name};
     st_checkpoint_cmd(ck, 3, hdel);
 }
@@ -1533,8 +1548,8 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
         if (r->layout & LAYOUT_RUNH)
             cmd_hdel_legacy(w, r, ctx->ckpt);
         if (r->layout & LAYOUT_BLOB)
-            st_runhash_put(runhash_of(w, ctx), r->hash, r->task_id, r->run_id, w->name, NULL,
-                           0);
+            st_runhash_put(runhash_of(w, ctx), r->key, r->key->hash, r->key->task_id,
+                           r->key->run_id, w->name, NULL, 0);
         drop_trims(r);
         r->layout = LAYOUT_NONE;
         r->lbytes = 0;
@@ -1561,8 +1576,8 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
         /* the bucket's key may be new: its EXPIRE always */
         const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
         st_checkpoint_cmd(ctx->ckpt, 1, multi);
-        const char *bkey = st_detect_run_bucket_key_buf(&w->bucket, w->conf, r->hash);
-        const char *field = st_detect_run_field_buf(&w->field, r->task_id, r->run_id, w->name);
+        const char *bkey = st_detect_run_bucket_key_buf(&w->bucket, w->conf, r->key->hash);
+        const char *field = st_detect_run_field_buf(&w->field, r->key->task_id, r->key->run_id, w->name);
         const char *hset[] = {"HSET", bkey, field, b->data};
         size_t lens[] = {4, w->bucket.len, w->field.len, b->len};
         st_checkpoint_cmd_lens(ctx->ckpt, 4, hset, lens);
@@ -1576,8 +1591,8 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
         st_checkpoint_cmd(ctx->ckpt, 1, exec);
         r->w_exp_s = r->e_exp_s = r->b_exp_s = 0;
     } else {
-        st_runhash_put(runhash_of(w, ctx), r->hash, r->task_id, r->run_id, w->name, b->data,
-                       b->len);
+        st_runhash_put(runhash_of(w, ctx), r->key, r->key->hash, r->key->task_id,
+                       r->key->run_id, w->name, b->data, b->len);
     }
     if (due)
         r->s_exp_s = exp;
@@ -1585,9 +1600,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     r->lbytes = 0;
     mark_all_saved(r);
     drop_trims(r);
-    if (ctx->runidx)
-        st_runidx_note(ctx->runidx, r->partition, r->task_id, r->run_id, r->hash, due,
-                       batch_s(w, ctx));
+    note_run(w, r, ctx, due);
 out:
     r->ck_seq = ctx->seq;
     r->fed = 0;
@@ -1802,8 +1815,7 @@ void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
             (r->dirty || r->in_trimq || r->in_batch || r->ck_seq > ctx->seq))
             continue;
         lru_unlink(w, r);
-        table_remove(w, r);
-        run_free(r);
+        run_free(w, r);
         if (ctx->stats) {
             ctx->stats->runs--;
             ctx->stats->evictions++;

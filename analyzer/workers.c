@@ -10,6 +10,7 @@
 #include "registry.h"
 #include "runhash.h"
 #include "runidx.h"
+#include "runkeys.h"
 #include "timeutil.h"
 #include "workers.h"
 
@@ -34,6 +35,9 @@ struct part {
      * run's events, so all its per-run detectors, are in one worker
      * (runhash.h) */
     struct st_runhash *runhash;
+    /* its runs, one record for all its run windows (runkeys.h): freed
+     * after its detectors, whose windows hold them */
+    struct st_runkeys *runkeys;
     /* the names of its detectors' run windows: the fields its sweep
      * deletes (runidx.h) */
     const char *sweep[MAX_DETECTORS];
@@ -104,6 +108,7 @@ static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
         .stats = &p->stats,
         .runidx = p->runidx,
         .runhash = p->runhash,
+        .runkeys = p->runkeys,
         /* trims held while they are few (runwin.c); with a checkpoint
          * after every batch, every trim goes with the next, as before */
         .hold_trims = p->w->wc.conf->checkpoint_ms > 0 && p->w->wc.conf->hold_trims,
@@ -405,6 +410,7 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
         p->ckpt = st_checkpoint_new();
         p->state = st_checkpoint_new();
         p->runhash = st_runhash_new(conf);
+        p->runkeys = st_runkeys_new();
         p->runidx = st_runidx_new(conf);
         st_runidx_set_since(p->runidx, since);
         /* its detectors' run windows, every one it has, enabled or not:
@@ -480,6 +486,7 @@ void st_workers_destroy(struct st_workers *w)
         st_checkpoint_destroy(p->ckpt);
         st_checkpoint_destroy(p->state);
         st_runhash_destroy(p->runhash);
+        st_runkeys_destroy(p->runkeys);
         st_runidx_destroy(p->runidx);
         st_findings_fini(&p->findings);
     }

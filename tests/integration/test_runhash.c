@@ -36,6 +36,7 @@
 #include "runblob.h"
 #include "runhash.h"
 #include "runidx.h"
+#include "runkeys.h"
 #include "runwin.h"
 
 #define NDET 3
@@ -44,6 +45,9 @@ static struct st_analyzer_conf conf;
 static struct st_runwin *wins[NDET];
 static struct st_rpipe *p;
 static struct st_runhash *rh;
+/* the runs' records, shared by the windows as a worker's part shares its
+ * (workers.c, runkeys.h) */
+static struct st_runkeys *keys;
 static char prefix[64];
 static unsigned long last_sent;
 static size_t last_n[NDET];
@@ -76,6 +80,7 @@ static void open_all(const char *tag)
     ck_assert_msg(url != NULL, "the services' environment: scripts/services env");
     p = st_rpipe_new(url, NULL, err, sizeof(err));
     ck_assert_msg(p != NULL, "%s", err);
+    keys = st_runkeys_new();
     new_wins();
     rh = st_runhash_new(&conf);
 }
@@ -120,6 +125,8 @@ static void close_all(void)
     }
     st_rpipe_exec(p, err, sizeof(err));
     st_buf_fini(&b);
+    ck_assert_uint_eq(st_runkeys_count(keys), 0); /* freed with the windows */
+    st_runkeys_destroy(keys);
     st_runhash_destroy(rh);
     st_rpipe_destroy(p);
 }
@@ -156,7 +163,7 @@ static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
     ev.task_id = "task";
     ev.run_id = "run";
     struct st_checkpoint *ck = st_checkpoint_new();
-    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .ckpt = ck, .seq = seq,
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .runkeys = keys, .ckpt = ck, .seq = seq,
                                 .runhash = rh, .stats = &stats, .now_s = now_s};
     for (int d = 0; d < NDET; d++) {
         st_runwin_begin(wins[d], 1);
@@ -177,7 +184,7 @@ static void batch(uint64_t seq, int mask, const char *id, int64_t ts)
 static void trims_only(uint64_t seq)
 {
     struct st_checkpoint *ck = st_checkpoint_new();
-    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .ckpt = ck, .seq = seq,
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .runkeys = keys, .ckpt = ck, .seq = seq,
                                 .runhash = rh};
     end_batch(&ctx);
     st_checkpoint_destroy(ck);
@@ -345,6 +352,7 @@ START_TEST(runhash_one_command_per_bucket)
     batch(1, 7, "e1", T);
     ck_assert_uint_eq(last_sent, 2); /* HSET of three fields, the bucket's EXPIRE */
     ck_assert_int_eq(hlen(), 3);
+    ck_assert_uint_eq(st_runkeys_count(keys), 1); /* one record for the three windows */
     for (int d = 0; d < NDET; d++) {
         ck_assert_int_eq(field_members(d), 1);
         ck_assert_int_eq(old_exists(d), 0);
@@ -402,11 +410,11 @@ START_TEST(runhash_delete_when_every_state_is_empty)
     const char *v = "\x01\x00\x00\x00";
     uint64_t h = st_runidx_hash("task", "run");
     /* run, then run2, then run again, then run2: one HSET, one EXPIRE */
-    st_runhash_put(rh, h, "task", "run", "da", v, 4);
-    st_runhash_put(rh, h, "task", "run2", "da", v, 4);
-    st_runhash_put(rh, h, "task", "run", "db", v, 4);
-    st_runhash_put(rh, h, "task", "run2", "db", v, 4);
-    st_runhash_put(rh, h, "task", "run", "dc", v, 4);
+    st_runhash_put(rh, NULL, h, "task", "run", "da", v, 4);
+    st_runhash_put(rh, NULL, h, "task", "run2", "da", v, 4);
+    st_runhash_put(rh, NULL, h, "task", "run", "db", v, 4);
+    st_runhash_put(rh, NULL, h, "task", "run2", "db", v, 4);
+    st_runhash_put(rh, NULL, h, "task", "run", "dc", v, 4);
     ck_assert_uint_eq(st_runhash_pending(rh), 2);
     ck_assert_uint_eq(flush_run(), 2);
     ck_assert_int_eq(hlen(), 3);
@@ -417,8 +425,8 @@ START_TEST(runhash_delete_when_every_state_is_empty)
     ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
     /* a run of another bucket, with one of this bucket: an HSET and an
      * EXPIRE each */
-    st_runhash_put(rh, h + 1, "task", "run3", "da", v, 4);
-    st_runhash_put(rh, h, "task", "run4", "da", v, 4);
+    st_runhash_put(rh, NULL, h + 1, "task", "run3", "da", v, 4);
+    st_runhash_put(rh, NULL, h, "task", "run4", "da", v, 4);
     ck_assert_uint_eq(flush_run(), 4);
     struct st_buf b;
     st_buf_init(&b);
@@ -433,19 +441,19 @@ START_TEST(runhash_delete_when_every_state_is_empty)
     /* one state emptied: its field goes, the key keeps its TTL */
     const char *px[] = {"PERSIST", hash_key()};
     redis_int(2, px); /* so that an EXPIRE sent would show */
-    st_runhash_put(rh, h, "task", "run", "da", NULL, 0);
+    st_runhash_put(rh, NULL, h, "task", "run", "da", NULL, 0);
     ck_assert_uint_eq(flush_run(), 1); /* HDEL alone: no EXPIRE */
     ck_assert_int_eq(hlen(), 2);
     ck_assert_int_eq(ttl(), -1);
     /* a field written and one deleted in one checkpoint: HSET, HDEL, EXPIRE */
-    st_runhash_put(rh, h, "task", "run", "db", v, 4);
-    st_runhash_put(rh, h, "task", "run", "dc", NULL, 0);
+    st_runhash_put(rh, NULL, h, "task", "run", "db", v, 4);
+    st_runhash_put(rh, NULL, h, "task", "run", "dc", NULL, 0);
     ck_assert_uint_eq(flush_run(), 3);
     ck_assert_int_eq(hlen(), 1);
     t = ttl();
     ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
     /* the run's last one: its fields gone, the other runs' stay */
-    st_runhash_put(rh, h, "task", "run", "db", NULL, 0);
+    st_runhash_put(rh, NULL, h, "task", "run", "db", NULL, 0);
     ck_assert_uint_eq(flush_run(), 1);
     ck_assert_int_eq(hlen(), 0);
     ck_assert_int_eq(run_fields(hash_key(), "run2"), 2);
@@ -595,12 +603,13 @@ START_TEST(runhash_evicted_run_reloads_and_expires)
     batch(2, 7, "e2", T + 1000000);
     ck_assert_uint_eq(last_sent, 2);
     /* idle past state.evict_s: every detector's run evicted */
-    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .seq = 2, .runhash = rh,
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .runkeys = keys, .seq = 2, .runhash = rh,
                                 .stats = &stats, .now_s = now_s + conf.state_evict_s + 1};
     memset(&stats, 0, sizeof(stats));
     for (int d = 0; d < NDET; d++)
         st_runwin_after_commit(wins[d], &ctx);
     ck_assert_int_eq(stats.evictions, NDET);
+    ck_assert_uint_eq(st_runkeys_count(keys), 0); /* gone with its last window's run */
     now_s += conf.state_evict_s + 2;
     batch(3, 7, "e3", T + 2000000);
     for (int d = 0; d < NDET; d++) {
@@ -660,7 +669,7 @@ static const char *const sweep_dets[] = {"da", "db", "dc"};
 static void seed_run(const char *run, int nf, int64_t now, int64_t age)
 {
     for (int d = 0; d < nf; d++)
-        st_runhash_put(rh, st_runidx_hash("task", run), "task", run, sweep_dets[d],
+        st_runhash_put(rh, NULL, st_runidx_hash("task", run), "task", run, sweep_dets[d],
                        "\x01\x00\x00\x00", 4);
     flush_run();
     char *ik = st_detect_index_key(&conf, 0), score[32];
@@ -820,7 +829,7 @@ START_TEST(runhash_sweep_goes_on_past_its_limit)
     za[1] = ik;
     for (int i = 0; i < N; i++) {
         snprintf(names_[i], sizeof(names_[i]), "m%d", i);
-        st_runhash_put(rh, st_runidx_hash("task", names_[i]), "task", names_[i], "da",
+        st_runhash_put(rh, NULL, st_runidx_hash("task", names_[i]), "task", names_[i], "da",
                        "\x01\x00\x00\x00", 4);
         members[i] = st_detect_run_member("task", names_[i]);
         za[2 + 2 * i] = score;
