@@ -309,6 +309,18 @@ START_TEST(event_rejects_duplicate_keys)
 {
     ck_assert_str_eq(parse_str(VALID_PREFIX ",\"task_id\":\"other\"}"), ST_REASON_DUPLICATE);
     ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":{\"a\":1,\"a\":2}}"), ST_REASON_DUPLICATE);
+    /* keys of a small object that share their first bytes, or differ
+     * only in length; one spelled with an escape */
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":{\"abcdefgh\":1,\"abcdefgh\":2}}"),
+                     ST_REASON_DUPLICATE);
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":{\"abcdefgh_x1\":1,\"b\":0,"
+                                            "\"abcdefgh_x1\":2}}"),
+                     ST_REASON_DUPLICATE);
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":{\"abcdefgh_x1\":1,\"abcdefgh_x2\":2,"
+                                            "\"abcdefgh\":3,\"abcdefg\":4,\"abcdefgh_x\":5}}"),
+                     "ok");
+    ck_assert_str_eq(parse_str(VALID_PREFIX ",\"x\":{\"\\u0061b\":1,\"ab\":2}}"),
+                     ST_REASON_DUPLICATE); /* the same key once decoded */
     /* a large object takes the sorting path */
     char line[2048];
     int n = snprintf(line, sizeof(line), VALID_PREFIX ",\"big\":{");
