@@ -432,9 +432,19 @@ struct mark {
 /* Where the main thread's time goes (wall, monotonic), summed over a run
  * of run(): the last log line's phase_ms (docs/architecture.md, "Where
  * the analyzer's time goes"). */
-enum { PH_POLL, PH_INGEST, PH_RELEASE, PH_DETECT, PH_STORE_WAIT, PH_SUBMIT, PH_END, PH__N };
+enum {
+    PH_POLL,
+    PH_INGEST,
+    PH_RELEASE,
+    PH_DETECT,
+    PH_STORE_WAIT,
+    PH_SUBMIT,
+    PH_IDLE,
+    PH_END,
+    PH__N
+};
 static const char *const phase_names[PH__N] = {"poll",       "ingest", "release", "detect",
-                                                "store_wait", "submit", "end"};
+                                                "store_wait", "submit", "idle",    "end"};
 
 struct analyzer {
     struct st_analyzer_conf conf;
@@ -1283,6 +1293,7 @@ static int run(struct analyzer *a, int drain)
                 break;
             batch_offsets(a, b);
             slot_clear(sl);
+            PHASE(PH_IDLE);
         }
         if (drain) {
             if (flush && st_reorder_buffered(a->reorder) == 0)

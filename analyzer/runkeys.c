@@ -12,7 +12,7 @@ struct st_runkeys {
     struct st_runkey **table;
     size_t cap;   /* a power of two */
     uint64_t n;   /* records */
-    int nslots;   /* slots given out */
+    unsigned slots; /* slots given out, a bit each */
     const struct st_event *last_ev; /* the last event asked for, and its run */
     struct st_runkey *last;
 };
@@ -37,7 +37,17 @@ void st_runkeys_destroy(struct st_runkeys *t)
 
 int st_runkeys_slot(struct st_runkeys *t)
 {
-    return t->nslots < ST_RUNKEYS_SLOTS ? t->nslots++ : -1;
+    for (int i = 0; i < ST_RUNKEYS_SLOTS; i++)
+        if (!(t->slots & (1u << i))) {
+            t->slots |= 1u << i;
+            return i;
+        }
+    return -1;
+}
+
+void st_runkeys_slot_release(struct st_runkeys *t, int slot)
+{
+    t->slots &= ~(1u << slot);
 }
 
 void st_runkeys_begin(struct st_runkeys *t)

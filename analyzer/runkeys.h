@@ -39,6 +39,7 @@ struct st_runkey {
     const void *noted_by;
     uint64_t noted;
     int64_t noted_s;
+    int32_t noted_part; /* the partition whose index it was noted in */
     uint8_t noted_due;
 };
 
@@ -51,6 +52,9 @@ void st_runkeys_destroy(struct st_runkeys *t);
 
 /* A slot for a new window, or -1 when all are taken. */
 int st_runkeys_slot(struct st_runkeys *t);
+/* Gives a window's slot back (the window destroyed: no record holds a
+ * state in it any more). */
+void st_runkeys_slot_release(struct st_runkeys *t, int slot);
 
 /* The record of ev's run, made (every slot empty) when absent when make is
  * set, else NULL then. The last event asked for is remembered until

@@ -381,6 +381,8 @@ void st_runwin_destroy(struct st_runwin *w)
     st_runwin_forget(w, NULL);
     if (w->own_keys)
         st_runkeys_destroy(w->keys);
+    else if (w->keys)
+        st_runkeys_slot_release(w->keys, w->slot); /* no run holds it now */
     free(w->batch);
     free(w->dirty);
     free(w->trimq);
@@ -1229,13 +1231,17 @@ static void note_run(struct st_runwin *w, struct run *r, struct st_detect_ctx *c
     struct st_runkey *k = r->key;
     uint64_t gen = st_runidx_flushes(ctx->runidx);
     int64_t now = batch_s(w, ctx);
-    if (k->noted_by == ctx->runidx && k->noted == gen &&
-        (!due || (k->noted_due && now <= k->noted_s)))
+    /* (the partition too: a window's state of the run made after the
+     * topic gained partitions may be on another one than an older
+     * window's, and each needs its entry) */
+    int same = k->noted_by == ctx->runidx && k->noted == gen && k->noted_part == r->partition;
+    if (same && (!due || (k->noted_due && now <= k->noted_s)))
         return;
     st_runidx_note(ctx->runidx, r->partition, k->task_id, k->run_id, k->hash, due, now);
-    if (k->noted_by != ctx->runidx || k->noted != gen) {
+    if (!same) {
         k->noted_by = ctx->runidx;
         k->noted = gen;
+        k->noted_part = r->partition;
         k->noted_due = 0;
     }
     if (due) {

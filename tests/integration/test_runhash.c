@@ -661,6 +661,62 @@ START_TEST(runhash_checkpoints_run_twice_change_nothing)
 }
 END_TEST
 
+/* A run whose windows' states sit on two partitions (a window's made after
+ * the topic gained partitions, the task keyed to another): one checkpoint
+ * writing both notes the run in both partitions' indexes, though the
+ * windows share one record and note it once per partition. */
+START_TEST(runhash_run_noted_in_each_partition_its_windows_are_on)
+{
+    open_all("np");
+    char err[256];
+    int64_t now = (int64_t)time(NULL);
+    struct st_runidx *x = st_runidx_new(&conf);
+    struct st_event ev = {0};
+    ev.event_id = "e1";
+    ev.ts_us = T;
+    ev.source_name = "s";
+    ev.task_id = "task";
+    ev.run_id = "run";
+    struct st_checkpoint *ck = st_checkpoint_new();
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .runkeys = keys, .ckpt = ck,
+                                .seq = 1, .runhash = rh, .runidx = x, .now_s = now};
+    for (int d = 0; d < 2; d++)
+        st_runwin_begin(wins[d], 1);
+    for (int d = 0; d < 2; d++) {
+        ctx.partition = d; /* da's state on partition 0, db's on 1 */
+        st_runwin_prefetch(wins[d], &ctx, &ev);
+    }
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    for (int d = 0; d < 2; d++) {
+        ctx.partition = d;
+        st_runwin_feed(wins[d], &ctx, &ev, payload, 0, count_window, &last_n[d]);
+    }
+    ck_assert_uint_eq(st_runkeys_count(keys), 1);
+    for (int d = 0; d < 2; d++)
+        st_runwin_end_batch(wins[d], &ctx);
+    st_runhash_flush(rh, ck);
+    st_runidx_flush(x, ck, now);
+    ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
+    char *m = st_detect_run_member("task", "run");
+    for (int32_t part = 0; part < 2; part++) {
+        char *ik = st_detect_index_key(&conf, part);
+        const char *zs[] = {"ZSCORE", ik, m};
+        st_rpipe_cmd(p, on_str, NULL, 3, zs);
+        ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+        ck_assert_msg(!str_nil, "run not in partition %d's index", (int)part);
+        const char *del[] = {"DEL", ik};
+        redis_int(2, del);
+        free(ik);
+    }
+    free(m);
+    for (int d = 0; d < 2; d++)
+        st_runwin_after_commit(wins[d], &ctx);
+    st_checkpoint_destroy(ck);
+    st_runidx_destroy(x);
+    close_all();
+}
+END_TEST
+
 /* The sweep tests' helpers: partition 0, state.ttl_s 60, the fields
  * written through the runhash, the index entries straight into Redis. */
 static const char *const sweep_dets[] = {"da", "db", "dc"};
@@ -879,6 +935,7 @@ int main(void)
     tcase_add_test(tc, runhash_old_strings_load_and_go);
     tcase_add_test(tc, runhash_switch_to_sets_and_back);
     tcase_add_test(tc, runhash_evicted_run_reloads_and_expires);
+    tcase_add_test(tc, runhash_run_noted_in_each_partition_its_windows_are_on);
     tcase_add_test(tc, runhash_checkpoints_run_twice_change_nothing);
     tcase_add_test(tc, runhash_sweep_deletes_expired_runs_only);
     tcase_add_test(tc, runhash_sweep_goes_on_past_its_limit);

@@ -106,6 +106,9 @@ START_TEST(runkeys_many_runs_and_slots)
     for (int i = 0; i < ST_RUNKEYS_SLOTS; i++)
         ck_assert_int_eq(st_runkeys_slot(t), i);
     ck_assert_int_eq(st_runkeys_slot(t), -1);
+    st_runkeys_slot_release(t, 2); /* a window destroyed: its slot again */
+    ck_assert_int_eq(st_runkeys_slot(t), 2);
+    ck_assert_int_eq(st_runkeys_slot(t), -1);
     enum { N = 20000 };
     static char ids[N][16];
     static struct st_runkey *k[N];
