@@ -19,19 +19,13 @@
  * consumer that is not draining). */
 #define ST_FETCH_MIN_BYTES "65536"
 #define ST_FETCH_WAIT_MS "100"
-/* The pre-fetch queue's bounds (docs/architecture.md, "A pre-fetch that
- * does not stall"): librdkafka 2.0 stops fetching once the consumer queue
- * holds queued.min.messages messages (100,000 by default, counted over the
- * whole queue of a group consumer) or queued.max.messages.kbytes (64 MB),
- * and fetches again only when its broker thread wakes for another reason
- * -- an offset commit, a heartbeat: catching up, the queue ran dry for
- * 200-400 ms at a time, 1 to 14 times per million events. The count is
- * lifted out of the way and the bytes allowed to 256 MB, so that a catch-up
- * reaches the bound about once per 800,000 events of 320 bytes. The cost:
- * up to 256 MB of fetched messages held while behind (none when caught
- * up). kafka.rdkafka.* wins. */
-#define ST_QUEUED_MIN_MESSAGES "1000000"
-#define ST_QUEUED_MAX_KBYTES "262144"
+/* The pre-fetch queue keeps librdkafka's bounds (queued.min.messages
+ * 100,000, queued.max.messages.kbytes 64 MB). librdkafka 2.0 stops
+ * fetching at either and fetches again only when its broker thread wakes
+ * for something else, so a catch-up stalls 200-400 ms now and then; lifting
+ * them made a drain faster but a restart's catch-up slower (larger batches
+ * while behind): docs/architecture.md, "A pre-fetch that does not stall".
+ * kafka.rdkafka.queued.* set them. */
 
 struct part_state {
     char *topic;
@@ -253,9 +247,6 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
      * most that much more latency when the stream is slow
      * (docs/architecture.md, "Fewer fetches"). kafka.rdkafka.* wins. */
     if (st_kafka_conf_set(kc, "fetch.min.bytes", ST_FETCH_MIN_BYTES, errstr, errsz) ||
-        st_kafka_conf_set(kc, "queued.min.messages", ST_QUEUED_MIN_MESSAGES, errstr, errsz) ||
-        st_kafka_conf_set(kc, "queued.max.messages.kbytes", ST_QUEUED_MAX_KBYTES, errstr,
-                          errsz) ||
         st_kafka_conf_set(kc, "fetch.wait.max.ms",
                           conf->drain ? ST_DRAIN_FETCH_WAIT_MS : ST_FETCH_WAIT_MS, errstr,
                           errsz) ||
