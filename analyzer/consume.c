@@ -10,6 +10,7 @@
 #include "consume.h"
 #include "kafka.h"
 #include "log.h"
+#include "role.h"
 #include "timeutil.h"
 
 #define MAX_PARTS 1024
@@ -19,13 +20,18 @@
  * consumer that is not draining). */
 #define ST_FETCH_MIN_BYTES "65536"
 #define ST_FETCH_WAIT_MS "100"
-/* The pre-fetch queue keeps librdkafka's bounds (queued.min.messages
- * 100,000, queued.max.messages.kbytes 64 MB). librdkafka 2.0 stops
- * fetching at either and fetches again only when its broker thread wakes
- * for something else, so a catch-up stalls 200-400 ms now and then; lifting
- * them made a drain faster but a restart's catch-up slower (larger batches
- * while behind): docs/architecture.md, "A pre-fetch that does not stall".
- * kafka.rdkafka.queued.* set them. */
+/* The pre-fetch queue's bounds. librdkafka 2.0 stops fetching once its
+ * queue holds queued.min.messages (100,000) or queued.max.messages.kbytes
+ * (64 MB) and fetches again only when its broker thread wakes for
+ * something else, so a catch-up stalls 200-400 ms now and then. A role
+ * that does not store events (detect) lifts them: the count out of the
+ * way, 256 MB held at most while behind. A role that stores keeps
+ * librdkafka's: with the bounds lifted a restarted all analyzer's batches
+ * grew large while behind and its catch-up took 49-54 s instead of 30-31 s
+ * (docs/architecture.md, "A pre-fetch that does not stall").
+ * kafka.rdkafka.queued.* win. */
+#define ST_QUEUED_MIN_MESSAGES "1000000"
+#define ST_QUEUED_MAX_KBYTES "262144"
 
 struct part_state {
     char *topic;
@@ -246,7 +252,12 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
      * ST_FETCH_WAIT_MS) answers about five times fewer fetches, for at
      * most that much more latency when the stream is slow
      * (docs/architecture.md, "Fewer fetches"). kafka.rdkafka.* wins. */
+    int lift = !st_role_stores((enum st_role)conf->role);
     if (st_kafka_conf_set(kc, "fetch.min.bytes", ST_FETCH_MIN_BYTES, errstr, errsz) ||
+        (lift && (st_kafka_conf_set(kc, "queued.min.messages", ST_QUEUED_MIN_MESSAGES, errstr,
+                                    errsz) ||
+                  st_kafka_conf_set(kc, "queued.max.messages.kbytes", ST_QUEUED_MAX_KBYTES,
+                                    errstr, errsz))) ||
         st_kafka_conf_set(kc, "fetch.wait.max.ms",
                           conf->drain ? ST_DRAIN_FETCH_WAIT_MS : ST_FETCH_WAIT_MS, errstr,
                           errsz) ||
