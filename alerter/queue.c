@@ -108,10 +108,15 @@ static const char *sql_attempt =
     " error, alerter, digest_id)"
     " VALUES ($1, $2, $3, $4, nullif($5::int, 0), nullif($6, ''), $7, $8)";
 
+/* The next attempt's time counts from now, the answer just read: not from
+ * now(), the claiming transaction's start, before every send of the claim
+ * -- a retry of the claim's later rows came that much early, less than
+ * their receiver's Retry-After after its 429 (test_alerts). */
 static const char *sql_update =
     "UPDATE notification_queue SET attempts = $3, state = $4,"
-    " next_attempt_at = now() + make_interval(secs => $5::double precision / 1000),"
-    " done_at = CASE WHEN $4 IN ('pending', 'held') THEN NULL ELSE now() END"
+    " next_attempt_at = clock_timestamp()"
+    "  + make_interval(secs => $5::double precision / 1000),"
+    " done_at = CASE WHEN $4 IN ('pending', 'held') THEN NULL ELSE clock_timestamp() END"
     " WHERE notification_id = $1 AND receiver = $2";
 
 /* Reconnects what was lost; a claim left open by a failure is rolled back
