@@ -28,7 +28,8 @@
  * way, 256 MB held at most while behind. A role that stores keeps
  * librdkafka's: with the bounds lifted a restarted all analyzer's batches
  * grew large while behind and its catch-up took 49-54 s instead of 30-31 s
- * (docs/architecture.md, "A pre-fetch that does not stall").
+ * in most runs, though it varied without them too (30-84 s: the cause is
+ * open; docs/architecture.md, "A pre-fetch that does not stall").
  * kafka.rdkafka.queued.* win. */
 #define ST_QUEUED_MIN_MESSAGES "1000000"
 #define ST_QUEUED_MAX_KBYTES "262144"
