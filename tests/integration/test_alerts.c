@@ -852,7 +852,11 @@ START_TEST(alerts_429_waits_as_long_as_retry_after_asks)
     char opts[512];
 
     demo_world(&w, "retryafter");
-    world_receiver_start(&r, "retryafter", "--fail-first 1 --fail-status 429 --retry-after 2");
+    /* each first answer a second late: the claim's second row is sent a
+     * second after the claim began, and its retry must still wait 2 s
+     * from its own 429, not from the claim */
+    world_receiver_start(&r, "retryafter",
+                         "--fail-first 1 --fail-status 429 --retry-after 2 --delay-first 1");
     snprintf(opts, sizeof(opts),
              "--drain -X alert.alertmanager.url= -X alert.retry.backoff_ms=10"
              " -X alert.webhook.url=http://127.0.0.1:%d/hook", r.port);
