@@ -45,6 +45,7 @@ struct st_analyzer_conf {
     int64_t state_ttl_s;
     int64_t state_evict_s;    /* state.evict_s */
     int64_t checkpoint_ms;    /* state.checkpoint_ms (0: every batch) */
+    int64_t checkpoint_behind_ms; /* state.checkpoint_behind_ms (while behind) */
     int64_t state_blob_max;   /* state.blob_max_bytes (runwin.c) */
     int64_t hold_trims;       /* state.hold_trims (0, 1) */
     int64_t db_threshold;     /* detect.denial_burst.threshold */

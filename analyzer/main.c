@@ -200,6 +200,14 @@ static const struct st_conf_prop analyzer_props[] = {
      "still written per batch; a crash redoes the batches since the offsets committed "
      "(about this long). A revoke, the end of --drain, a stop and an idle stream write "
      "everything first (0: every change with its own batch)"},
+    {"state.checkpoint_behind_ms", NULL, ST_CONF_INT, A(checkpoint_behind_ms), 0, 3600000,
+     "5000",
+     "state.checkpoint_ms for a batch detected while the analyzer is behind (the batch "
+     "grew past batch.max_events: batch.behind_events): catching up, a run changed "
+     "again within this long is written to Redis once, so fewer writes per event; a "
+     "crash then redoes about this long of the catch-up. Live batches keep "
+     "state.checkpoint_ms. At or below state.checkpoint_ms, or with "
+     "state.checkpoint_ms=0: state.checkpoint_ms throughout"},
     {"state.hold_trims", NULL, ST_CONF_INT, A(hold_trims), 0, 1, "0",
      "1: a run's Redis deletions (its window trims) wait, while fewer than 64, for a "
      "checkpoint that writes the run anyway, or its idleness (state.evict_s), instead "
@@ -415,6 +423,7 @@ struct slot {
     uint64_t cut;
     int commits;
     int64_t ms; /* monotonic time it was detected (its cut decided) */
+    int behind; /* polled while behind (grew past batch.max_events) */
 };
 
 /* A batch detected whose offsets are not committed yet: its number, when
@@ -643,8 +652,9 @@ static void marks_drop(struct analyzer *a, size_t n)
 }
 
 /* The cut of the batch about to be detected (number a->ck_seq + 1): the
- * newest batch detected state.checkpoint_ms ago or more, which the marks
- * tell; with 0 the batch itself. Its checkpoint then holds what changed in
+ * newest batch detected state.checkpoint_ms ago or more (for a batch
+ * polled while behind, state.checkpoint_behind_ms when longer), which the
+ * marks tell; with 0 the batch itself. Its checkpoint then holds what changed in
  * the batches up to the cut, and commits the offsets of the cut's batch;
  * when no newer batch is that old, the cut stays (the batch commits
  * nothing). Decided once per batch, before its first attempt. */
@@ -659,8 +669,11 @@ static void cut_of(struct analyzer *a, struct slot *sl)
     } else {
         /* (every mark is newer than a->cut_seq: marks_commit drops the
          * others) */
+        int64_t interval = a->conf.checkpoint_ms;
+        if (sl->behind && a->conf.checkpoint_behind_ms > interval)
+            interval = a->conf.checkpoint_behind_ms;
         for (size_t i = a->nmarks; i-- > 0;) {
-            if (now - a->marks[i].ms >= a->conf.checkpoint_ms) {
+            if (now - a->marks[i].ms >= interval) {
                 a->cut_seq = a->marks[i].seq;
                 sl->commits = 1;
                 break;
@@ -1238,6 +1251,7 @@ static int run(struct analyzer *a, int drain)
             break;
         }
         b->nmsgs = n;
+        sl->behind = n > max;
         if (a->gave_up) {
             failed = 1;
             break;

@@ -773,6 +773,41 @@ START_TEST(state_crash_before_the_interval_checkpoint_redoes_its_batches)
 }
 END_TEST
 
+/* state.checkpoint_behind_ms: batches polled while behind (grown past
+ * batch.max_events) take the longer interval. A live interval of 1 ms
+ * would commit offsets after nearly every batch; the behind interval,
+ * longer than the drain, commits none before the crash, so the next process
+ * redoes every event, and the findings equal a clean run's. A behind batch
+ * cut on state.checkpoint_ms would have committed some: fewer redone. */
+START_TEST(state_crash_while_behind_redoes_the_behind_interval)
+{
+    struct world w, clean;
+    char log[128];
+    pair_init(&w, &clean, log, sizeof(log), "ckbehind");
+    int64_t t = st_time_now_us() / 1000 - 3600000;
+    const char *opts = "-X detect.lateness_s=0 -X batch.max_events=2 -X batch.behind_events=4 "
+                       "-X batch.behind_ms=0 -X state.checkpoint_ms=1 "
+                       "-X state.checkpoint_behind_ms=600000";
+
+    produce_runs(&w, "k", 2, 0, 12, t);
+    produce_runs(&clean, "k", 2, 0, 12, t);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         "timeout 120 " ANALYZER " --drain %s -X fault.crash_after_pg_commits=4"
+                         " 2>%s",
+                         opts, log),
+                     3);
+    assert_rows(w.dsn, "SELECT count(*) BETWEEN 1 AND 16 FROM events", "t\n");
+    drain(&w, opts, log);
+    long redone = logged(log, "events");
+    drain(&clean, opts, log);
+    assert_same_findings(&w, &clean);
+    assert_rows(w.dsn, BURST_EVENTS " ORDER BY 1", "12\n12\n");
+    ck_assert_int_eq(redone, 24); /* nothing was committed before the crash */
+    assert_same_rows(&w, &clean, "SELECT * FROM finding_events ORDER BY 1, 2, 3");
+    pair_drop(&w, &clean, log);
+}
+END_TEST
+
 /* With state.evict_s=0 and a checkpoint interval longer than the drain,
  * every batch asks to evict idle runs, but a run whose changes no
  * checkpoint carried yet stays in memory: the burst is found whole, as in
@@ -1168,10 +1203,11 @@ int main(void)
     tcase_add_loop_test(late, state_crash_keeps_late_events_late, 0, 2);
     tcase_add_test(late, state_restart_after_a_whole_release_keeps_late_events_late);
     suite_add_tcase(s, late);
-    /* CK_RUN_CASE=interval runs this one alone */
+    /* CK_RUN_CASE=interval runs these alone */
     TCase *interval = tcase_create("interval");
     tcase_set_timeout(interval, 300);
     tcase_add_test(interval, state_checkpoint_interval_coalesces_writes);
+    tcase_add_test(interval, state_crash_while_behind_redoes_the_behind_interval);
     suite_add_tcase(s, interval);
     return world_run(s);
 }
