@@ -386,17 +386,37 @@ static int read_reply(struct st_rpipe *p, int64_t deadline, redisReply **r)
     }
 }
 
+/* The commands [0, k) of the queue dropped (sent and answered), those
+ * queued after them -- by the callbacks of that round -- moved to the
+ * front. */
+static void drop_front(struct st_rpipe *p, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        if (!p->pend[i].borrowed)
+            free(p->cmds[i]);
+    memmove(p->cmds, p->cmds + k, (p->n - k) * sizeof(*p->cmds));
+    memmove(p->cmdlens, p->cmdlens + k, (p->n - k) * sizeof(*p->cmdlens));
+    memmove(p->pend, p->pend + k, (p->n - k) * sizeof(*p->pend));
+    p->n -= k;
+}
+
 int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
 {
-    size_t i = 0;
+    size_t i = 0, round = 0;
     int rc = -1;
+    int64_t t0 = 0;
 
     if (p->n == 0)
         return 0;
+again:
     if (!p->rc && rpipe_connect(p, errstr, errsz))
         goto out;
-    p->sent += p->n;
-    int64_t t0 = st_time_mono_ms(), deadline = t0 + p->round_trip_ms;
+    /* this round's commands: what its callbacks queue goes after them, to
+     * a round of its own */
+    round = p->n;
+    p->sent += round;
+    t0 = st_time_mono_ms();
+    int64_t deadline = t0 + p->round_trip_ms;
     if (send_cmds(p, deadline) != 0) {
         if (st_time_mono_ms() >= deadline)
             goto late;
@@ -406,7 +426,7 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
         p->rc = NULL;
         goto out;
     }
-    for (i = 0; i < p->n; i++) {
+    for (i = 0; i < round; i++) {
         redisReply *r = NULL;
         if (read_reply(p, deadline, &r) != 0 || !r) {
             if (st_time_mono_ms() >= deadline)
@@ -430,7 +450,9 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
             p->rc = NULL;
             goto out;
         }
-        int cbrc = p->pend[i].cb ? p->pend[i].cb(r, p->pend[i].arg) : 0;
+        /* (the callback may queue more: p->pend may move) */
+        st_rpipe_cb cb = p->pend[i].cb;
+        int cbrc = cb ? cb(r, p->pend[i].arg) : 0;
         freeReplyObject(r);
         if (cbrc) {
             snprintf(errstr, errsz, "unexpected Redis reply");
@@ -438,6 +460,10 @@ int st_rpipe_exec(struct st_rpipe *p, char *errstr, size_t errsz)
             p->rc = NULL;
             goto out;
         }
+    }
+    if (p->n > round) {
+        drop_front(p, round);
+        goto again;
     }
     rc = 0;
     goto out;
@@ -447,7 +473,7 @@ late:
     snprintf(errstr, errsz,
              "Redis at \"%s:%d\": a round trip of %zu commands got %zu replies in %" PRId64
              " ms (redis.round_trip_timeout_ms %" PRId64 "): connection dropped",
-             p->target.host, p->target.port, p->n, i, st_time_mono_ms() - t0,
+             p->target.host, p->target.port, round, i, st_time_mono_ms() - t0,
              p->round_trip_ms);
     redisFree(p->rc);
     p->rc = NULL;

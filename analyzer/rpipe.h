@@ -27,8 +27,8 @@ struct st_rpipe *st_rpipe_new(const char *url, const char *password_file, char *
                               size_t errsz);
 void st_rpipe_destroy(struct st_rpipe *p);
 
-/* The deadline of one st_rpipe_exec, from its first write to its last
- * reply, unless set (redis.round_trip_timeout_ms's default, main.c). */
+/* The deadline of one round trip of st_rpipe_exec, from its first write
+ * to its last reply, unless set (redis.round_trip_timeout_ms's default, main.c). */
 #define ST_RPIPE_ROUND_TRIP_MS 30000
 
 /* Sets that deadline (ms, > 0) for p's later execs. Each read or write of
@@ -88,8 +88,11 @@ unsigned long st_rpipe_reconnects(void);
 void st_rpipe_script(struct st_rpipe *p, st_rpipe_cb cb, void *arg, const char *body,
                      int numkeys, int argc, const char **argv);
 
-/* Sends every queued command and runs the callbacks. Returns 0, or -1 with
- * errstr set; on error the queue is dropped and the connection is reopened
+/* Sends every queued command and runs the callbacks. A callback may queue
+ * more commands (st_rpipe_cmd): they go in a round trip of their own once
+ * this one's replies are all read, within the same exec, until none is
+ * left (a load that reads more only when a first reply says there is
+ * more: runwin.c). Returns 0, or -1 with errstr set; on error the queue is dropped and the connection is reopened
  * on the next exec. A round trip past its deadline (st_rpipe_set_round_trip_ms)
  * is such an error: errstr gives the commands' count, the replies read and
  * the time waited, never a key or value; the connection, whose replies may

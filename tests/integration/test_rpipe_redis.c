@@ -14,7 +14,9 @@
  *   - a round trip is bounded as a whole (st_rpipe_set_round_trip_ms):
  *     replies that come one at a time, slowly (each within the socket's
  *     5 s timeout), or a Redis that stops answering, fail the exec at the
- *     deadline, and the next exec goes through on a new connection. */
+ *     deadline, and the next exec goes through on a new connection;
+ *   - commands a callback queues go in a round of their own within the
+ *     same exec. */
 #include <check.h>
 #include <signal.h>
 #include <stdint.h>
@@ -125,6 +127,61 @@ static void drop_keys(struct st_rpipe *p)
     }
     st_rpipe_exec(p, err, sizeof(err));
 }
+
+/* A callback that queues a follow-up (rpipe.h): ECHO "d" at depth d
+ * queues ECHO "d+1" up to depth 2. */
+static struct st_rpipe *chain_pipe;
+static int chain_seen[3];
+
+static int on_chain(const redisReply *r, void *arg)
+{
+    long d = (long)(intptr_t)arg;
+    if (r->type != REDIS_REPLY_STRING)
+        return -1;
+    chain_seen[d] = atol(r->str) == d ? 1 : -1;
+    if (d < 2) {
+        char s[24];
+        snprintf(s, sizeof(s), "%ld", d + 1);
+        const char *argv[] = {"ECHO", s};
+        st_rpipe_cmd(chain_pipe, on_chain, (void *)(intptr_t)(d + 1), 2, argv);
+    }
+    return 0;
+}
+
+/* Commands a callback queues go in a round of their own within the same
+ * exec, after the replies of the round that queued them: every callback
+ * has run when the exec returns, a follow-up's follow-up too, the other
+ * commands' replies in order; nothing is left for the next exec. A
+ * runwin load reads a run's older layouts this way, only when its first
+ * round found them (runwin.c). Fails when an exec sends only what was
+ * queued before it, or reads replies of commands it did not send. */
+START_TEST(rpipe_callback_follow_ups_run_in_the_same_exec)
+{
+    struct st_rpipe *p = open_pipe();
+    chain_pipe = p;
+    memset(chain_seen, 0, sizeof(chain_seen));
+    replies = order_bad = 0;
+    unsigned long sent0 = st_rpipe_sent(p);
+    echo(p, 0);
+    const char *argv[] = {"ECHO", "0"};
+    st_rpipe_cmd(p, on_chain, (void *)(intptr_t)0, 2, argv);
+    echo(p, 1);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(chain_seen[0], 1);
+    ck_assert_int_eq(chain_seen[1], 1);
+    ck_assert_int_eq(chain_seen[2], 1);
+    ck_assert_int_eq(replies, 2);
+    ck_assert_int_eq(order_bad, 0);
+    ck_assert_uint_eq(st_rpipe_sent(p) - sent0, 5); /* 3, then 1, then 1 */
+    /* nothing left over: the next exec sends only its own command */
+    echo(p, 2);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(st_rpipe_sent(p) - sent0, 6);
+    ck_assert_int_eq(replies, 3);
+    ck_assert_int_eq(order_bad, 0);
+    st_rpipe_destroy(p);
+}
+END_TEST
 
 START_TEST(rpipe_large_pipeline_of_joined_checkpoints)
 {
@@ -328,6 +385,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, rpipe_large_pipeline_of_joined_checkpoints);
+    tcase_add_test(tc, rpipe_callback_follow_ups_run_in_the_same_exec);
     tcase_add_test(tc, rpipe_closed_connection_is_an_error_then_reconnects);
     tcase_add_test(tc, rpipe_round_trip_past_its_deadline_fails_then_reconnects);
     suite_add_tcase(s, tc);

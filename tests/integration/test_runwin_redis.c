@@ -94,6 +94,7 @@ static int probe_window(void *arg, const struct st_runwin_view *v)
 
 /* commands the last batch's checkpoint sent */
 static unsigned long last_sent;
+static unsigned long load_sent; /* the last batch's prefetch: commands sent */
 
 static int on_ttl(const redisReply *r, void *arg)
 {
@@ -119,8 +120,10 @@ static void batch_of(struct st_rpipe *p, struct st_detect_ctx *ctx, uint64_t seq
     ctx->late = late;
     ctx->seq = seq;
     st_runwin_begin(w, 1);
+    unsigned long before_load = st_rpipe_sent(p);
     st_runwin_prefetch(w, ctx, &ev);
     ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    load_sent = st_rpipe_sent(p) - before_load;
     if (episode < 0)
         st_runwin_feed(w, ctx, &ev, payload, 0, count_window, NULL);
     else if (episode == 2)
@@ -655,6 +658,18 @@ START_TEST(runwin_small_run_is_one_string)
     long long ttl = key_ttl(p, skey);
     ck_assert_msg(ttl > 86000 && ttl <= 86400, "TTL %lld after the HSET", ttl);
     ck_assert_int_eq(blob_members(p, "ro"), 2); /* e3, e4: the trims are in it */
+    /* a restart (a runwin with nothing in memory, no run index: it loads)
+     * reads the run with two commands, the bucket's field and an EXISTS
+     * of the other layouts' keys, none of which exists: not their reads
+     * too (seven commands before session 16) */
+    st_runwin_destroy(w);
+    w = st_runwin_new(&conf, "ro", win, 2 * win + 30000000, ST_RUNWIN_EPISODES, 0);
+    struct st_detect_stats stats = {0};
+    ctx.stats = &stats;
+    batch(p, &ctx, 5, "e5", T + 602000000LL, 0, -1);
+    ck_assert_int_eq(stats.loads, 1);
+    ck_assert_uint_eq(load_sent, 2);
+    ck_assert_uint_eq(seen_n, 3); /* e3, e4 loaded, and e5 */
     drop_run(p, "ro");
     free(skey);
     late_close(p, "ro");
@@ -943,6 +958,11 @@ START_TEST(runwin_previous_layout_loads)
     ck_assert_str_eq(lay, "0 2 1"); /* the sorted set, as written before the log */
     struct st_detect_ctx ctx2 = {.redis = p, .conf = &conf};
     batch(p, &ctx2, 1, "e2", T + 1000000, 0, 2);
+    /* the field and the EXISTS, which finds the sorted set and the
+     * episodes' hash: then the reads of the older layouts, a round of
+     * their own (the run's hash, the old string, the sorted set, the log,
+     * the episodes) */
+    ck_assert_uint_eq(load_sent, 2 + 5);
     fprintf(stderr, "previous layout, loaded:\n%s", sig.data);
     ck_assert_str_eq(sig.data, native);
     ck_assert_ptr_nonnull(strstr(native, opened)); /* the stored episode extended */
