@@ -52,15 +52,40 @@ static const char *sql_finding =
 /* Every evidence row of the batch's findings in one statement; an event
  * seen twice for one finding is one row, late if either was. A finding
  * updated again sends its whole window again: a row already there is
- * rewritten only when it becomes late (an UPDATE that changes nothing
- * still writes a new row version, its index entries and WAL). */
+ * rewritten only when it becomes late, or when it gets its event's values
+ * (an UPDATE that changes nothing still writes a new row version, its
+ * index entries and WAL). Each row carries its event's time, trace id,
+ * target and skew (sql/011_finding_events_cache.sql), which the refresh
+ * reads instead of joining the events again: looked up here only for a
+ * row not already holding them, NULL when the event is not stored yet
+ * (the store role's refresh fills them then). OFFSET 0 keeps the lateral
+ * subquery from being pulled up into a plain join, so that its gate (the
+ * NOT EXISTS, outer values only) is a one-time filter before its index
+ * scans, not a join filter after them. */
 static const char *sql_finding_events =
-    "INSERT INTO finding_events (finding_id, source_name, event_id, late)"
-    " SELECT f, s, e, bool_or(l)"
-    " FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[]) AS u(f, s, e, l)"
-    " GROUP BY f, s, e ORDER BY f, s, e"
+    "INSERT INTO finding_events (finding_id, source_name, event_id, late, event_ts,"
+    " event_trace_id, event_target, event_skewed)"
+    " SELECT u.f, u.s, u.e, u.l, ev.ts, ev.trace_id, ev.target, ev.skewed"
+    " FROM (SELECT f, s, e, bool_or(l) AS l"
+    "       FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[]) AS u(f, s, e, l)"
+    "       GROUP BY f, s, e) u"
+    " LEFT JOIN LATERAL (SELECT x.ts, x.trace_id, x.target, x.skewed FROM events x"
+    "   WHERE NOT EXISTS (SELECT 1 FROM finding_events k WHERE k.finding_id = u.f"
+    "                     AND k.source_name = u.s AND k.event_id = u.e"
+    "                     AND k.event_ts IS NOT NULL)"
+    "     AND x.source_name = u.s AND x.event_id = u.e OFFSET 0) ev ON true"
+    " ORDER BY u.f, u.s, u.e"
     " ON CONFLICT (finding_id, source_name, event_id)"
-    " DO UPDATE SET late = true WHERE EXCLUDED.late AND NOT finding_events.late";
+    " DO UPDATE SET late = finding_events.late OR EXCLUDED.late,"
+    "  event_ts = coalesce(finding_events.event_ts, EXCLUDED.event_ts),"
+    "  event_trace_id = CASE WHEN finding_events.event_ts IS NULL"
+    "   THEN EXCLUDED.event_trace_id ELSE finding_events.event_trace_id END,"
+    "  event_target = CASE WHEN finding_events.event_ts IS NULL"
+    "   THEN EXCLUDED.event_target ELSE finding_events.event_target END,"
+    "  event_skewed = CASE WHEN finding_events.event_ts IS NULL"
+    "   THEN EXCLUDED.event_skewed ELSE finding_events.event_skewed END"
+    " WHERE (EXCLUDED.late AND NOT finding_events.late)"
+    "  OR (finding_events.event_ts IS NULL AND EXCLUDED.event_ts IS NOT NULL)";
 
 /* count, window and evidence follow from finding_events, so they come out
  * the same however often and in whatever batches the events were seen

@@ -26,6 +26,17 @@ struct refresh_part {
  * (sql/009_finding_refresh.sql), for every finding naming one of the
  * events (test_roles compares the result with an analyzer of the all
  * role). */
+/* First the rows naming the events stored take their values
+ * (sql/011_finding_events_cache.sql: a detect analyzer wrote them before
+ * the events were here), so that the refresh reads them from the rows, as
+ * an all analyzer's rows have them. */
+static const char *sql_fill =
+    "UPDATE finding_events t SET event_ts = x.ts, event_trace_id = x.trace_id,"
+    " event_target = x.target, event_skewed = x.skewed"
+    " FROM unnest($1::text[], $2::text[]) AS u(s, e)"
+    " JOIN events x ON x.source_name = u.s AND x.event_id = u.e"
+    " WHERE t.source_name = u.s AND t.event_id = u.e AND t.event_ts IS NULL";
+
 static const char *sql_refresh =
     "SELECT sandtrail_refresh_findings(ARRAY("
     " SELECT DISTINCT t.finding_id FROM finding_events t"
@@ -107,6 +118,10 @@ static int refresh_write(void *state, void *batch, PGconn *pg,
                              "could not lock the findings' refresh", errstr, errsz)))
         return rc;
     const char *v[2] = {closed(&p->sources, &b->sources), closed(&p->ids, &b->ids)};
+    if ((rc = st_sink_result(PQexecParams(pg, sql_fill, 2, NULL, v, NULL, NULL, 0),
+                             "could not give finding_events their stored events' values",
+                             errstr, errsz)))
+        return rc;
     return st_sink_result(PQexecParams(pg, sql_refresh, 2, NULL, v, NULL, NULL, 0),
                           "could not refresh the findings naming stored events", errstr,
                           errsz);

@@ -9,6 +9,7 @@
         lag is <= MAX after epoch second SINCE (or nothing when killed first)
   kafka_admin.py lag-series HOST:PORT TOPIC GROUP OUT
         appends "T LAG" to OUT every second from now until killed
+  kafka_admin.py partitions HOST:PORT TOPIC       the topic's partition count
   kafka_admin.py delete HOST:PORT TOPIC...        DeleteTopics
 
 Idempotent producers write no control records, so in a fresh topic the sum
@@ -152,7 +153,10 @@ def lag(c, gc, topic, group, parts):
 
 def main():
     cmd, addr = sys.argv[1], sys.argv[2]
-    if cmd == "end":
+    if cmd == "partitions":
+        c = Conn(addr)
+        print(len(partitions(c, sys.argv[3])))
+    elif cmd == "end":
         c = Conn(addr)
         print(sum(end_offsets(c, sys.argv[3], partitions(c, sys.argv[3])).values()))
     elif cmd == "lag":

@@ -188,6 +188,116 @@ START_TEST(findings_sink_late_row_stays_late)
 }
 END_TEST
 
+/* Stores event id of source "src" at T0 + sec seconds (a row as the events
+ * sink writes it, the columns the refresh reads set). */
+static void store_event(const char *id, int sec, const char *trace, const char *target,
+                        int skewed)
+{
+    char sql[1024], tr[64];
+    if (trace)
+        snprintf(tr, sizeof(tr), "'%s'", trace);
+    else
+        snprintf(tr, sizeof(tr), "NULL");
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO events (source_name, event_id, source_kind, ts, task_id, run_id,"
+             " trace_id, type, decision, target, body, kafka_topic, kafka_partition,"
+             " kafka_offset, skewed) VALUES ('src', '%s', 'proxy',"
+             " to_timestamp(%lld / 1e6) + interval '%d seconds', 'task-1', 'run-1', %s,"
+             " 'request', 'deny', '%s', '{}', 't', 0, 0, %s) RETURNING 1",
+             id, (long long)T0, sec, tr, target, skewed ? "true" : "false");
+    free(rows(w.dsn, sql));
+}
+
+/* 1 when the finding of key holds exactly what sql/009's refresh, a join
+ * of its rows to the stored events, makes of them: counts, window and
+ * evidence. */
+static int as_the_join_makes(const char *key)
+{
+    char id[33], sql[2048];
+    st_finding_id(id, "denial_burst", "task-1", "run-1", key);
+    snprintf(sql, sizeof(sql),
+             "SELECT f.event_count = s.n AND f.late_event_count = s.late"
+             " AND f.skewed_event_count = s.skewed"
+             " AND f.evidence = jsonb_build_object('event_ids', s.ids, 'trace_ids',"
+             "  s.traces, 'targets', s.targets)"
+             " FROM findings f, (SELECT count(*)::int AS n,"
+             "  (count(*) FILTER (WHERE fe.late))::int AS late,"
+             "  (count(*) FILTER (WHERE e.skewed))::int AS skewed,"
+             "  jsonb_agg(fe.event_id ORDER BY e.ts, fe.event_id) AS ids,"
+             "  coalesce(jsonb_agg(DISTINCT e.trace_id) FILTER (WHERE e.trace_id IS NOT NULL),"
+             "   '[]') AS traces,"
+             "  coalesce(jsonb_agg(DISTINCT e.target) FILTER (WHERE e.target <> ''), '[]')"
+             "   AS targets"
+             "  FROM finding_events fe LEFT JOIN events e USING (source_name, event_id)"
+             "  WHERE fe.finding_id = '%s') s WHERE f.finding_id = '%s'",
+             id, id);
+    char *got = rows(w.dsn, sql);
+    int same = strcmp(got, "t\n") == 0;
+    free(got);
+    return same;
+}
+
+/* Each finding_events row carries its event's time, trace id, target and
+ * skew (sql/011), so that the refresh of a finding updated again does not
+ * look its whole window up in the events again; and the finding comes
+ * out exactly as the join of sql/009 makes it, whoever wrote its rows:
+ *   - events stored before the finding: their rows get their values;
+ *   - an event stored after (a detect analyzer ahead of the store): its
+ *     row has none, the refresh looks it up; the finding's next write
+ *     gives the row its values;
+ *   - a row without them (written before the migration): the refresh
+ *     looks it up; with them, it does not (a value differing from the
+ *     event's, put there by hand, is what the refresh reads). */
+START_TEST(findings_sink_rows_carry_their_events_values)
+{
+    store_event("A", 2, "t1", "h1", 0);
+    store_event("B", 1, NULL, "h2", 1);
+    const struct mention m[] = {{"A", 0}, {"B", 0}, {"C", 0}};
+    write_batch("cache", m, 3);
+    char id[33], sql[512];
+    st_finding_id(id, "denial_burst", "task-1", "run-1", "cache");
+    snprintf(sql, sizeof(sql),
+             "SELECT event_id, extract(epoch FROM event_ts - to_timestamp(%lld / 1e6)),"
+             " event_trace_id, event_target, event_skewed FROM finding_events"
+             " WHERE finding_id = '%s' ORDER BY event_id",
+             (long long)T0, id);
+    assert_text(rows(w.dsn, sql), "A|2.000000|t1|h1|f\nB|1.000000|NULL|h2|t\nC|NULL|NULL|NULL|NULL\n",
+                "the rows' values, C not stored yet");
+    ck_assert(as_the_join_makes("cache"));
+
+    store_event("C", 0, "t3", "h3", 0); /* stored after: the earliest */
+    char call[256];
+    snprintf(call, sizeof(call), "SELECT sandtrail_refresh_findings(ARRAY['%s'])", id);
+    free(rows(w.dsn, call));
+    ck_assert(as_the_join_makes("cache")); /* C looked up: first in time */
+    write_batch("cache", m, 3);
+    assert_text(rows(w.dsn, sql), "A|2.000000|t1|h1|f\nB|1.000000|NULL|h2|t\nC|0.000000|t3|h3|f\n",
+                "the rows' values after the next write");
+    ck_assert(as_the_join_makes("cache"));
+
+    /* A's row as an analyzer before sql/011 left it: looked up */
+    char upd[512];
+    snprintf(upd, sizeof(upd),
+             "UPDATE finding_events SET event_ts = NULL, event_trace_id = NULL,"
+             " event_target = NULL, event_skewed = NULL"
+             " WHERE finding_id = '%s' AND event_id = 'A' RETURNING 1",
+             id);
+    free(rows(w.dsn, upd));
+    free(rows(w.dsn, call));
+    ck_assert(as_the_join_makes("cache"));
+    /* B's row holds its values: read from the row, not the event */
+    snprintf(upd, sizeof(upd),
+             "UPDATE finding_events SET event_target = 'from-the-row'"
+             " WHERE finding_id = '%s' AND event_id = 'B' RETURNING 1",
+             id);
+    free(rows(w.dsn, upd));
+    free(rows(w.dsn, call));
+    snprintf(upd, sizeof(upd), "SELECT evidence -> 'targets' FROM findings WHERE finding_id = '%s'",
+             id);
+    assert_text(rows(w.dsn, upd), "[\"from-the-row\", \"h1\", \"h3\"]\n", "targets");
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -198,6 +308,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, findings_sink_row_named_late_later_becomes_late);
     tcase_add_test(tc, findings_sink_late_row_stays_late);
+    tcase_add_test(tc, findings_sink_rows_carry_their_events_values);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
