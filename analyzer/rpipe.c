@@ -414,6 +414,7 @@ again:
     /* this round's commands: what its callbacks queue goes after them, to
      * a round of its own */
     round = p->n;
+    i = 0; /* (replies read: the error messages say it) */
     p->sent += round;
     t0 = st_time_mono_ms();
     int64_t deadline = t0 + p->round_trip_ms;

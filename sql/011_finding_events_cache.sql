@@ -16,8 +16,19 @@
 -- refresh, analyzer/sinks/refresh.c). A row whose event_ts is NULL holds
 -- none of them (its event was not stored when it was written, or it was
 -- written by an analyzer before this migration): the refresh looks that
--- row's event up, as before. So a finding comes out exactly as the join
--- alone made it, whoever wrote its rows.
+-- row's event up, as before. So a finding comes out as the join alone
+-- made it, whoever wrote its rows, but for two cases, on purpose:
+--   - an event id stored with two times (the events' key holds ts since
+--     005: a source that sent one id twice with different times): the
+--     join counted the row twice and listed the id twice; now the row is
+--     one event, the earliest of the two, wherever it is looked up;
+--   - an event retention has removed: the join lost its time, trace id and
+--     target at the finding's next refresh (its id sorted last, the rest
+--     left the evidence); now the row keeps them, and the evidence of a
+--     finding does not change because its events grew old.
+-- This migration rewrites every finding_events row once (with a lookup of
+-- its event), under the lock of its ALTER: on a large table, run it when
+-- a pause of the analyzers is acceptable.
 ALTER TABLE finding_events
     ADD COLUMN event_ts timestamptz,     -- events.ts; NULL: not known here
     ADD COLUMN event_trace_id text,      -- events.trace_id (when event_ts is set)
@@ -27,14 +38,17 @@ ALTER TABLE finding_events
 UPDATE finding_events fe
 SET event_ts = e.ts, event_trace_id = e.trace_id, event_target = e.target,
     event_skewed = e.skewed
-FROM events e
+FROM (SELECT DISTINCT ON (source_name, event_id) source_name, event_id, ts, trace_id,
+             target, skewed
+      FROM events ORDER BY source_name, event_id, ts) e
 WHERE e.source_name = fe.source_name AND e.event_id = fe.event_id;
 
 -- The same results as 009's, from the rows' own values when they hold
 -- them; the join only for a row that does not (gated per row: no lookup
--- for a row with its values). OFFSET 0 keeps the lateral subquery from
--- being pulled up into a plain join, whose filter would run after the
--- index scans: the gate is a one-time filter before them.
+-- for a row with its values). The LIMIT (one row of an id stored twice,
+-- the earliest, as above) also keeps the lateral subquery from being
+-- pulled up into a plain join, whose filter would run after the index
+-- scans: the gate is a one-time filter before them.
 CREATE OR REPLACE FUNCTION sandtrail_refresh_findings(ids text[]) RETURNS void
 LANGUAGE sql AS $$
 UPDATE findings f SET event_count = s.n, late_event_count = s.late,
@@ -65,7 +79,7 @@ FROM (SELECT v.finding_id, count(*)::int AS n,
                              FROM events ev
                              WHERE fe.event_ts IS NULL AND ev.source_name = fe.source_name
                                AND ev.event_id = fe.event_id
-                             OFFSET 0) e ON true
+                             ORDER BY ev.ts LIMIT 1) e ON true
           WHERE fe.finding_id = ANY (ids)) v
     GROUP BY v.finding_id) s
 WHERE f.finding_id = s.finding_id

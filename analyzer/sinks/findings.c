@@ -58,10 +58,13 @@ static const char *sql_finding =
  * target and skew (sql/011_finding_events_cache.sql), which the refresh
  * reads instead of joining the events again: looked up here only for a
  * row not already holding them, NULL when the event is not stored yet
- * (the store role's refresh fills them then). OFFSET 0 keeps the lateral
- * subquery from being pulled up into a plain join, so that its gate (the
- * NOT EXISTS, outer values only) is a one-time filter before its index
- * scans, not a join filter after them. */
+ * (the store role's refresh fills them then). The lateral subquery's
+ * LIMIT keeps it from being pulled up into a plain join, so that its gate
+ * (the NOT EXISTS, outer values only) is a one-time filter before its
+ * index scans, not a join filter after them; and it takes one row of an
+ * event id stored twice (the events' key holds ts: a source that sent
+ * one id with two times), the earliest -- two would make the statement
+ * update one row twice, an error that would retry the batch for good. */
 static const char *sql_finding_events =
     "INSERT INTO finding_events (finding_id, source_name, event_id, late, event_ts,"
     " event_trace_id, event_target, event_skewed)"
@@ -73,7 +76,7 @@ static const char *sql_finding_events =
     "   WHERE NOT EXISTS (SELECT 1 FROM finding_events k WHERE k.finding_id = u.f"
     "                     AND k.source_name = u.s AND k.event_id = u.e"
     "                     AND k.event_ts IS NOT NULL)"
-    "     AND x.source_name = u.s AND x.event_id = u.e OFFSET 0) ev ON true"
+    "     AND x.source_name = u.s AND x.event_id = u.e ORDER BY x.ts LIMIT 1) ev ON true"
     " ORDER BY u.f, u.s, u.e"
     " ON CONFLICT (finding_id, source_name, event_id)"
     " DO UPDATE SET late = finding_events.late OR EXCLUDED.late,"

@@ -29,12 +29,14 @@ struct refresh_part {
 /* First the rows naming the events stored take their values
  * (sql/011_finding_events_cache.sql: a detect analyzer wrote them before
  * the events were here), so that the refresh reads them from the rows, as
- * an all analyzer's rows have them. */
+ * an all analyzer's rows have them: of an event id stored twice (two
+ * times), the earliest, as the findings sink takes. */
 static const char *sql_fill =
     "UPDATE finding_events t SET event_ts = x.ts, event_trace_id = x.trace_id,"
     " event_target = x.target, event_skewed = x.skewed"
     " FROM unnest($1::text[], $2::text[]) AS u(s, e)"
-    " JOIN events x ON x.source_name = u.s AND x.event_id = u.e"
+    " CROSS JOIN LATERAL (SELECT ev.ts, ev.trace_id, ev.target, ev.skewed FROM events ev"
+    "  WHERE ev.source_name = u.s AND ev.event_id = u.e ORDER BY ev.ts LIMIT 1) x"
     " WHERE t.source_name = u.s AND t.event_id = u.e AND t.event_ts IS NULL";
 
 static const char *sql_refresh =

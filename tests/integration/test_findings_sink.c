@@ -240,7 +240,8 @@ static int as_the_join_makes(const char *key)
 /* Each finding_events row carries its event's time, trace id, target and
  * skew (sql/011), so that the refresh of a finding updated again does not
  * look its whole window up in the events again; and the finding comes
- * out exactly as the join of sql/009 makes it, whoever wrote its rows:
+ * out as the join of sql/009 makes it, whoever wrote its rows (but for an
+ * id stored twice, below, and an event retention removed: sql/011):
  *   - events stored before the finding: their rows get their values;
  *   - an event stored after (a detect analyzer ahead of the store): its
  *     row has none, the refresh looks it up; the finding's next write
@@ -298,6 +299,44 @@ START_TEST(findings_sink_rows_carry_their_events_values)
 }
 END_TEST
 
+/* An event id stored with two times (the events' key holds ts: a source
+ * that sent one id twice with different times): the finding naming it is
+ * written -- two looked-up rows for one evidence row would make the
+ * statement update a row twice, an error that retried the batch for good
+ * -- and the row is one event, at the earlier time, in the counts and
+ * evidence too, also when the refresh looks it up. */
+START_TEST(findings_sink_event_id_stored_twice_is_one_event)
+{
+    store_event("D", 5, "t5", "h5", 0);
+    store_event("D", 3, "t4", "h4", 0);
+    const struct mention m[] = {{"D", 0}};
+    write_batch("dup", m, 1);
+    char id[33], sql[512];
+    st_finding_id(id, "denial_burst", "task-1", "run-1", "dup");
+    snprintf(sql, sizeof(sql),
+             "SELECT extract(epoch FROM fe.event_ts - to_timestamp(%lld / 1e6)),"
+             " fe.event_target, f.event_count, f.evidence::text FROM finding_events fe"
+             " JOIN findings f USING (finding_id) WHERE finding_id = '%s'",
+             (long long)T0, id);
+    const char *want = "3.000000|h4|1|{\"targets\": [\"h4\"], \"event_ids\": [\"D\"],"
+                       " \"trace_ids\": [\"t4\"]}\n";
+    assert_text(rows(w.dsn, sql), want, "the row and its finding");
+    char upd[512], call[256];
+    snprintf(upd, sizeof(upd),
+             "UPDATE finding_events SET event_ts = NULL, event_trace_id = NULL,"
+             " event_target = NULL, event_skewed = NULL WHERE finding_id = '%s' RETURNING 1",
+             id);
+    free(rows(w.dsn, upd));
+    snprintf(call, sizeof(call), "SELECT sandtrail_refresh_findings(ARRAY['%s'])", id);
+    free(rows(w.dsn, call));
+    snprintf(sql, sizeof(sql),
+             "SELECT event_count, evidence::text FROM findings WHERE finding_id = '%s'", id);
+    assert_text(rows(w.dsn, sql),
+                "1|{\"targets\": [\"h4\"], \"event_ids\": [\"D\"], \"trace_ids\": [\"t4\"]}\n",
+                "looked up by the refresh");
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -309,6 +348,7 @@ int main(void)
     tcase_add_test(tc, findings_sink_row_named_late_later_becomes_late);
     tcase_add_test(tc, findings_sink_late_row_stays_late);
     tcase_add_test(tc, findings_sink_rows_carry_their_events_values);
+    tcase_add_test(tc, findings_sink_event_id_stored_twice_is_one_event);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
