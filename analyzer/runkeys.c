@@ -107,6 +107,15 @@ struct st_runkey *st_runkeys_get(struct st_runkeys *t, const struct st_event *ev
     return k;
 }
 
+void st_runkeys_prefetch(const struct st_runkeys *t, uint64_t hash, int stage)
+{
+    struct st_runkey *const *slot = &t->table[hash & (t->cap - 1)];
+    if (stage == 1)
+        __builtin_prefetch(slot);
+    else if (*slot)
+        __builtin_prefetch(*slot);
+}
+
 void st_runkeys_set(struct st_runkeys *t, struct st_runkey *k, int slot, void *state)
 {
     k->slot[slot] = state;

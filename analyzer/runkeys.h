@@ -61,6 +61,12 @@ void st_runkeys_slot_release(struct st_runkeys *t, int slot);
  * st_runkeys_begin: the windows of a part ask in turn for the same event. */
 struct st_runkey *st_runkeys_get(struct st_runkeys *t, const struct st_event *ev, int make);
 
+/* Hints for an event a few ahead of the one being looked up (cache
+ * prefetches, no effect on results): stage 1 the table slot of its run's
+ * hash, stage 2 (a few events later, the slot then in cache) the record
+ * it points to. */
+void st_runkeys_prefetch(const struct st_runkeys *t, uint64_t hash, int stage);
+
 /* Before a batch's first st_runkeys_get: events of the last batch are
  * gone, and a new one may have the same address. */
 void st_runkeys_begin(struct st_runkeys *t);
