@@ -990,6 +990,13 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
      * any detector) looks its run up. */
     if (w->next_memo < w->nmemo && w->memo[w->next_memo].ev == ev) {
         r = w->memo[w->next_memo++].run;
+        /* cache hints for the runs of the next feeds (each run's state is
+         * cold, one of hundreds of thousands): its struct 4 ahead, its
+         * members 2 ahead (the struct then in cache) */
+        if (w->next_memo + 4 < w->nmemo)
+            __builtin_prefetch(w->memo[w->next_memo + 4].run);
+        if (w->next_memo + 2 < w->nmemo)
+            __builtin_prefetch(w->memo[w->next_memo + 2].run->m);
     } else {
         r = w->cur;
         if (!r || strcmp(r->key->run_id, ev->run_id) || strcmp(r->key->task_id, ev->task_id))
@@ -1761,6 +1768,10 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx)
     size_t i = w->dirty_head, nheld = 0;
     for (; i < w->ndirty; i++) {
         struct run *r = w->dirty[i];
+        if (i + 4 < w->ndirty) /* cache hints, as in run_fed */
+            __builtin_prefetch(w->dirty[i + 4]);
+        if (i + 2 < w->ndirty)
+            __builtin_prefetch(w->dirty[i + 2]->m);
         if (ctx->pending_from && r->dirty_seq >= ctx->pending_from)
             break;
         run_write(w, r, ctx, c, ttl, trims_held(r, ctx, now));
