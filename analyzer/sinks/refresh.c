@@ -39,11 +39,16 @@ static const char *sql_fill =
     "  WHERE ev.source_name = u.s AND ev.event_id = u.e ORDER BY ev.ts LIMIT 1) x"
     " WHERE t.source_name = u.s AND t.event_id = u.e AND t.event_ts IS NULL";
 
+/* The findings naming the batch's events: an index probe per event (the
+ * LATERAL subquery, kept one by OFFSET 0). As a plain join PostgreSQL
+ * planned a hash join over a scan of every finding_events row: 122 ms a
+ * batch of 10,000 at 275,000 rows, growing with the table; the probes
+ * take 25 ms, whatever its size. */
 static const char *sql_refresh =
     "SELECT sandtrail_refresh_findings(ARRAY("
-    " SELECT DISTINCT t.finding_id FROM finding_events t"
-    " JOIN unnest($1::text[], $2::text[]) AS u(s, e)"
-    " ON t.source_name = u.s AND t.event_id = u.e))";
+    " SELECT DISTINCT x.finding_id FROM unnest($1::text[], $2::text[]) AS u(s, e)"
+    " CROSS JOIN LATERAL (SELECT t.finding_id FROM finding_events t"
+    "  WHERE t.source_name = u.s AND t.event_id = u.e OFFSET 0) x))";
 
 static void *refresh_create(const struct st_analyzer_conf *conf, char *errstr,
                             size_t errsz)
