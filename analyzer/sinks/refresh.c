@@ -22,15 +22,12 @@ struct refresh_part {
     struct st_buf sources, ids;
 };
 
-/* The refresh sinks/findings.c runs for the findings of a batch
- * (sql/009_finding_refresh.sql), for every finding naming one of the
- * events (test_roles compares the result with an analyzer of the all
- * role). */
 /* First the rows naming the events stored take their values
  * (sql/011_finding_events_cache.sql: a detect analyzer wrote them before
  * the events were here), so that the refresh reads them from the rows, as
  * an all analyzer's rows have them: of an event id stored twice (two
- * times), the earliest, as the findings sink takes. */
+ * times), the earliest, as the findings sink takes. The rows without
+ * values are found through sql/012's partial index. */
 static const char *sql_fill =
     "UPDATE finding_events t SET event_ts = x.ts, event_trace_id = x.trace_id,"
     " event_target = x.target, event_skewed = x.skewed"
@@ -39,7 +36,10 @@ static const char *sql_fill =
     "  WHERE ev.source_name = u.s AND ev.event_id = u.e ORDER BY ev.ts LIMIT 1) x"
     " WHERE t.source_name = u.s AND t.event_id = u.e AND t.event_ts IS NULL";
 
-/* The findings naming the batch's events: an index probe per event (the
+/* Then the refresh sinks/findings.c runs for the findings of a batch
+ * (sql/009_finding_refresh.sql, sql/011), for every finding naming one of
+ * the events (test_roles compares the result with an analyzer of the all
+ * role). The findings naming them: an index probe per event (the
  * LATERAL subquery, kept one by OFFSET 0). As a plain join PostgreSQL
  * planned a hash join over a scan of every finding_events row: 122 ms a
  * batch of 10,000 at 275,000 rows, growing with the table; the probes
