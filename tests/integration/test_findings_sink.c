@@ -237,6 +237,20 @@ static int as_the_join_makes(const char *key)
     return same;
 }
 
+/* Empties the event values of the row of finding id naming event_id (as
+ * an analyzer before sql/011 left it, or a detect analyzer before its
+ * event was stored), when event_id is not NULL; else of all its rows. */
+static void clear_values(const char *id, const char *event_id)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "UPDATE finding_events SET event_ts = NULL, event_trace_id = NULL,"
+             " event_target = NULL, event_skewed = NULL WHERE finding_id = '%s'"
+             " AND event_id = coalesce(%s%s%s, event_id) RETURNING 1",
+             id, event_id ? "'" : "", event_id ? event_id : "NULL", event_id ? "'" : "");
+    free(rows(w.dsn, sql));
+}
+
 /* Each finding_events row carries its event's time, trace id, target and
  * skew (sql/011), so that the refresh of a finding updated again does not
  * look its whole window up in the events again; and the finding comes
@@ -278,12 +292,7 @@ START_TEST(findings_sink_rows_carry_their_events_values)
 
     /* A's row as an analyzer before sql/011 left it: looked up */
     char upd[512];
-    snprintf(upd, sizeof(upd),
-             "UPDATE finding_events SET event_ts = NULL, event_trace_id = NULL,"
-             " event_target = NULL, event_skewed = NULL"
-             " WHERE finding_id = '%s' AND event_id = 'A' RETURNING 1",
-             id);
-    free(rows(w.dsn, upd));
+    clear_values(id, "A");
     free(rows(w.dsn, call));
     ck_assert(as_the_join_makes("cache"));
     /* B's row holds its values: read from the row, not the event */
@@ -321,12 +330,8 @@ START_TEST(findings_sink_event_id_stored_twice_is_one_event)
     const char *want = "3.000000|h4|1|{\"targets\": [\"h4\"], \"event_ids\": [\"D\"],"
                        " \"trace_ids\": [\"t4\"]}\n";
     assert_text(rows(w.dsn, sql), want, "the row and its finding");
-    char upd[512], call[256];
-    snprintf(upd, sizeof(upd),
-             "UPDATE finding_events SET event_ts = NULL, event_trace_id = NULL,"
-             " event_target = NULL, event_skewed = NULL WHERE finding_id = '%s' RETURNING 1",
-             id);
-    free(rows(w.dsn, upd));
+    char call[256];
+    clear_values(id, NULL);
     snprintf(call, sizeof(call), "SELECT sandtrail_refresh_findings(ARRAY['%s'])", id);
     free(rows(w.dsn, call));
     snprintf(sql, sizeof(sql),
