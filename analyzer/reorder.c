@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
 #include "log.h"
 #include "reorder.h"
 
@@ -243,7 +242,7 @@ static void drop_one(struct st_reorder *r, struct part *p, struct pushed *e, uin
         st_event_fini(&p->fresh[seq - p->fresh_seq].ev);
     } else if (e->kept) {
         p->kept--;
-        p->kept_bytes -= st_arena_bytes(e->kept->mem);
+        p->kept_bytes -= e->kept->mem_bytes;
         st_event_fini(e->kept);
         free(e->kept);
         e->kept = NULL;
@@ -274,7 +273,7 @@ static int take(struct st_reorder *r, struct part *p, struct pushed *e, uint64_t
         memset(ev, 0, sizeof(*ev));
     } else if (e->kept) {
         p->kept--;
-        p->kept_bytes -= st_arena_bytes(e->kept->mem);
+        p->kept_bytes -= e->kept->mem_bytes;
         it->ev = *e->kept;
         free(e->kept);
         e->kept = NULL;
@@ -418,7 +417,7 @@ size_t st_reorder_park(struct st_reorder *r, size_t keep)
                 *e->kept = f->ev;
                 memset(&f->ev, 0, sizeof(f->ev));
                 p->kept++;
-                p->kept_bytes += st_arena_bytes(e->kept->mem);
+                p->kept_bytes += e->kept->mem_bytes;
                 continue;
             }
             e->raw = st_malloc(f->rawlen ? f->rawlen : 1);
@@ -585,7 +584,7 @@ size_t st_reorder_bytes(const struct st_reorder *r)
              p->fifo_cap * sizeof(*p->fifo) + p->capfresh * sizeof(*p->fresh) +
              p->parked_bytes + p->kept_bytes + p->kept * sizeof(struct st_event);
         for (size_t k = 0; k < p->nfresh; k++)
-            n += st_arena_bytes(p->fresh[k].ev.mem);
+            n += p->fresh[k].ev.mem_bytes;
     }
     return n;
 }

@@ -379,6 +379,7 @@ int st_event_parse(struct st_event *ev, const char *buf, size_t len,
     ev->may_mark = holds(buf, len, ST_REDACT_MARKER_OPEN, strlen(ST_REDACT_MARKER_OPEN)) ||
                    holds(buf, len, "\\u", 2);
     ev->run_hash = st_hash_pair(ev->task_id, ev->run_id);
+    ev->mem_bytes = st_arena_bytes(mem);
     return 0;
 }
 

@@ -49,6 +49,10 @@ struct st_arena;
 struct st_event {
     cJSON *doc; /* everything below points into it */
     struct st_arena *mem; /* owns doc when set (else doc is cJSON_Delete's) */
+    /* st_arena_bytes(mem), taken by st_event_parse while the arena is in
+     * cache (the document is read-only from then on), so that the reorder
+     * buffer's accounting reads no cold arena header; 0 without mem */
+    size_t mem_bytes;
 
     const char *event_id;
     int64_t ts_us; /* event time, microseconds since the epoch */

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "buf.h"
 #include "corpus.h"
 #include "event.h"
@@ -51,6 +52,9 @@ static void compare(const char *line, size_t len)
     accepted++;
     ck_assert_ptr_nonnull(a.mem);
     ck_assert_ptr_null(t.mem);
+    /* the reorder buffer's accounting reads this, not the arena */
+    ck_assert_uint_eq(a.mem_bytes, st_arena_bytes(a.mem));
+    ck_assert_uint_eq(t.mem_bytes, 0);
     ck_assert(corpus_same_str(a.event_id, t.event_id));
     ck_assert(a.ts_us == t.ts_us);
     ck_assert(a.source_kind == t.source_kind);
