@@ -116,6 +116,15 @@ void st_checkpoint_arg(struct st_checkpoint *c, const char *a, size_t alen, cons
     st_rpipe_format_arg(&c->segs[c->nsegs - 1].bytes, a, alen, a2, alen2);
 }
 
+void st_checkpoint_args_formatted(struct st_checkpoint *c, const char *bytes, size_t len,
+                                  size_t nargs)
+{
+    if (nargs > c->args_left)
+        st_fatal("checkpoint: %zu arguments past the command's count", nargs - c->args_left);
+    c->args_left -= nargs;
+    st_buf_add(&c->segs[c->nsegs - 1].bytes, bytes, len);
+}
+
 void st_checkpoint_end(struct st_checkpoint *c)
 {
     if (c->args_left)

@@ -59,6 +59,13 @@ void st_checkpoint_arg(struct st_checkpoint *c, const char *a, size_t alen, cons
                        size_t alen2);
 void st_checkpoint_end(struct st_checkpoint *c);
 
+/* Inside a command begun with st_checkpoint_begin: nargs arguments at
+ * once, already formatted (bytes[0 .. len), each as st_rpipe_format_arg
+ * writes one), copied in one piece (runhash.c's values, formatted as they
+ * were put). */
+void st_checkpoint_args_formatted(struct st_checkpoint *c, const char *bytes, size_t len,
+                                  size_t nargs);
+
 /* Moves every command of src to the end of dst, in order; src is left
  * empty (workers.c joins the parts its threads built). A part of 64 KB or
  * more moves as a buffer (no copy) and src gets an emptied buffer of dst's

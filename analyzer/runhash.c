@@ -1,5 +1,10 @@
 /* runhash.c: a checkpoint's small run states, grouped by bucket (see
- * runhash.h). */
+ * runhash.h). Each put is formatted at once, as the HSET or HDEL
+ * arguments it becomes, at the end of its bucket's buffer: the flush only
+ * puts each bucket's command head before them, and copies them into the
+ * checkpoint in one piece. (Before, each put was copied aside and grouped
+ * by run in a hash table, then every value formatted at the flush: 18% of
+ * a detect-role drain's CPU, docs/architecture.md, "Session 18".) */
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,35 +12,19 @@
 #include "detect.h"
 #include "log.h"
 #include "runhash.h"
+#include "rpipe.h"
 
-struct entry {
-    const char *field; /* the detector */
-    size_t flen;       /* strlen(field) */
-    size_t off, len;   /* the value in h->vals */
-    int del;
-    size_t next;       /* the run's next entry; 0: none (entries start at 1) */
-};
-
-struct group {
-    const void *id; /* the caller's name for the run; NULL: its ids name it */
-    uint64_t hash;
-    const char *task, *run;
-    size_t first, last; /* entries */
-    size_t slot;        /* its place in h->slot */
-    size_t poff, plen;  /* at flush: its fields' common prefix in h->fields */
+struct bucket {
+    struct st_buf set; /* the HSET's field and value arguments, formatted */
+    struct st_buf del; /* the HDEL's field arguments, formatted */
+    size_t nset, ndel;
 };
 
 struct st_runhash {
     const struct st_analyzer_conf *conf;
-    struct entry *e; /* [0] unused */
-    size_t ne, cape;
-    struct group *g; /* runs, in the order first put */
-    size_t ng, capg;
-    size_t *slot;    /* open addressing: group index + 1; 0 empty */
-    size_t nslot;    /* a power of two, at least 2 x ng */
-    struct st_buf vals, key, fields;
-    size_t *order; /* at flush: the runs by bucket */
-    size_t caporder;
+    struct bucket b[ST_DETECT_RUN_BUCKETS];
+    size_t nput;
+    struct st_buf key, prefix;
     char ttl[ST_I64_LEN];
 };
 
@@ -43,10 +32,12 @@ struct st_runhash *st_runhash_new(const struct st_analyzer_conf *conf)
 {
     struct st_runhash *h = st_calloc(1, sizeof(*h));
     h->conf = conf;
-    h->ne = 1;
-    st_buf_init(&h->vals);
+    for (size_t i = 0; i < ST_DETECT_RUN_BUCKETS; i++) {
+        st_buf_init(&h->b[i].set);
+        st_buf_init(&h->b[i].del);
+    }
     st_buf_init(&h->key);
-    st_buf_init(&h->fields);
+    st_buf_init(&h->prefix);
     st_fmt_i64(h->ttl, conf->state_ttl_s);
     return h;
 }
@@ -55,158 +46,76 @@ void st_runhash_destroy(struct st_runhash *h)
 {
     if (!h)
         return;
-    free(h->e);
-    free(h->g);
-    free(h->slot);
-    free(h->order);
-    st_buf_fini(&h->vals);
+    for (size_t i = 0; i < ST_DETECT_RUN_BUCKETS; i++) {
+        st_buf_fini(&h->b[i].set);
+        st_buf_fini(&h->b[i].del);
+    }
     st_buf_fini(&h->key);
-    st_buf_fini(&h->fields);
+    st_buf_fini(&h->prefix);
     free(h);
 }
 
 size_t st_runhash_pending(const struct st_runhash *h)
 {
-    return h->ng;
+    return h->nput;
 }
 
-static void rehash(struct st_runhash *h)
+void st_runhash_put(struct st_runhash *h, uint64_t hash, const char *task, const char *run,
+                    const char *field, const char *data, size_t len)
 {
-    size_t n = h->nslot ? 2 * h->nslot : 1024;
-    free(h->slot);
-    h->slot = st_calloc(n, sizeof(*h->slot));
-    h->nslot = n;
-    for (size_t i = 0; i < h->ng; i++) {
-        size_t s = h->g[i].hash & (n - 1);
-        while (h->slot[s])
-            s = (s + 1) & (n - 1);
-        h->slot[s] = i + 1;
-        h->g[i].slot = s;
+    struct bucket *b = &h->b[st_detect_run_bucket(hash)];
+    st_buf_reset(&h->prefix);
+    st_detect_run_field_prefix_add(&h->prefix, task, run);
+    if (data) {
+        st_rpipe_format_arg(&b->set, h->prefix.data, h->prefix.len, field, strlen(field));
+        st_rpipe_format_arg(&b->set, data, len, NULL, 0);
+        b->nset++;
+    } else {
+        st_rpipe_format_arg(&b->del, h->prefix.data, h->prefix.len, field, strlen(field));
+        b->ndel++;
     }
+    h->nput++;
 }
 
-static struct group *group_of(struct st_runhash *h, const void *id, uint64_t hash,
-                              const char *task, const char *run)
+/* One bucket's commands: the HSET of every field set, the HDEL of every
+ * field emptied, then the key's EXPIRE when anything was set (a key the
+ * HSET creates gets its TTL in the same checkpoint; an HDEL alone leaves
+ * the TTL the last HSET gave). */
+static void flush_bucket(struct st_runhash *h, struct st_checkpoint *ck, size_t i)
 {
-    if (2 * (h->ng + 1) > h->nslot)
-        rehash(h);
-    size_t s = hash & (h->nslot - 1);
-    for (; h->slot[s]; s = (s + 1) & (h->nslot - 1)) {
-        struct group *g = &h->g[h->slot[s] - 1];
-        if (g->hash != hash || g->id != id)
-            continue;
-        /* the same id is the same run: no comparison of ids that are cold
-         * by now (they were 6% of the detect role's CPU) */
-        if (id || (!strcmp(g->run, run) && !strcmp(g->task, task)))
-            return g;
-    }
-    if (h->ng == h->capg) {
-        h->capg = h->capg ? 2 * h->capg : 256;
-        h->g = st_realloc(h->g, h->capg * sizeof(*h->g));
-    }
-    h->slot[s] = h->ng + 1;
-    struct group *g = &h->g[h->ng++];
-    *g = (struct group){id, hash, task, run, 0, 0, s, 0, 0};
-    return g;
-}
-
-void st_runhash_put(struct st_runhash *h, const void *id, uint64_t hash, const char *task,
-                    const char *run, const char *field, const char *data, size_t len)
-{
-    struct group *g = group_of(h, id, hash, task, run);
-    if (h->ne >= h->cape) {
-        h->cape = h->cape ? 2 * h->cape : 256;
-        h->e = st_realloc(h->e, h->cape * sizeof(*h->e));
-    }
-    size_t i = h->ne++;
-    h->e[i] = (struct entry){field, strlen(field), h->vals.len, data ? len : 0, data == NULL, 0};
-    if (data)
-        st_buf_add(&h->vals, data, len);
-    if (g->last)
-        h->e[g->last].next = i;
-    else
-        g->first = i;
-    g->last = i;
-}
-
-/* The commands of one bucket's runs, order[0 .. n): HSET of every field
- * set, HDEL of every field emptied, then the key's EXPIRE when anything
- * was set (a key the HSET creates gets its TTL in the same checkpoint;
- * an HDEL alone leaves the TTL the last HSET gave). Each argument is
- * formatted straight into ck; a field is its run's prefix, built once per
- * run, and its detector's name. */
-static void flush_bucket(struct st_runhash *h, struct st_checkpoint *ck, const size_t *order,
-                         size_t n)
-{
-    const char *key = st_detect_run_bucket_key_buf(&h->key, h->conf, h->g[order[0]].hash);
+    struct bucket *b = &h->b[i];
+    const char *key = st_detect_run_bucket_key_buf(&h->key, h->conf, (uint64_t)i);
     size_t klen = h->key.len;
-    st_buf_reset(&h->fields);
-    size_t nset = 0, ndel = 0;
-    for (size_t k = 0; k < n; k++) {
-        struct group *g = &h->g[order[k]];
-        g->poff = h->fields.len;
-        st_detect_run_field_prefix_add(&h->fields, g->task, g->run);
-        g->plen = h->fields.len - g->poff;
-        for (size_t i = g->first; i; i = h->e[i].next) {
-            if (h->e[i].del)
-                ndel++;
-            else
-                nset++;
-        }
-    }
-    for (int pass = 0; pass < 2; pass++) {
-        size_t count = pass ? ndel : nset;
-        if (!count)
-            continue;
-        st_checkpoint_begin(ck, 2 + (pass ? count : 2 * count));
-        st_checkpoint_arg(ck, pass ? "HDEL" : "HSET", 4, NULL, 0);
+    if (b->nset) {
+        st_checkpoint_begin(ck, 2 + 2 * b->nset);
+        st_checkpoint_arg(ck, "HSET", 4, NULL, 0);
         st_checkpoint_arg(ck, key, klen, NULL, 0);
-        for (size_t k = 0; k < n; k++) {
-            const struct group *g = &h->g[order[k]];
-            for (size_t i = g->first; i; i = h->e[i].next) {
-                const struct entry *e = &h->e[i];
-                if (e->del != pass)
-                    continue;
-                st_checkpoint_arg(ck, h->fields.data + g->poff, g->plen, e->field, e->flen);
-                if (!pass)
-                    st_checkpoint_arg(ck, h->vals.data + e->off, e->len, NULL, 0);
-            }
-        }
+        st_checkpoint_args_formatted(ck, b->set.data, b->set.len, 2 * b->nset);
         st_checkpoint_end(ck);
     }
-    if (nset) {
+    if (b->ndel) {
+        st_checkpoint_begin(ck, 2 + b->ndel);
+        st_checkpoint_arg(ck, "HDEL", 4, NULL, 0);
+        st_checkpoint_arg(ck, key, klen, NULL, 0);
+        st_checkpoint_args_formatted(ck, b->del.data, b->del.len, b->ndel);
+        st_checkpoint_end(ck);
+    }
+    if (b->nset) {
         const char *ex[] = {"EXPIRE", key, h->ttl};
         size_t exl[] = {6, klen, strlen(h->ttl)};
         st_checkpoint_cmd_lens(ck, 3, ex, exl);
     }
+    st_buf_reset(&b->set);
+    st_buf_reset(&b->del);
+    b->nset = b->ndel = 0;
 }
 
 void st_runhash_flush(struct st_runhash *h, struct st_checkpoint *ck)
 {
-    /* the runs by bucket, each bucket's in the order first put (a counting
-     * sort) */
-    size_t start[ST_DETECT_RUN_BUCKETS + 1] = {0};
-    for (size_t gi = 0; gi < h->ng; gi++)
-        start[st_detect_run_bucket(h->g[gi].hash) + 1]++;
-    for (size_t b = 0; b < ST_DETECT_RUN_BUCKETS; b++)
-        start[b + 1] += start[b];
-    if (h->ng > h->caporder) {
-        h->caporder = h->ng;
-        h->order = st_realloc(h->order, h->caporder * sizeof(*h->order));
-    }
-    size_t at[ST_DETECT_RUN_BUCKETS];
-    memcpy(at, start, sizeof(at));
-    for (size_t gi = 0; gi < h->ng; gi++)
-        h->order[at[st_detect_run_bucket(h->g[gi].hash)]++] = gi;
-    for (size_t b = 0; b < ST_DETECT_RUN_BUCKETS; b++)
-        if (start[b + 1] > start[b])
-            flush_bucket(h, ck, h->order + start[b], start[b + 1] - start[b]);
-    /* only the slots used: after one large flush (a forced one, of every
-     * run) the table stays large, and clearing all of it per batch cost
-     * more than the batch's own runs */
-    for (size_t gi = 0; gi < h->ng; gi++)
-        h->slot[h->g[gi].slot] = 0;
-    h->ng = 0;
-    h->ne = 1;
-    st_buf_reset(&h->vals);
+    if (!h->nput)
+        return;
+    for (size_t i = 0; i < ST_DETECT_RUN_BUCKETS; i++)
+        if (h->b[i].nset || h->b[i].ndel)
+            flush_bucket(h, ck, i);
+    h->nput = 0;
 }

@@ -38,24 +38,21 @@ struct st_runhash *st_runhash_new(const struct st_analyzer_conf *conf);
 void st_runhash_destroy(struct st_runhash *h); /* accepts NULL */
 
 /* Queues detector `field`'s state of run (task, run; hash is
- * st_runidx_hash of them) in the run's bucket: set to data (len bytes,
- * copied), or deleted when data is NULL. task, run and field are not
- * copied: they must live until flush. A run's fields are put at most once
- * each between flushes. id, when not NULL, names the run for the caller
- * (runwin.c: its st_runkey): puts with the same id are of the same run,
- * and their ids are not compared; a run put under two ids (or an id and
- * NULL) is written as two runs of the same bucket, which is still right
- * (each field once). */
-void st_runhash_put(struct st_runhash *h, const void *id, uint64_t hash, const char *task,
-                    const char *run, const char *field, const char *data, size_t len);
+ * st_runidx_hash of them) in the run's bucket: set to data (len bytes),
+ * or deleted when data is NULL. Everything is copied at once (formatted as
+ * the command's arguments). A run's fields are put at most once each
+ * between flushes (a field put twice would be sent twice, the later
+ * winning only within the same command). */
+void st_runhash_put(struct st_runhash *h, uint64_t hash, const char *task, const char *run,
+                    const char *field, const char *data, size_t len);
 
-/* Appends to ck the commands of every run put since the last flush, by
- * bucket in ascending order, each bucket's runs in the order first put:
+/* Appends to ck the commands of every put since the last flush, by
+ * bucket in ascending order, each bucket's fields in the order put:
  * HSET (the fields set), HDEL (the fields deleted), EXPIRE state.ttl_s
  * (when a field was set). Empties h. */
 void st_runhash_flush(struct st_runhash *h, struct st_checkpoint *ck);
 
-/* The number of runs queued since the last flush (tests). */
+/* The number of puts since the last flush (tests). */
 size_t st_runhash_pending(const struct st_runhash *h);
 
 #endif

@@ -1608,7 +1608,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
         if (r->layout & LAYOUT_RUNH)
             cmd_hdel_legacy(w, r, ctx->ckpt);
         if (r->layout & LAYOUT_BLOB)
-            st_runhash_put(runhash_of(w, ctx), r->key, r->key->hash, r->key->task_id,
+            st_runhash_put(runhash_of(w, ctx), r->key->hash, r->key->task_id,
                            r->key->run_id, w->name, NULL, 0);
         drop_trims(r);
         r->layout = LAYOUT_NONE;
@@ -1651,7 +1651,7 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
         st_checkpoint_cmd(ctx->ckpt, 1, exec);
         r->w_exp_s = r->e_exp_s = r->b_exp_s = 0;
     } else {
-        st_runhash_put(runhash_of(w, ctx), r->key, r->key->hash, r->key->task_id,
+        st_runhash_put(runhash_of(w, ctx), r->key->hash, r->key->task_id,
                        r->key->run_id, w->name, b->data, b->len);
     }
     if (due)

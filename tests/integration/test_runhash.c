@@ -410,12 +410,12 @@ START_TEST(runhash_delete_when_every_state_is_empty)
     const char *v = "\x01\x00\x00\x00";
     uint64_t h = st_runidx_hash("task", "run");
     /* run, then run2, then run again, then run2: one HSET, one EXPIRE */
-    st_runhash_put(rh, NULL, h, "task", "run", "da", v, 4);
-    st_runhash_put(rh, NULL, h, "task", "run2", "da", v, 4);
-    st_runhash_put(rh, NULL, h, "task", "run", "db", v, 4);
-    st_runhash_put(rh, NULL, h, "task", "run2", "db", v, 4);
-    st_runhash_put(rh, NULL, h, "task", "run", "dc", v, 4);
-    ck_assert_uint_eq(st_runhash_pending(rh), 2);
+    st_runhash_put(rh, h, "task", "run", "da", v, 4);
+    st_runhash_put(rh, h, "task", "run2", "da", v, 4);
+    st_runhash_put(rh, h, "task", "run", "db", v, 4);
+    st_runhash_put(rh, h, "task", "run2", "db", v, 4);
+    st_runhash_put(rh, h, "task", "run", "dc", v, 4);
+    ck_assert_uint_eq(st_runhash_pending(rh), 5);
     ck_assert_uint_eq(flush_run(), 2);
     ck_assert_int_eq(hlen(), 3);
     ck_assert_int_eq(run_fields(hash_key(), "run2"), 2);
@@ -425,8 +425,8 @@ START_TEST(runhash_delete_when_every_state_is_empty)
     ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
     /* a run of another bucket, with one of this bucket: an HSET and an
      * EXPIRE each */
-    st_runhash_put(rh, NULL, h + 1, "task", "run3", "da", v, 4);
-    st_runhash_put(rh, NULL, h, "task", "run4", "da", v, 4);
+    st_runhash_put(rh, h + 1, "task", "run3", "da", v, 4);
+    st_runhash_put(rh, h, "task", "run4", "da", v, 4);
     ck_assert_uint_eq(flush_run(), 4);
     struct st_buf b;
     st_buf_init(&b);
@@ -441,19 +441,19 @@ START_TEST(runhash_delete_when_every_state_is_empty)
     /* one state emptied: its field goes, the key keeps its TTL */
     const char *px[] = {"PERSIST", hash_key()};
     redis_int(2, px); /* so that an EXPIRE sent would show */
-    st_runhash_put(rh, NULL, h, "task", "run", "da", NULL, 0);
+    st_runhash_put(rh, h, "task", "run", "da", NULL, 0);
     ck_assert_uint_eq(flush_run(), 1); /* HDEL alone: no EXPIRE */
     ck_assert_int_eq(hlen(), 2);
     ck_assert_int_eq(ttl(), -1);
     /* a field written and one deleted in one checkpoint: HSET, HDEL, EXPIRE */
-    st_runhash_put(rh, NULL, h, "task", "run", "db", v, 4);
-    st_runhash_put(rh, NULL, h, "task", "run", "dc", NULL, 0);
+    st_runhash_put(rh, h, "task", "run", "db", v, 4);
+    st_runhash_put(rh, h, "task", "run", "dc", NULL, 0);
     ck_assert_uint_eq(flush_run(), 3);
     ck_assert_int_eq(hlen(), 1);
     t = ttl();
     ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
     /* the run's last one: its fields gone, the other runs' stay */
-    st_runhash_put(rh, NULL, h, "task", "run", "db", NULL, 0);
+    st_runhash_put(rh, h, "task", "run", "db", NULL, 0);
     ck_assert_uint_eq(flush_run(), 1);
     ck_assert_int_eq(hlen(), 0);
     ck_assert_int_eq(run_fields(hash_key(), "run2"), 2);
@@ -725,7 +725,7 @@ static const char *const sweep_dets[] = {"da", "db", "dc"};
 static void seed_run(const char *run, int nf, int64_t now, int64_t age)
 {
     for (int d = 0; d < nf; d++)
-        st_runhash_put(rh, NULL, st_runidx_hash("task", run), "task", run, sweep_dets[d],
+        st_runhash_put(rh, st_runidx_hash("task", run), "task", run, sweep_dets[d],
                        "\x01\x00\x00\x00", 4);
     flush_run();
     char *ik = st_detect_index_key(&conf, 0), score[32];
@@ -885,7 +885,7 @@ START_TEST(runhash_sweep_goes_on_past_its_limit)
     za[1] = ik;
     for (int i = 0; i < N; i++) {
         snprintf(names_[i], sizeof(names_[i]), "m%d", i);
-        st_runhash_put(rh, NULL, st_runidx_hash("task", names_[i]), "task", names_[i], "da",
+        st_runhash_put(rh, st_runidx_hash("task", names_[i]), "task", names_[i], "da",
                        "\x01\x00\x00\x00", 4);
         members[i] = st_detect_run_member("task", names_[i]);
         za[2 + 2 * i] = score;
