@@ -58,6 +58,9 @@ struct st_consumer {
      * flag is cleared by the unassign of that very revoke, before the
      * store's committer asks (st_consumer_assignment_lost) */
     atomic_int lost;
+    /* the consumer queue (rd_kafka_poll_set_consumer's), from which
+     * st_consumer_poll_batch takes what is already fetched in one call */
+    rd_kafka_queue_t *q;
 };
 
 static struct part_state *part_find(struct st_consumer *c, const char *topic,
@@ -296,6 +299,7 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
         return NULL;
     }
     rd_kafka_poll_set_consumer(c->rk);
+    c->q = rd_kafka_queue_get_consumer(c->rk);
     c->topic = st_strdup(conf->topic_events);
     c->topic_partitions = -1;
 
@@ -317,6 +321,8 @@ void st_consumer_destroy(struct st_consumer *c)
     if (!c)
         return;
     if (c->rk) {
+        if (c->q)
+            rd_kafka_queue_destroy(c->q);
         rd_kafka_consumer_close(c->rk);
         rd_kafka_destroy(c->rk);
     }
@@ -386,14 +392,24 @@ static int drop_revoked(struct st_consumer *c, rd_kafka_message_t **msgs, int n)
  * and its new owner reads them again from the committed offset. Kept, they
  * would be detected here after the revoke, and the next checkpoint would
  * write absolute values over state the new owner writes. */
+/* Messages taken from the queue per call once one has come: what
+ * librdkafka already fetched, without a wait (one call and one lock of its
+ * queue instead of one per message: docs/architecture.md, "Session 18"). */
+#define POLL_CHUNK 256
+
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
                            int max, int behind_max, int64_t behind_ms, int timeout_ms)
 {
     int64_t deadline = st_time_mono_ms() + timeout_ms;
-    int n = 0;
+    int n = 0, done = 0;
     unsigned revokes = c->revokes;
+    rd_kafka_message_t *chunk[POLL_CHUNK];
+    /* the partition of the last message (one subscribed topic: its
+     * handle and number name it) */
+    struct part_state *last = NULL;
+    const rd_kafka_topic_t *last_rkt = NULL;
 
-    for (;;) {
+    while (!done) {
         /* full: behind (another full batch already waits in Kafka, and its
          * last message is old), it grows once, up to behind_max */
         if (n >= max && (behind_max <= max || st_consumer_backlog(c) < max ||
@@ -404,42 +420,68 @@ int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
         int64_t left = deadline - st_time_mono_ms();
         if (left < 0)
             left = 0;
+        /* the first message waits up to the deadline; the rest of the
+         * chunk is what is already there */
+        int got = 0;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, (int)left);
+        if (m) {
+            chunk[got++] = m;
+            int room = max - n - 1 < POLL_CHUNK - 1 ? max - n - 1 : POLL_CHUNK - 1;
+            if (room > 0) {
+                ssize_t k = rd_kafka_consume_batch_queue(c->q, 0, chunk + 1, (size_t)room);
+                if (k > 0)
+                    got += (int)k;
+            }
+        }
         if (c->revokes != revokes) {
             revokes = c->revokes;
             n = drop_revoked(c, msgs, n);
+            last = NULL;
         }
-        if (!m) {
+        if (!got) {
             if (left == 0)
                 break;
             continue;
         }
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            struct part_state *p = part_find(c, rd_kafka_topic_name(m->rkt), m->partition);
-            if (p)
-                p->at_end = 1;
-            rd_kafka_message_destroy(m);
-            /* a caught-up consumer returns what it has instead of waiting */
-            if (st_consumer_drained(c))
-                break;
-            continue;
+        for (int i = 0; i < got; i++) {
+            m = chunk[i];
+            if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+                struct part_state *p =
+                    part_find(c, rd_kafka_topic_name(m->rkt), m->partition);
+                if (p)
+                    p->at_end = 1;
+                rd_kafka_message_destroy(m);
+                /* a caught-up consumer returns what it has instead of
+                 * waiting (the rest of the chunk first) */
+                if (st_consumer_drained(c))
+                    done = 1;
+                continue;
+            }
+            if (m->err) {
+                int fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
+                st_warn("kafka consumer: %s", rd_kafka_message_errstr(m));
+                rd_kafka_message_destroy(m);
+                if (fatal) {
+                    while (++i < got)
+                        rd_kafka_message_destroy(chunk[i]);
+                    return -1;
+                }
+                continue;
+            }
+            struct part_state *p =
+                last && last_rkt == m->rkt && last->partition == m->partition
+                    ? last
+                    : part_find(c, rd_kafka_topic_name(m->rkt), m->partition);
+            if (!p) { /* fetched before its partition was revoked */
+                rd_kafka_message_destroy(m);
+                continue;
+            }
+            last = p;
+            last_rkt = m->rkt;
+            p->at_end = 0;
+            p->next = m->offset + 1;
+            msgs[n++] = m;
         }
-        if (m->err) {
-            int fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
-            st_warn("kafka consumer: %s", rd_kafka_message_errstr(m));
-            rd_kafka_message_destroy(m);
-            if (fatal)
-                return -1;
-            continue;
-        }
-        struct part_state *p = part_find(c, rd_kafka_topic_name(m->rkt), m->partition);
-        if (!p) { /* fetched before its partition was revoked */
-            rd_kafka_message_destroy(m);
-            continue;
-        }
-        p->at_end = 0;
-        p->next = m->offset + 1;
-        msgs[n++] = m;
     }
     return n;
 }
