@@ -17,7 +17,16 @@
 #define MAX_DETECTORS 16
 #define MAX_WORKERS 64
 
-enum job { JOB_NONE, JOB_PREFETCH, JOB_FEED, JOB_PARSE, JOB_END_BATCH, JOB_AFTER_COMMIT, JOB_QUIT };
+enum job {
+    JOB_NONE,
+    JOB_PREFETCH,
+    JOB_FEED,
+    JOB_PARSE,
+    JOB_END_BATCH,
+    JOB_AFTER_COMMIT,
+    JOB_FORGET,
+    JOB_QUIT
+};
 
 /* One worker's share (index < K) or the global part (index == K). Written
  * by its thread only between a hand-off and its answer; by the main thread
@@ -306,6 +315,20 @@ static void part_after_commit(struct part *p)
     p->cpu_us += thread_cpu_us() - cpu0;
 }
 
+/* Forgets every state of the part (JOB_FORGET): each thread frees what it
+ * made, in parallel (at the end of --drain, a revoke of every run). */
+static void part_forget(struct part *p)
+{
+    struct st_detect_ctx ctx = part_ctx(p, NULL);
+    ctx.findings = NULL;
+    for (int d = 0; st_detectors[d]; d++)
+        if (is_mine(p, st_detectors[d]) && st_detectors[d]->forget)
+            st_detectors[d]->forget(p->det[d], &ctx);
+    if (p->global)
+        st_registry_forget(p->w->wc.registry, &ctx);
+    st_runidx_forget(p->runidx);
+}
+
 /* Parses the messages of the part's partitions (JOB_PARSE). Each out[i]
  * is written by one thread only; the caller reads them after the
  * hand-off's answer. */
@@ -352,6 +375,8 @@ static void *worker_main(void *arg)
             part_flush(p);
         else if (job == JOB_AFTER_COMMIT)
             part_after_commit(p);
+        else if (job == JOB_FORGET)
+            part_forget(p);
         pthread_mutex_lock(&w->mu);
         w->ndone++;
         pthread_cond_signal(&w->done);
@@ -389,6 +414,7 @@ static void run_job(struct st_workers *w, enum job job, int64_t *wait_us)
     void (*fn)(struct part *) = job == JOB_PREFETCH    ? part_prefetch
                                 : job == JOB_FEED      ? part_feed
                                 : job == JOB_END_BATCH ? part_flush
+                                : job == JOB_FORGET    ? part_forget
                                                        : part_after_commit;
     if (w->nthreads)
         post(w, job);
@@ -639,17 +665,8 @@ void st_workers_set_partitions(struct st_workers *w, int32_t n)
 
 void st_workers_forget(struct st_workers *w)
 {
-    for (int i = 0; i <= w->k; i++) {
-        struct part *p = &w->parts[i];
-        struct st_detect_ctx ctx = part_ctx(p, NULL);
-        ctx.findings = NULL;
-        for (int d = 0; st_detectors[d]; d++)
-            if (is_mine(p, st_detectors[d]) && st_detectors[d]->forget)
-                st_detectors[d]->forget(p->det[d], &ctx);
-        if (p->global)
-            st_registry_forget(w->wc.registry, &ctx);
-        st_runidx_forget(p->runidx);
-    }
+    int64_t wait_us = 0;
+    run_job(w, JOB_FORGET, &wait_us);
 }
 
 void st_workers_stats(const struct st_workers *w, struct st_detect_stats *sum)

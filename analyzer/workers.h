@@ -36,8 +36,9 @@
  * waited for K threads would leave a core idle). Workers 1 .. K-1 are
  * threads started by st_workers_new; they run only inside
  * st_workers_detect, st_workers_parse (the batch's parse, split the
- * same way: see there), st_workers_end_batch and st_workers_after_commit
- * (each part's own checkpoint part, trims and evictions, between batches)
+ * same way: see there), st_workers_end_batch, st_workers_after_commit
+ * and st_workers_forget (each part's own checkpoint part, trims and
+ * evictions, between batches; its state freed, at a revoke)
  * and are parked (waiting on a condition variable) at
  * every other time, so the other calls use their instances with no lock,
  * and what one side wrote is seen by the other through the hand-off's
@@ -137,6 +138,8 @@ void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint
  * up to it; the trims' deletions wait for the checkpoint of batch
  * dirty_seq (the next one detected) */
 void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_seq);
+/* forget, each part on its own thread (partitions revoked: every state
+ * read again from Redis when next needed) */
 void st_workers_forget(struct st_workers *w);
 
 /* The events topic's partition count (st_consumer_topic_partitions), for
