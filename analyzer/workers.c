@@ -329,16 +329,19 @@ static void part_forget(struct part *p)
     st_runidx_forget(p->runidx);
 }
 
-/* Parses the messages of the part's partitions (JOB_PARSE). Each out[i]
- * is written by one thread only; the caller reads them after the
- * hand-off's answer. */
+/* Parses the part's share of the messages (JOB_PARSE): worker i of K the
+ * i-th of K equal runs of them, whatever their partitions (a batch often
+ * holds a few long runs of one partition each, as Kafka's fetches bring
+ * them: split by partition, one worker parsed most of it while the other
+ * waited; docs/architecture.md, "Session 18"). Each out[i] is written by
+ * one thread only; the caller reads them after the hand-off's answer. */
 static void part_parse(struct part *p)
 {
     struct st_workers *w = p->w;
-    for (size_t i = 0; i < w->npmsgs; i++) {
+    size_t k = (size_t)w->k, idx = (size_t)p->index;
+    size_t from = w->npmsgs * idx / k, to = w->npmsgs * (idx + 1) / k;
+    for (size_t i = from; i < to; i++) {
         const rd_kafka_message_t *m = w->pmsgs[i];
-        if ((uint32_t)m->partition % (uint32_t)w->k != (uint32_t)p->index)
-            continue;
         struct st_parsed *o = &w->parsed[i];
         struct st_event ev;
         struct st_reject rej;

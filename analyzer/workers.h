@@ -109,9 +109,9 @@ struct st_parsed {
 };
 
 /* Parses (st_event_parse) the payload of each of msgs[0..n) into
- * out[i]: message i on worker msgs[i]->partition % K -- the split of
- * detection -- worker 0 being the caller, the others their threads, all
- * at once; returns when every message is parsed. Serial work that depends
+ * out[i]: worker w of K the messages [w n / K, (w + 1) n / K) -- equal
+ * shares, not detection's split by partition --, worker 0 being the
+ * caller, the others their threads, all at once; returns when every message is parsed. Serial work that depends
  * on the messages' order (dead-letter, staging, the reorder buffer) stays
  * the caller's, so the result is what parsing the messages one after the
  * other in the caller would give. The messages are only read; an event
