@@ -31,6 +31,14 @@
  * in most runs, though it varied without them too (30-84 s: the cause is
  * open; docs/architecture.md, "A pre-fetch that does not stall").
  * kafka.rdkafka.queued.* win. */
+/* A detecting role's fetches bring at most this much of each partition
+ * (librdkafka's default is 1 MB, about 3,000 events of the denial
+ * stream): a batch then holds shorter runs of each partition, so the
+ * detection workers, split by partition, get about equal shares of it
+ * (the main thread waited 0.5 s of a 1M-event drain for the other worker
+ * with 1 MB, 0.1-0.16 s with 256 KB or 128 KB; docs/architecture.md,
+ * "Session 18"). kafka.rdkafka.max.partition.fetch.bytes wins. */
+#define ST_DETECT_PARTITION_FETCH_BYTES "262144"
 #define ST_QUEUED_MIN_MESSAGES "1000000"
 #define ST_QUEUED_MAX_KBYTES "262144"
 
@@ -257,7 +265,10 @@ struct st_consumer *st_consumer_new(const struct st_analyzer_conf *conf,
      * most that much more latency when the stream is slow
      * (docs/architecture.md, "Fewer fetches"). kafka.rdkafka.* wins. */
     int lift = !st_role_stores((enum st_role)conf->role);
+    int detects = st_role_detects((enum st_role)conf->role);
     if (st_kafka_conf_set(kc, "fetch.min.bytes", ST_FETCH_MIN_BYTES, errstr, errsz) ||
+        (detects && st_kafka_conf_set(kc, "max.partition.fetch.bytes",
+                                      ST_DETECT_PARTITION_FETCH_BYTES, errstr, errsz)) ||
         (lift && (st_kafka_conf_set(kc, "queued.min.messages", ST_QUEUED_MIN_MESSAGES, errstr,
                                     errsz) ||
                   st_kafka_conf_set(kc, "queued.max.messages.kbytes", ST_QUEUED_MAX_KBYTES,
