@@ -154,6 +154,10 @@ static void ahead(const struct part *p, size_t i)
         const struct st_event *ev = &w->rel[i + AHEAD_FAR].ev;
         __builtin_prefetch(ev->run_id);
         __builtin_prefetch(ev->event_id);
+        if (p->global) { /* scope_drift's destination: its platform and source */
+            __builtin_prefetch(ev->source_platform);
+            __builtin_prefetch(ev->source_name);
+        }
         if (p->runkeys && ev->run_hash)
             st_runkeys_prefetch(p->runkeys, ev->run_hash, 1);
     }
@@ -262,6 +266,8 @@ static void part_feed(struct part *p)
             const struct st_event *ev = &w->rel[i + AHEAD_FAR].ev;
             __builtin_prefetch(ev->event_id);
             __builtin_prefetch(ev->source_name);
+            if (p->global)
+                __builtin_prefetch(ev->source_platform);
         }
         if (!feeds(p, &w->rel[i]))
             continue;
