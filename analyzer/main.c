@@ -1001,6 +1001,9 @@ static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store
     for (int i = 0; i < b->nmsgs; i++) {
         rd_kafka_message_t *m = b->msgs[i];
         struct st_parsed one, *p = pre ? &pre[i] : &one;
+        /* parsed on another core: the source name read below is cold */
+        if (pre && i + 8 < b->nmsgs && pre[i + 8].rc == 0)
+            __builtin_prefetch(pre[i + 8].u.ev.source_name);
         if (!pre) {
             struct st_reject rej;
             p->rc = st_event_parse(&p->u.ev, m->payload, m->len, &rej);
@@ -1045,6 +1048,7 @@ static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store
     }
     a->events += (long)events;
     st_metric_add(a->m_events, (int64_t)events); /* once a batch, not per event */
+    st_sources_publish(a->sources);
 }
 
 /* The offsets everything before which is stored once b is, for every

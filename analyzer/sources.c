@@ -10,6 +10,7 @@
 struct source {
     char *name;
     struct st_metric *events, *last;
+    int64_t pending, pending_s; /* seen since the last st_sources_publish */
 };
 
 struct st_sources {
@@ -76,6 +77,18 @@ void st_sources_seen(struct st_sources *s, const char *name, int64_t now_s)
     if (!name)
         return;
     struct source *src = lookup(s, name);
-    st_metric_add(src->events, 1);
-    st_metric_set(src->last, now_s);
+    src->pending++;
+    src->pending_s = now_s;
+}
+
+void st_sources_publish(struct st_sources *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        struct source *src = &s->v[i];
+        if (!src->pending)
+            continue;
+        st_metric_add(src->events, src->pending);
+        st_metric_set(src->last, src->pending_s);
+        src->pending = 0;
+    }
 }
