@@ -71,6 +71,16 @@ const char *st_detect_run_hash_key_buf(struct st_buf *b, const struct st_analyze
     return st_detect_key_buf(b, conf, ST_DETECT_RUN_HASH, "h", task_id, run_id);
 }
 
+int64_t st_detect_offset_of(const struct st_detect_offsets *o, int32_t partition)
+{
+    if (!o)
+        return -1;
+    for (int i = 0; i < o->n; i++)
+        if (o->parts[i] == partition)
+            return o->offsets[i];
+    return -1;
+}
+
 unsigned st_detect_run_bucket(uint64_t hash)
 {
     return (unsigned)(hash % ST_DETECT_RUN_BUCKETS);

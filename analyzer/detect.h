@@ -140,6 +140,16 @@ struct st_detect_stats {
     int64_t malformed; /* states Redis held that were not ours (ignored) */
 };
 
+/* Kafka offsets by partition (borrowed arrays of n entries). */
+struct st_detect_offsets {
+    const int32_t *parts;
+    const int64_t *offsets;
+    int n;
+};
+
+/* o's offset for partition, or -1 when o is NULL or does not name it. */
+int64_t st_detect_offset_of(const struct st_detect_offsets *o, int32_t partition);
+
 struct st_detect_ctx {
     struct st_rpipe *redis;       /* prefetch: loads queued here */
     struct st_checkpoint *ckpt;   /* end_batch: write-back appended here */
@@ -158,6 +168,18 @@ struct st_detect_ctx {
      * (runkeys.h); NULL: each window keeps its own */
     struct st_runkeys *runkeys;
     int32_t partition; /* prefetch, feed: the event's Kafka partition */
+    int64_t offset;    /* feed: the event's Kafka offset (-1: unknown) */
+    /* prefetch: each partition's committed offset as it was assigned
+     * (NULL: none known). A load applies a run's pending trim (runblob.h's
+     * trailer) when every event behind it lies below that offset: the
+     * analyzer that wrote it trimmed the run after that commit. */
+    const struct st_detect_offsets *resumed;
+    /* after_commit of a forced flush whose commit took, the state leaving
+     * memory next (a revoke, a stop, the end of --drain): the offsets that
+     * commit took. A small run whose trim it allows, and whose trimmed
+     * events all lie below them, is not written again: its string's
+     * trailer makes a load trim it the same way. NULL otherwise. */
+    const struct st_detect_offsets *final;
     /* prefetch, feed, end_batch: the number of the batch, which is that of
      * the checkpoint it carries; after_commit: the newest checkpoint that
      * ran and up to which Kafka took the offsets (the cut of the batch that

@@ -478,6 +478,14 @@ struct analyzer {
     size_t nmarks, capmarks;
     int64_t last_ckpt_ms; /* monotonic time of the last batch or flush */
     struct st_checkpoint *flush_ckpt; /* detectors_flush's (main thread) */
+    /* a forced detectors_flush is running (the state leaves memory next),
+     * and the offsets its commit took (final_n 0: none yet): its
+     * after_commit leaves out the writes a load reproduces (detect.h's
+     * ctx->final) */
+    int flushing_final;
+    int final_n;
+    int32_t final_parts[1024];
+    int64_t final_offsets[1024];
     int64_t loads_seen, evictions_seen, malformed_seen;
     struct st_sink *sink;
     struct st_store *store;
@@ -837,7 +845,10 @@ static void detectors_after_commit(struct analyzer *a)
 {
     if (!a->workers)
         return; /* analyzer.role=store */
-    st_workers_after_commit(a->workers, a->committed_seq, a->ck_seq + 1);
+    struct st_detect_offsets final = {a->final_parts, a->final_offsets, a->final_n};
+    st_workers_after_commit(a->workers, a->committed_seq, a->ck_seq + 1,
+                            a->final_n ? &final : NULL);
+    a->final_n = 0;
     metrics_state(a);
 }
 
@@ -903,6 +914,11 @@ static int flush_commit(void *arg)
             return -1;
         usleep(200 * 1000);
     }
+    if (rc == 0 && a->flushing_final) {
+        memcpy(a->final_parts, parts, (size_t)n * sizeof(*parts));
+        memcpy(a->final_offsets, offsets, (size_t)n * sizeof(*offsets));
+        a->final_n = n;
+    }
     return rc ? 1 : 0;
 }
 
@@ -945,8 +961,13 @@ static int detectors_flush(struct analyzer *a, int force)
     }
     /* (when nothing changed too: held trims are looked at once an interval) */
     a->last_ckpt_ms = now;
-    if (st_checkpoint_flush(a->flush_ckpt, &flush_ops, a, &a->ck_seq, &a->committed_seq,
-                            force))
+    a->flushing_final = force;
+    a->final_n = 0;
+    int rc = st_checkpoint_flush(a->flush_ckpt, &flush_ops, a, &a->ck_seq, &a->committed_seq,
+                                 force);
+    a->flushing_final = 0;
+    a->final_n = 0;
+    if (rc)
         return -1;
     /* everything is written (the cut is now), and the offsets committed
      * are the newest: no batch commits an older mark's */
@@ -1192,6 +1213,8 @@ static void on_resume(int32_t partition, int64_t offset, int64_t clock, void *ar
 {
     struct analyzer *a = arg;
     st_reorder_resume(a->reorder, partition, offset, clock);
+    if (a->workers) /* a load applies the trims its string carries below it */
+        st_workers_resumed(a->workers, partition, offset);
 }
 
 /* Partitions assigned (inside st_consumer_poll_batch, before any of their

@@ -112,9 +112,31 @@ int st_runblob_open(struct st_runblob_reader *r, const char *data, size_t len)
     r->p = (const unsigned char *)data;
     r->end = r->p + len;
     r->prev_ts = 0;
-    if (len < 1 || r->p[0] != ST_RUNBLOB_VERSION)
+    if (len < 1 || (r->p[0] != ST_RUNBLOB_VERSION && r->p[0] != ST_RUNBLOB_VERSION_TRIM))
         return -1;
+    r->version = r->p[0];
     r->p++;
+    return 0;
+}
+
+void st_runblob_pending_trim(struct st_buf *b, int64_t trim_ts, int64_t o_max)
+{
+    b->data[0] = (char)ST_RUNBLOB_VERSION_TRIM;
+    put_s(b, trim_ts);
+    put_s(b, o_max);
+}
+
+int st_runblob_get_pending_trim(struct st_runblob_reader *r, int64_t *trim_ts,
+                                int64_t *o_max)
+{
+    if (r->version != ST_RUNBLOB_VERSION_TRIM) {
+        *trim_ts = INT64_MIN;
+        *o_max = -1;
+        return 0;
+    }
+    if (get_s(r, trim_ts) || get_s(r, o_max))
+        return -1;
+    r->version = ST_RUNBLOB_VERSION; /* read: nothing is left for close */
     return 0;
 }
 
@@ -161,6 +183,11 @@ int st_runblob_get_bucket(struct st_runblob_reader *r, int64_t *key, int64_t *su
 
 int st_runblob_close(const struct st_runblob_reader *r)
 {
+    if (r->version == ST_RUNBLOB_VERSION_TRIM) { /* its trailer not read: read it here */
+        struct st_runblob_reader t = *r;
+        int64_t ts, o;
+        return st_runblob_get_pending_trim(&t, &ts, &o) || t.p != t.end ? -1 : 0;
+    }
     return r->p == r->end ? 0 : -1;
 }
 
@@ -185,7 +212,7 @@ static int log_pass(const char *data, size_t len, int64_t **trims, size_t *ntrim
                     const int64_t *sufmax, st_runblob_member_fn fn, void *arg)
 {
     struct st_runblob_reader r = {(const unsigned char *)data,
-                                  (const unsigned char *)data + len, 0};
+                                  (const unsigned char *)data + len, 0, 0};
     size_t k = 0, cap = 0;
     while (r.p < r.end) {
         unsigned char kind = *r.p++;

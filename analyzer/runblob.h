@@ -10,7 +10,13 @@
  *   count of episodes, then per episode: 32 bytes of id, first (signed),
  *     last - first (signed)
  *   count of buckets, then per bucket: bucket (signed), sum (signed)
- * and nothing after. The bytes may hold NUL: they go to Redis with their
+ * and nothing after. Version 2 (0x02 first) is the same followed by a
+ * trailer, the run's pending trim: trim_ts (signed), the newest on-time
+ * event fed since its last trim, and o_max (signed), the highest Kafka
+ * offset among those events (runwin.c: a load applies the trim when the
+ * partition's committed offset passed o_max; docs/architecture.md,
+ * "Session 18"). A string with no trim pending is still version 1, which
+ * every release reads. The bytes may hold NUL: they go to Redis with their
  * length (st_checkpoint_cmd_lens).
  *
  * Writing cannot fail. Reading checks every length against the bytes
@@ -25,6 +31,7 @@
 struct st_buf;
 
 #define ST_RUNBLOB_VERSION 1
+#define ST_RUNBLOB_VERSION_TRIM 2 /* with the pending trim's trailer */
 
 /* Writing: the caller appends, in this order, the version (start), the
  * member count and each member, the episode count and each episode, the
@@ -37,6 +44,9 @@ void st_runblob_member(struct st_buf *b, int64_t *prev_ts, int64_t ts, const cha
 void st_runblob_episode(struct st_buf *b, const char id[32], int64_t first_us,
                         int64_t last_us);
 void st_runblob_bucket(struct st_buf *b, int64_t key, int64_t sum);
+/* After the buckets, when a trim is pending: the trailer, which makes the
+ * string version 2 (b must hold the string from its start). */
+void st_runblob_pending_trim(struct st_buf *b, int64_t trim_ts, int64_t o_max);
 
 /* Reading, in the same order. Each call returns 0, or -1 when the bytes
  * are not what it reads (the reader is then of no further use). Nothing
@@ -44,6 +54,7 @@ void st_runblob_bucket(struct st_buf *b, int64_t key, int64_t sum);
 struct st_runblob_reader {
     const unsigned char *p, *end;
     int64_t prev_ts;
+    int version; /* ST_RUNBLOB_VERSION_TRIM while its trailer is unread */
 };
 int st_runblob_open(struct st_runblob_reader *r, const char *data, size_t len);
 /* a count is also checked against the bytes left (each item takes one at
@@ -54,7 +65,12 @@ int st_runblob_get_member(struct st_runblob_reader *r, int64_t *ts, const char *
 int st_runblob_get_episode(struct st_runblob_reader *r, const char **id, int64_t *first_us,
                            int64_t *last_us);
 int st_runblob_get_bucket(struct st_runblob_reader *r, int64_t *key, int64_t *sum);
-/* 0 when every byte was read */
+/* After the buckets: the pending trim of a version 2 string; trim_ts
+ * INT64_MIN and o_max -1 for a version 1 string (none pending). */
+int st_runblob_get_pending_trim(struct st_runblob_reader *r, int64_t *trim_ts,
+                                int64_t *o_max);
+/* 0 when every byte was read (a version 2 string's trailer may be left
+ * unread: it is checked here) */
 int st_runblob_close(const struct st_runblob_reader *r);
 
 /* The log of a large run's members: the value of its "l" key (runwin.c),

@@ -175,6 +175,7 @@ struct run {
     int64_t trim_below;       /* INT64_MIN: none */
     int64_t max_ts;           /* newest on-time event of the run in this batch */
     int64_t trim_ts;          /* newest on-time event of batches not yet trimmed */
+    int64_t o_max;            /* their events' highest Kafka offset; -1 none known */
     uint64_t trim_seq;        /* the last of those batches' checkpoint */
     int64_t touched_s;        /* wall clock of the last feed */
     int64_t w_exp_s, e_exp_s, b_exp_s; /* EXPIRE last sent (st_detect_expire_due) */
@@ -262,6 +263,7 @@ struct st_runwin {
     struct st_buf blob;       /* the string of the run being checkpointed */
     struct st_detect_stats *stats; /* the last prefetch's (a load's replies count) */
     struct st_rpipe *load_pipe;    /* the last prefetch's (on_exists queues there) */
+    const struct st_detect_offsets *resumed; /* the last prefetch's (load_done) */
     struct st_buf loadkeys[LOAD_KEYS_MAX]; /* load_keys' */
     struct cmd {
         const char **argv; /* NULL: the number formatted in num[i] */
@@ -652,10 +654,26 @@ static struct bucket *bucket_find(struct run *r, int64_t key, int create)
 /* Replies of a load, in the order queued: members, then episodes and
  * buckets as the flags ask. A load that fails leaves the run loading: the
  * next prefetch queues it again from scratch. */
+static void run_trim(struct st_runwin *w, struct run *r);
+
+/* A load's last reply in: the run is ready. A pending trim its string
+ * carried (runblob.h) whose events all lie below the offset its partition
+ * was committed at when assigned is applied now, as the analyzer that
+ * wrote it applied it after that commit (its trims' deletions then go
+ * with the run's next write, as any); otherwise it stays pending, and the
+ * redo, which feeds those events again, trims it after its own commit. */
 static int load_done(struct run *r)
 {
-    if (--r->pending == 0)
-        r->state = RUN_READY;
+    if (--r->pending)
+        return 0;
+    r->state = RUN_READY;
+    struct st_runwin *w = r->owner;
+    if (r->trim_ts != INT64_MIN && r->o_max >= 0 && !r->in_trimq &&
+        r->o_max < st_detect_offset_of(w->resumed, r->partition)) {
+        run_trim(w, r);
+        r->trim_ts = INT64_MIN;
+        r->o_max = -1;
+    }
     return 0;
 }
 
@@ -808,8 +826,15 @@ static int blob_decode(struct st_runwin *w, struct run *r, const char *data, siz
         bk->sum = sum;
         bk->exact = 0; /* Redis's: the members may disagree */
     }
-    if (st_runblob_close(&rd))
+    int64_t trim_ts, o_max;
+    if (st_runblob_get_pending_trim(&rd, &trim_ts, &o_max) || st_runblob_close(&rd))
         goto bad;
+    if (trim_ts != INT64_MIN) { /* applied, or kept, by load_done */
+        if (trim_ts > r->trim_ts)
+            r->trim_ts = trim_ts;
+        if (o_max > r->o_max)
+            r->o_max = o_max;
+    }
     return 0;
 bad:
     run_clear(r);
@@ -948,6 +973,7 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
         r->key = k;
         st_runkeys_set(keys, k, w->slot, r);
         r->max_ts = r->trim_ts = INT64_MIN;
+        r->o_max = -1;
         r->trim_below = INT64_MIN;
         r->touched_s = batch_s(w, ctx);
         r->partition = ctx->partition;
@@ -973,6 +999,7 @@ void st_runwin_prefetch(struct st_runwin *w, struct st_detect_ctx *ctx,
     r->lbytes = 0;
     w->stats = ctx->stats;
     w->load_pipe = ctx->redis;
+    w->resumed = ctx->resumed;
     /* both layouts, the strings first (read into an empty run), newest
      * first: the field of the run's bucket, then (on_exists) the other
      * keys, read only when one of them exists */
@@ -1033,8 +1060,12 @@ static struct run *run_fed(struct st_runwin *w, struct st_detect_ctx *ctx,
     mark_dirty(w, r, ctx->seq);
     /* trimming happens once per run, after the commits; an old late event
      * must not trim what newer windows still need */
-    if (!(ctx->late || ctx->skewed) && ev->ts_us > r->max_ts)
-        r->max_ts = ev->ts_us;
+    if (!(ctx->late || ctx->skewed)) {
+        if (ev->ts_us > r->max_ts)
+            r->max_ts = ev->ts_us;
+        if (ctx->offset > r->o_max)
+            r->o_max = ctx->offset; /* its trim waits for this offset's commit */
+    }
     return r;
 }
 
@@ -1638,6 +1669,10 @@ static void run_checkpoint_blob(struct st_runwin *w, struct run *r, struct st_de
     st_runblob_count(b, r->nb);
     for (size_t i = 0; i < r->nb; i++)
         st_runblob_bucket(b, r->b[i].key, r->b[i].sum);
+    /* a trim pending once its events' offsets are committed: carried, so
+     * that a load applies it as this analyzer will (load_done) */
+    if (r->trim_ts != INT64_MIN && r->o_max >= 0)
+        st_runblob_pending_trim(b, r->trim_ts, r->o_max);
     if (other) {
         if (!(r->layout & LAYOUT_BLOB)) {
             due = 1; /* a new field: the key may be new */
@@ -1873,9 +1908,16 @@ void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
         if (--r->in_trimq)
             continue; /* a later batch fed it too: trimmed at that entry */
         run_trim(w, r);
+        /* the state leaves memory next (ctx->final): a small run whose
+         * trimmed events all lie below the offsets just committed is not
+         * written again, its string (written with every event it holds)
+         * carries this trim for the load (load_done) */
+        int carried = ctx->final && r->layout == LAYOUT_BLOB && r->o_max >= 0 &&
+                      r->o_max < st_detect_offset_of(ctx->final, r->partition);
         r->trim_ts = INT64_MIN;
+        r->o_max = -1;
         /* deletions of the next batch's checkpoint (ctx->dirty_seq) */
-        if (r->trim_below != INT64_MIN || r->ndel_eps || r->ndel_b)
+        if (!carried && (r->trim_below != INT64_MIN || r->ndel_eps || r->ndel_b))
             mark_dirty(w, r, ctx->dirty_seq);
     }
     if (w->trimq_head == w->ntrimq)

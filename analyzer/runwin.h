@@ -167,8 +167,11 @@ void st_runwin_end_batch(struct st_runwin *w, struct st_detect_ctx *ctx);
  * ctx->seq): trims in memory the
  * members, episodes and buckets older than keep_us behind the newest
  * on-time event of each run of the batch, to be deleted from Redis by the
- * checkpoint of batch ctx->dirty_seq or a later one; then evicts the runs idle for state.evict_s whose last
- * change is in checkpoint ctx->seq or older. */
+ * checkpoint of batch ctx->dirty_seq or a later one -- except, with
+ * ctx->final (the state leaving memory next), a small run whose trimmed
+ * events all lie below those offsets: its string already carries the
+ * trim, which a load applies (detect.h); then evicts the runs idle for
+ * state.evict_s whose last change is in checkpoint ctx->seq or older. */
 void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx);
 
 /* Forgets every run (partitions revoked): the next sight reloads it. */

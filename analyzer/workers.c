@@ -16,6 +16,7 @@
 
 #define MAX_DETECTORS 16
 #define MAX_WORKERS 64
+#define ST_WORKERS_MAX_RESUMED 1024 /* partitions (consume.c's bound) */
 
 enum job {
     JOB_NONE,
@@ -79,6 +80,12 @@ struct st_workers {
      * the checkpoint's number, the next one's, and whether the trims held
      * back go too */
     uint64_t job_seq, job_dirty_seq;
+    const struct st_detect_offsets *job_final; /* JOB_AFTER_COMMIT's ctx->final */
+    /* each partition's committed offset as this process last knew it at
+     * an assignment or a forced flush's commit (ctx->resumed) */
+    int32_t resumed_parts[ST_WORKERS_MAX_RESUMED];
+    int64_t resumed_offsets[ST_WORKERS_MAX_RESUMED];
+    struct st_detect_offsets resumed;
     int job_all;
     /* the batch being parsed (st_workers_parse), the same way */
     rd_kafka_message_t *const *pmsgs;
@@ -118,6 +125,8 @@ static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
         .runidx = p->runidx,
         .runhash = p->runhash,
         .runkeys = p->runkeys,
+        .offset = -1,
+        .resumed = &p->w->resumed,
         /* trims held while they are few (runwin.c); with a checkpoint
          * after every batch, every trim goes with the next, as before */
         .hold_trims = p->w->wc.conf->checkpoint_ms > 0 && p->w->wc.conf->hold_trims,
@@ -272,6 +281,7 @@ static void part_feed(struct part *p)
         if (!feeds(p, &w->rel[i]))
             continue;
         ctx.partition = w->rel[i].partition;
+        ctx.offset = w->rel[i].offset;
         ctx.late = w->rel[i].late;
         ctx.skewed = w->rel[i].skewed;
         for (int d = 0; st_detectors[d]; d++)
@@ -312,6 +322,7 @@ static void part_after_commit(struct part *p)
     ctx.findings = NULL;
     ctx.seq = w->job_seq;
     ctx.dirty_seq = w->job_dirty_seq;
+    ctx.final = w->job_final;
     for (int d = 0; st_detectors[d]; d++)
         if (is_mine(p, st_detectors[d]) && st_detectors[d]->after_commit)
             st_detectors[d]->after_commit(p->det[d], &ctx);
@@ -658,12 +669,34 @@ void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint
         st_checkpoint_take(ckpt, w->parts[i].ckpt);
 }
 
-void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_seq)
+void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_seq,
+                             const struct st_detect_offsets *final)
 {
     int64_t wait_us = 0;
     w->job_seq = seq;
     w->job_dirty_seq = dirty_seq;
+    w->job_final = final;
     run_job(w, JOB_AFTER_COMMIT, &wait_us);
+    w->job_final = NULL;
+    if (final)
+        for (int i = 0; i < final->n; i++)
+            st_workers_resumed(w, final->parts[i], final->offsets[i]);
+}
+
+void st_workers_resumed(struct st_workers *w, int32_t partition, int64_t offset)
+{
+    struct st_detect_offsets *r = &w->resumed;
+    r->parts = w->resumed_parts;
+    r->offsets = w->resumed_offsets;
+    for (int i = 0; i < r->n; i++)
+        if (w->resumed_parts[i] == partition) {
+            w->resumed_offsets[i] = offset;
+            return;
+        }
+    if (r->n < ST_WORKERS_MAX_RESUMED) {
+        w->resumed_parts[r->n] = partition;
+        w->resumed_offsets[r->n++] = offset;
+    }
 }
 
 void st_workers_set_partitions(struct st_workers *w, int32_t n)

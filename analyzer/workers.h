@@ -136,8 +136,14 @@ void st_workers_end_batch(struct st_workers *w, struct st_checkpoint *ckpt, uint
                           int all);
 /* after_commit, each part on its own thread: every checkpoint up to seq ran and Kafka took the offsets
  * up to it; the trims' deletions wait for the checkpoint of batch
- * dirty_seq (the next one detected) */
-void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_seq);
+ * dirty_seq (the next one detected); final: a forced flush's committed
+ * offsets, the state leaving memory next (detect.h), else NULL */
+void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_seq,
+                             const struct st_detect_offsets *final);
+/* The partition's committed offset as assigned (main.c's on_resume); a
+ * forced flush's commit (after_commit's final) updates them too. Loads
+ * apply a pending trim whose events all lie below it (detect.h). */
+void st_workers_resumed(struct st_workers *w, int32_t partition, int64_t offset);
 /* forget, each part on its own thread (partitions revoked: every state
  * read again from Redis when next needed) */
 void st_workers_forget(struct st_workers *w);

@@ -319,18 +319,24 @@ static char *window_sizes(const char *prefix, const char *det)
     return out.data;
 }
 
-/* The end of --drain writes the trims its own offset commit allows: the
- * seven events in one run with no checkpoint before the last (a long
- * state.checkpoint_ms), whose commit lets x-5 trim x-1..x-4; Redis must
- * then hold what memory held, the three newest members per window (as a
- * checkpoint after every batch leaves it), not the seven: a run loaded
- * again would give a late event another window. */
+/* The end of --drain leaves Redis what a load makes the memory it had:
+ * the seven events in one run with no checkpoint before the last (a long
+ * state.checkpoint_ms), whose commit lets x-5 trim x-1..x-4. Memory then
+ * holds the three newest members per window. The run's string holds all
+ * seven and carries that trim (runblob.h's trailer: session 18, no second
+ * write of every run at the end), so a load must apply it: a second drain
+ * brings a late event of the run (x-8, between x-4 and x-5: late, so it
+ * trims nothing), and the run it writes back holds x-5..x-8, four, as a
+ * run kept in memory throughout would -- not eight, which a load that
+ * ignored the trim would give (and with it another window to the late
+ * event). */
 START_TEST(exactly_once_drain_end_writes_its_last_trims)
 {
     struct world w;
-    char first[128], rest[128];
+    char first[128], rest[128], late[128];
     snprintf(first, sizeof(first), "/tmp/st_eo_%d_u.ndjson", (int)getpid());
     snprintf(rest, sizeof(rest), "/tmp/st_eo_%d_v.ndjson", (int)getpid());
+    snprintf(late, sizeof(late), "/tmp/st_eo_%d_l.ndjson", (int)getpid());
     world_init(&w, "trims7");
     seven_events(first, rest);
     post(&w, first);
@@ -340,10 +346,23 @@ START_TEST(exactly_once_drain_end_writes_its_last_trims)
                                   " -X state.checkpoint_ms=3600000"),
                      0);
     char *out = window_sizes(w.name, "retry_across_paths");
-    ck_assert_str_eq(out, "3\n");
+    ck_assert_str_eq(out, "7\n"); /* the trim carried, not written */
+    free(out);
+    FILE *f = fopen(late, "w");
+    ck_assert_ptr_nonnull(f);
+    request(f, "x-8", 1, 200000, 0, "late.example.net", "/", 200);
+    fclose(f);
+    post(&w, late);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         ANALYZER " --drain 2>/dev/null" SEVEN_OPTS
+                                  " -X state.checkpoint_ms=3600000"),
+                     0);
+    out = window_sizes(w.name, "retry_across_paths");
+    ck_assert_str_eq(out, "4\n");
     free(out);
     unlink(first);
     unlink(rest);
+    unlink(late);
     world_drop(&w);
 }
 END_TEST

@@ -491,6 +491,66 @@ START_TEST(runwin_forced_flush_sends_the_trims_its_commit_allows)
 }
 END_TEST
 
+static long blob_members(struct st_rpipe *p, const char *name);
+
+/* The same forced flush, the state leaving memory next (ctx->final: the
+ * offsets its commit took, 10, above the run's events' 1 and 2): e1's trim
+ * is not written (Redis keeps e1 and e2), the run's string carries it, and
+ * a load applies it when the partition's offset committed at assignment
+ * (ctx->resumed) is above e2's: the late event's window is e3's alone, as
+ * with the run held throughout. With that offset at e2's own (2: e2 to be
+ * redone) the load leaves the trim pending, as the commit did not cover
+ * it, and the window holds e1 too. Returns the window; *kept gets the
+ * members of the run's string after the flush. */
+static size_t late_window_carried(int reload, int64_t resume, long *kept)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "st_runwin_redis_%d_c%d_%lld:", (int)getpid(), reload,
+             (long long)resume);
+    int64_t T = 1700000000000000LL;
+    struct st_rpipe *p = late_open(prefix, 600, "rc");
+    struct st_detect_ctx ctx = {.redis = p, .conf = &conf, .hold_trims = 1};
+    int32_t part = 0;
+    int64_t fin = 10;
+    struct st_detect_offsets final = {&part, &fin, 1}, resumed = {&part, &resume, 1};
+    uint64_t ck = 2, committed = 1; /* after the first two batches */
+    ctx.offset = 1;
+    batch_deferred(p, &ctx, 1, 1, "e1", T, 0, 1);
+    ctx.offset = 2;
+    batch_deferred(p, &ctx, 2, 1, "e2", T + 600000000LL, 0, 0); /* e1's trim waits */
+    ctx.final = &final;
+    flush(p, &ctx, &ck, &committed);
+    ctx.final = NULL;
+    *kept = blob_members(p, "rc");
+    if (reload) {
+        st_runwin_forget(w, &ctx);
+        ctx.resumed = &resumed;
+    }
+    ctx.offset = 3;
+    batch_deferred(p, &ctx, ck + 1, committed, "e3", T + 30000000LL, 1,
+                   0); /* late: T-30 s .. T+90 s */
+    late_close(p, "rc");
+    return seen_n;
+}
+
+START_TEST(runwin_forced_flush_leaves_its_last_trims_to_the_load)
+{
+    use_payload(0); /* a small run: its string carries the trim */
+    long kept_held, kept_rel, kept_redo;
+    size_t held = late_window_carried(0, 10, &kept_held);
+    size_t rel = late_window_carried(1, 10, &kept_rel);
+    size_t redo = late_window_carried(1, 2, &kept_redo);
+    fprintf(stderr, "late event's window, trim carried: %zu held, %zu reloaded, %zu reloaded "
+            "before e2's commit\n", held, rel, redo);
+    ck_assert_int_eq(kept_held, 2); /* e1 and e2: the trim not written */
+    ck_assert_int_eq(kept_rel, 2);
+    ck_assert_int_eq(kept_redo, 2);
+    ck_assert_uint_eq(held, 1); /* e3 alone: e1 trimmed */
+    ck_assert_uint_eq(rel, held);
+    ck_assert_uint_eq(redo, 2); /* e1 kept until e2's redo is committed */
+}
+END_TEST
+
 START_TEST(runwin_held_trim_goes_before_a_write_it_would_delete)
 {
     use_payload(_i);
@@ -1583,6 +1643,7 @@ int main(void)
     tcase_add_loop_test(tc, runwin_pending_writes_survive_eviction_and_revoke, 0, 2);
     tcase_add_loop_test(tc, runwin_held_trim_goes_before_a_write_it_would_delete, 0, 2);
     tcase_add_loop_test(tc, runwin_forced_flush_sends_the_trims_its_commit_allows, 0, 2);
+    tcase_add_test(tc, runwin_forced_flush_leaves_its_last_trims_to_the_load);
     tcase_add_test(tc, runwin_small_run_is_one_string);
     tcase_add_test(tc, runwin_rolling_writes_each_change_one_interval_later);
     tcase_add_test(tc, runwin_rolling_revisits_a_run_with_held_trims);

@@ -103,7 +103,9 @@ START_TEST(runblob_refuses_what_is_not_exactly_one)
     st_buf_addc(&b, 0); /* a byte after the end */
     ck_assert_int_eq(read_state(b.data, b.len, 0), -1);
     b.len--;
-    b.data[0] = ST_RUNBLOB_VERSION + 1;
+    b.data[0] = ST_RUNBLOB_VERSION_TRIM + 1; /* another version */
+    ck_assert_int_eq(read_state(b.data, b.len, 0), -1);
+    b.data[0] = ST_RUNBLOB_VERSION_TRIM; /* says a trailer follows: none does */
     ck_assert_int_eq(read_state(b.data, b.len, 0), -1);
     /* a count larger than the bytes left, a varint of more than 64 bits */
     const char huge[] = {1, (char)0xff, (char)0xff, 0x7f};
@@ -111,6 +113,73 @@ START_TEST(runblob_refuses_what_is_not_exactly_one)
     const char wide[] = {1, (char)0x80, (char)0x80, (char)0x80, (char)0x80, (char)0x80,
                          (char)0x80, (char)0x80, (char)0x80, (char)0x80, 0x02};
     ck_assert_int_eq(read_state(wide, sizeof(wide), 0), -1);
+    st_buf_fini(&b);
+}
+END_TEST
+
+/* Reads a state's members, episodes and buckets, up to its trailer. */
+static void read_body(struct st_runblob_reader *r)
+{
+    uint64_t n;
+    ck_assert_int_eq(st_runblob_get_count(r, &n), 0);
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t t;
+        const char *k;
+        size_t kl;
+        ck_assert_int_eq(st_runblob_get_member(r, &t, &k, &kl), 0);
+    }
+    ck_assert_int_eq(st_runblob_get_count(r, &n), 0);
+    for (uint64_t i = 0; i < n; i++) {
+        const char *id;
+        int64_t f, l;
+        ck_assert_int_eq(st_runblob_get_episode(r, &id, &f, &l), 0);
+    }
+    ck_assert_int_eq(st_runblob_get_count(r, &n), 0);
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t k, sum;
+        ck_assert_int_eq(st_runblob_get_bucket(r, &k, &sum), 0);
+    }
+}
+
+/* Version 2: the same state and a pending trim after it (runwin.c's
+ * trailer); a string with none pending stays version 1, read as before
+ * (no trim: INT64_MIN, -1). The trailer is read back, is left unread
+ * safely (the close checks it), and a cut in it or a byte after it is
+ * refused. */
+START_TEST(runblob_carries_a_pending_trim)
+{
+    struct st_buf b;
+    st_buf_init(&b);
+    write_state(&b);
+    size_t v1len = b.len;
+    struct st_runblob_reader r;
+    int64_t ts, o;
+    ck_assert_int_eq(st_runblob_open(&r, b.data, b.len), 0);
+    ck_assert_int_eq((unsigned char)b.data[0], ST_RUNBLOB_VERSION);
+    ck_assert_int_eq(read_state(b.data, b.len, 1), 0);
+    st_runblob_pending_trim(&b, -1700000000000000LL, 123456789012LL);
+    ck_assert_int_eq((unsigned char)b.data[0], ST_RUNBLOB_VERSION_TRIM);
+    ck_assert_int_eq(read_state(b.data, b.len, 1), 0); /* trailer left to the close */
+    /* read explicitly */
+    ck_assert_int_eq(st_runblob_open(&r, b.data, b.len), 0);
+    read_body(&r);
+    ck_assert_int_eq(st_runblob_get_pending_trim(&r, &ts, &o), 0);
+    ck_assert(ts == -1700000000000000LL);
+    ck_assert(o == 123456789012LL);
+    ck_assert_int_eq(st_runblob_close(&r), 0);
+    for (size_t cut = v1len; cut < b.len; cut++)
+        ck_assert_msg(read_state(b.data, cut, 0) == -1, "cut at %zu read", cut);
+    st_buf_addc(&b, 0);
+    ck_assert_int_eq(read_state(b.data, b.len, 0), -1);
+    /* version 1: no trim pending */
+    b.len = v1len;
+    b.data[0] = ST_RUNBLOB_VERSION;
+    ck_assert_int_eq(st_runblob_open(&r, b.data, b.len), 0);
+    read_body(&r);
+    ck_assert_int_eq(st_runblob_get_pending_trim(&r, &ts, &o), 0);
+    ck_assert(ts == INT64_MIN);
+    ck_assert(o == -1);
+    ck_assert_int_eq(st_runblob_close(&r), 0);
     st_buf_fini(&b);
 }
 END_TEST
@@ -308,6 +377,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, runblob_reads_back_what_it_wrote);
     tcase_add_test(tc, runblob_refuses_what_is_not_exactly_one);
+    tcase_add_test(tc, runblob_carries_a_pending_trim);
     tcase_add_test(tc, runblob_each_read_checks_its_bounds);
     tcase_add_test(tc, runblob_log_applies_frames_in_order);
     tcase_add_test(tc, runblob_log_twice_is_once);
