@@ -651,9 +651,6 @@ static struct bucket *bucket_find(struct run *r, int64_t key, int create)
     return b;
 }
 
-/* Replies of a load, in the order queued: members, then episodes and
- * buckets as the flags ask. A load that fails leaves the run loading: the
- * next prefetch queues it again from scratch. */
 static void run_trim(struct st_runwin *w, struct run *r);
 
 /* A load's last reply in: the run is ready. A pending trim its string
@@ -677,6 +674,9 @@ static int load_done(struct run *r)
     return 0;
 }
 
+/* Replies of a load, in the order queued: members, then episodes and
+ * buckets as the flags ask. A load that fails leaves the run loading: the
+ * next prefetch queues it again from scratch. */
 static int on_members(const redisReply *rep, void *arg)
 {
     struct run *r = arg;

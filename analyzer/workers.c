@@ -680,7 +680,8 @@ void st_workers_after_commit(struct st_workers *w, uint64_t seq, uint64_t dirty_
     w->job_final = NULL;
     if (final)
         for (int i = 0; i < final->n; i++)
-            st_workers_resumed(w, final->parts[i], final->offsets[i]);
+            if (final->offsets[i] >= 0) /* (-1: nothing committed for it) */
+                st_workers_resumed(w, final->parts[i], final->offsets[i]);
 }
 
 void st_workers_resumed(struct st_workers *w, int32_t partition, int64_t offset)
