@@ -397,17 +397,19 @@ static int drop_revoked(struct st_consumer *c, rd_kafka_message_t **msgs, int n)
     return kept;
 }
 
-/* A partition revoked while a batch is polled (its callback runs inside
- * rd_kafka_consumer_poll) loses the messages of it already polled: the
- * revoke handler has flushed and committed what this analyzer held of it,
- * and its new owner reads them again from the committed offset. Kept, they
- * would be detected here after the revoke, and the next checkpoint would
- * write absolute values over state the new owner writes. */
 /* Messages taken from the queue per call once one has come: what
  * librdkafka already fetched, without a wait (one call and one lock of its
  * queue instead of one per message: docs/architecture.md, "Session 18"). */
 #define POLL_CHUNK 256
 
+/* A partition revoked while a batch is polled (its callback runs inside
+ * rd_kafka_consumer_poll, or rd_kafka_consume_batch_queue) loses the
+ * messages of it already polled: the revoke handler has flushed and
+ * committed what this analyzer held of it, and its new owner reads them
+ * again from the committed offset. Kept, they would be detected here after
+ * the revoke, and the next checkpoint would write absolute values over
+ * state the new owner writes. (A chunk's messages of it are dropped as
+ * they are looked at: their partition is not found.) */
 int st_consumer_poll_batch(struct st_consumer *c, rd_kafka_message_t **msgs,
                            int max, int behind_max, int64_t behind_ms, int timeout_ms)
 {
