@@ -14,8 +14,9 @@
  *                             µs) of every episode not yet trimmed
  *   <prefix><name>:b:<run>    hash: bucket -> sum (volume_anomaly's bytes)
  * A small state is rewritten whole at each checkpoint that changes it, as
- * its field of the run's hash: one HSET per run for all its detectors, with
- * an EXPIRE when one's is due, HDEL of the field once empty (runhash.h); a
+ * its field of the run's bucket: one HSET per bucket for every run the
+ * checkpoint changed in it, with the bucket's EXPIRE, HDEL of the field
+ * once empty (runhash.h); a
  * large one is written incrementally: one APPEND to the log of its trim
  * (if one is due) and its new members, HSET of the changed episodes and
  * buckets, HDEL of the trimmed ones, EXPIREs. The log is rewritten whole
@@ -1621,7 +1622,8 @@ static struct st_runhash *runhash_of(struct st_runwin *w, struct st_detect_ctx *
  * the run's hash, rewritten when anything changed (members, episodes,
  * buckets, trims), or when fed with the key's EXPIRE due (as the window
  * key's EXPIRE today). Queued on the checkpoint's runhash (runhash.h),
- * which sends one HSET per run for all its detectors, with an EXPIRE when
+ * which sends one HSET per bucket for every run the checkpoint changed in
+ * it, with the bucket's EXPIRE; the run's index entry notes the expiry when
  * one's is due (st_detect_expire_due, per detector: the first write of
  * the field by this process or since it was deleted, then once per tenth
  * of the TTL), and an HDEL of the field once empty. From the other layout

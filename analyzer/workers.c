@@ -253,7 +253,7 @@ static void part_end_batch(struct part *p, struct st_detect_ctx *ctx,
     for (int d = 0; st_detectors[d]; d++)
         if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
             st_detectors[d]->end_batch(p->det[d], ctx);
-    st_runhash_flush(p->runhash, p->state); /* one HSET per run */
+    st_runhash_flush(p->runhash, p->state); /* one HSET per bucket */
     if (p->global)
         st_registry_end_batch(p->w->wc.registry, ctx);
     st_runidx_flush(p->runidx, out, ctx->now_s ? ctx->now_s : (int64_t)time(NULL));
