@@ -48,6 +48,7 @@ struct st_analyzer_conf {
     int64_t checkpoint_behind_ms; /* state.checkpoint_behind_ms (while behind) */
     int64_t state_blob_max;   /* state.blob_max_bytes (runwin.c) */
     int64_t hold_trims;       /* state.hold_trims (0, 1) */
+    int64_t write_final_trims; /* state.write_final_trims (0, 1) */
     int64_t db_threshold;     /* detect.denial_burst.threshold */
     int64_t db_window_s;      /* detect.denial_burst.window_s */
     int64_t db_high_targets;  /* detect.denial_burst.high_targets */

@@ -215,15 +215,23 @@ static const struct st_conf_prop analyzer_props[] = {
      "on streams of short runs, but every checkpoint visits each run holding trims, "
      "and a revoke, stop or --drain end sends them all at once: measured slower, and "
      "900 MB more peak memory, with 1,000,000 runs (docs/architecture.md)"},
+    {"state.write_final_trims", NULL, ST_CONF_INT, A(write_final_trims), 0, 1, "0",
+     "0: the end of --drain, a stop and a revoke do not rewrite a small run only to "
+     "send its last trim: its string, written with the events the trim waits for, "
+     "carries it (runblob version 2) and the next load applies it. 1: they write "
+     "every trim, so that (unless a crash left one pending) every small run's string "
+     "is version 1 and holds exactly what a load gives: for the last stop before a downgrade to a release before "
+     "session 18, or to compare two analyzers' Redis state byte for byte"},
     {"detect.workers", "SANDTRAIL_DETECT_WORKERS", ST_CONF_INT, A(detect_workers), 1, 64,
      "2",
      "detection workers: worker w runs the per-run detectors over the partitions p "
      "with p % workers == w; worker 0 is the main thread, which also runs the "
      "cross-run ones (scope_drift, token_write) over every event, the others are "
-     "threads (1: none). The findings and Redis state do not depend on it"},
+     "threads (1: none). The findings, and the state a load of Redis gives, do not "
+     "depend on it"},
     {"detect.parse_split_min", NULL, ST_CONF_INT, A(parse_split_min), 0, 1000000, "256",
      "a batch of at least this many messages is parsed by the detection workers at "
-     "once (by partition, as detection: the main thread is worker 0); a smaller one, "
+     "once (in equal shares of the batch: the main thread is worker 0); a smaller one, "
      "and every batch with detect.workers=1 or analyzer.role=store, by the main "
      "thread alone (0: never). The stored rows, dead-letter records and findings do "
      "not depend on it"},

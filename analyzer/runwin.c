@@ -1914,7 +1914,8 @@ void st_runwin_after_commit(struct st_runwin *w, struct st_detect_ctx *ctx)
          * trimmed events all lie below the offsets just committed is not
          * written again, its string (written with every event it holds)
          * carries this trim for the load (load_done) */
-        int carried = ctx->final && r->layout == LAYOUT_BLOB && r->o_max >= 0 &&
+        int carried = ctx->final && !w->conf->write_final_trims && r->layout == LAYOUT_BLOB &&
+                      r->o_max >= 0 &&
                       r->o_max < st_detect_offset_of(ctx->final, r->partition);
         r->trim_ts = INT64_MIN;
         r->o_max = -1;
