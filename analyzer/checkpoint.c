@@ -26,7 +26,6 @@ struct st_checkpoint {
     size_t nsegs, capsegs;
     size_t *offs, *lens; /* where each command starts in its segment's bytes, and its length */
     size_t n, cap;
-    size_t args_left; /* of the command st_checkpoint_begin opened */
 };
 
 struct st_checkpoint *st_checkpoint_new(void)
@@ -96,49 +95,34 @@ void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv
     c->n++;
 }
 
-void st_checkpoint_begin(struct st_checkpoint *c, size_t argc)
-{
-    if (c->args_left)
-        st_fatal("checkpoint: a command begun with %zu arguments missing", c->args_left);
-    cmds_reserve(c, 1);
-    struct st_buf *b = &(c->nsegs ? &c->segs[c->nsegs - 1] : seg_open(c))->bytes;
-    c->offs[c->n] = b->len;
-    c->args_left = argc;
-    st_rpipe_format_head(b, argc);
-}
-
-void st_checkpoint_arg(struct st_checkpoint *c, const char *a, size_t alen, const char *a2,
-                       size_t alen2)
-{
-    if (!c->args_left)
-        st_fatal("checkpoint: an argument past the command's count");
-    c->args_left--;
-    st_rpipe_format_arg(&c->segs[c->nsegs - 1].bytes, a, alen, a2, alen2);
-}
-
-void st_checkpoint_args_formatted(struct st_checkpoint *c, const char *bytes, size_t len,
-                                  size_t nargs)
-{
-    if (nargs > c->args_left)
-        st_fatal("checkpoint: %zu arguments past the command's count", nargs - c->args_left);
-    c->args_left -= nargs;
-    st_buf_add(&c->segs[c->nsegs - 1].bytes, bytes, len);
-}
-
-void st_checkpoint_end(struct st_checkpoint *c)
-{
-    if (c->args_left)
-        st_fatal("checkpoint: a command ended with %zu arguments missing", c->args_left);
-    c->lens[c->n] = c->segs[c->nsegs - 1].bytes.len - c->offs[c->n];
-    c->n++;
-}
-
 /* A segment of at least this many bytes is moved by st_checkpoint_take; a
  * smaller one (the run index's notes, the registry's few writes, a quiet
  * batch's) is copied to the end of dst's last segment: moving it would put
  * one more buffer into circulation, where every buffer grows to the
  * largest part it ever carries. */
 #define TAKE_MOVE_MIN (64 * 1024)
+
+void st_checkpoint_cmd_take(struct st_checkpoint *c, struct st_buf *b, size_t start)
+{
+    size_t len = b->len - start;
+    cmds_reserve(c, 1);
+    if (len < TAKE_MOVE_MIN) {
+        struct st_buf *to = &(c->nsegs ? &c->segs[c->nsegs - 1] : seg_open(c))->bytes;
+        c->offs[c->n] = to->len;
+        c->lens[c->n++] = len;
+        st_buf_add(to, b->data + start, len);
+        st_buf_reset(b);
+        return;
+    }
+    struct seg *g = seg_open(c);
+    /* b's full buffer for the spare (empty) one */
+    struct st_buf spare = g->bytes;
+    g->bytes = *b;
+    st_buf_reset(&spare);
+    *b = spare;
+    c->offs[c->n] = start;
+    c->lens[c->n++] = len;
+}
 
 void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src)
 {

@@ -48,24 +48,13 @@ void st_checkpoint_cmd(struct st_checkpoint *c, int argc, const char **argv);
 void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv,
                             const size_t *argvlen);
 
-/* One command built argument by argument, formatted as it goes (no argv
- * gathered first: runhash.c's HSET of a bucket carries thousands of
- * fields): st_checkpoint_begin with the number of arguments, exactly that
- * many st_checkpoint_arg (each the bytes a[0 .. alen) then a2[0 .. alen2),
- * as one argument), then st_checkpoint_end; nothing else is appended to c
- * meanwhile. A count not kept is fatal (a bug). */
-void st_checkpoint_begin(struct st_checkpoint *c, size_t argc);
-void st_checkpoint_arg(struct st_checkpoint *c, const char *a, size_t alen, const char *a2,
-                       size_t alen2);
-void st_checkpoint_end(struct st_checkpoint *c);
-
-/* Inside a command begun with st_checkpoint_begin: nargs arguments at
- * once, already formatted (bytes[0 .. len), each as st_rpipe_format_arg
- * writes one), copied in one piece (runhash.c's values, formatted as they
- * were put). */
-void st_checkpoint_args_formatted(struct st_checkpoint *c, const char *bytes, size_t len,
-                                  size_t nargs);
-
+/* Appends one command already formatted: b's bytes from start on (the
+ * caller wrote its head right before its arguments, in room it left at
+ * the buffer's start: runhash.c's HSET of a bucket, thousands of fields).
+ * A command of 64 KB or more moves in as b's buffer, no copy (b gets an
+ * emptied spare buffer back, as st_checkpoint_take gives); a smaller one
+ * is copied. b is left empty either way. */
+void st_checkpoint_cmd_take(struct st_checkpoint *c, struct st_buf *b, size_t start);
 /* Moves every command of src to the end of dst, in order; src is left
  * empty (workers.c joins the parts its threads built). A part of 64 KB or
  * more moves as a buffer (no copy) and src gets an emptied buffer of dst's

@@ -42,7 +42,7 @@ struct pending {
 struct tw_state {
     const struct st_analyzer_conf *conf;
     struct st_findings *findings;
-    struct pending *pend; /* the marks of the batch, in feed order */
+    struct pending *pend; /* the marks of the batch, in feed order (grown as needed) */
     size_t npend, cap, next;
 };
 
@@ -62,13 +62,13 @@ static void tw_destroy(void *state)
     free(st);
 }
 
+/* Nothing to size: few events carry marks, so pend grows as they come
+ * (it was sized for 16 marks of every event of the batch, 270 bytes each:
+ * hundreds of MB a catch-up batch, copied at each growth). */
 static void tw_begin(void *state, size_t n)
 {
-    struct tw_state *st = state;
-    if (st->cap < n * MAX_MARKS) {
-        st->pend = st_realloc(st->pend, n * MAX_MARKS * sizeof(*st->pend));
-        st->cap = n * MAX_MARKS;
-    }
+    (void)state;
+    (void)n;
 }
 
 static void tw_reset(void *state)
@@ -225,8 +225,10 @@ static void tw_prefetch(void *state, struct st_detect_ctx *ctx, const struct st_
     scan(ev->doc, &path, marks, &n);
     st_buf_fini(&path);
     for (size_t i = 0; i < n; i++) {
-        if (st->npend == st->cap)
-            st_fatal("token_write: fed more events than begin_batch announced");
+        if (st->npend == st->cap) {
+            st->cap = st->cap ? 2 * st->cap : 64;
+            st->pend = st_realloc(st->pend, st->cap * sizeof(*st->pend));
+        }
         struct pending *p = &st->pend[st->npend++];
         p->st = st;
         p->ev = ev;

@@ -461,6 +461,64 @@ START_TEST(runhash_delete_when_every_state_is_empty)
 }
 END_TEST
 
+/* Commands of 64 KB or more go to the checkpoint as the bucket's own
+ * buffer, their head written in the room before their arguments
+ * (st_checkpoint_cmd_take): 3,000 fields set (an HSET of about 400 KB)
+ * and, a checkpoint later, 2,000 of them deleted (an HDEL of about 80 KB)
+ * with 3,000 more set, each after a small command already in the
+ * checkpoint and before the bucket's EXPIRE; the checkpoint reused, so
+ * that the buffers it gave back to the buckets are the ones written.
+ * Redis must hold exactly the fields and values put. */
+static void put_many(uint64_t h, const char *pfx, int from, int to, int del)
+{
+    char run[32], val[128];
+    for (int i = from; i < to; i++) {
+        snprintf(run, sizeof(run), "%s%d", pfx, i);
+        int n = snprintf(val, sizeof(val), "%0100d", i);
+        st_runhash_put(rh, h, "task", run, "da", del ? NULL : val, del ? 0 : (size_t)n);
+    }
+}
+
+START_TEST(runhash_large_commands_move_whole)
+{
+    char err[256];
+    open_all("big");
+    uint64_t h = st_runidx_hash("task", "run");
+    struct st_checkpoint *ck = st_checkpoint_new();
+    const char *ping[] = {"PING"};
+    for (int round = 0; round < 2; round++) {
+        st_checkpoint_clear(ck);
+        st_checkpoint_cmd(ck, 1, ping);
+        if (round == 0)
+            put_many(h, "a", 0, 3000, 0);
+        else {
+            put_many(h, "a", 0, 2000, 1);
+            put_many(h, "b", 0, 3000, 0);
+        }
+        st_runhash_flush(rh, ck);
+        st_checkpoint_cmd(ck, 1, ping);
+        /* PING, HSET, (HDEL,) EXPIRE, PING */
+        ck_assert_uint_eq(st_checkpoint_len(ck), round ? 5 : 4);
+        ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
+    }
+    st_checkpoint_destroy(ck);
+    const char *lc[] = {"HLEN", hash_key()};
+    ck_assert_int_eq(redis_int(2, lc), 4000);
+    ck_assert_int_eq(run_fields(hash_key(), "a1999"), 0);
+    ck_assert_int_eq(run_fields(hash_key(), "a2000"), 1);
+    ck_assert_int_eq(run_fields(hash_key(), "b2999"), 1);
+    const char *get[] = {"HGET", hash_key(), field_of("b1234", "da")};
+    st_rpipe_cmd(p, on_str, NULL, 3, get);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    char want[128];
+    snprintf(want, sizeof(want), "%0100d", 1234);
+    ck_assert_str_eq(str_reply.data, want);
+    long long t = ttl();
+    ck_assert_msg(t > 86000 && t <= 86400, "TTL %lld", t);
+    close_all();
+}
+END_TEST
+
 /* Upgrade: the older versions' strings and run hashes load; the next
  * write makes the bucket's field and deletes them; an older copy beside a
  * newer one is shadowed. */
@@ -932,6 +990,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, runhash_one_command_per_bucket);
     tcase_add_test(tc, runhash_delete_when_every_state_is_empty);
+    tcase_add_test(tc, runhash_large_commands_move_whole);
     tcase_add_test(tc, runhash_old_strings_load_and_go);
     tcase_add_test(tc, runhash_switch_to_sets_and_back);
     tcase_add_test(tc, runhash_evicted_run_reloads_and_expires);
