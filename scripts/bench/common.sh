@@ -108,6 +108,32 @@ secs() { python3 -c "import sys; print('%.2f' % (float(sys.argv[2]) - float(sys.
 rate() { python3 -c "import sys; print('%d' % (float(sys.argv[1]) / float(sys.argv[2])))" "$@"; }
 ratio() { python3 -c "import sys; print('%.2f' % (float(sys.argv[1]) / float(sys.argv[2])))" "$@"; }
 
+# quiesce: before a timed run, the background work the runs before it
+# left the services -- a PostgreSQL checkpoint of their rows (run here,
+# untimed), autovacuum of their tables, a Redis AOF rewrite or RDB save --
+# is done first (waited for, at most BENCH_QUIESCE_S seconds, 120 by
+# default), so that a run does not pay for the one before it. What a run
+# causes itself (its own rows' autovacuum, an AOF rewrite its own writes
+# trigger) stays in its time. Prints what it waited for, in seconds.
+quiesce()
+{
+    local t0 av rw i max=${BENCH_QUIESCE_S:-120}
+    t0=$(now)
+    "${psql_[@]}" -d postgres -c CHECKPOINT >/dev/null 2>&1 || true
+    for ((i = 0; i < max; i++)); do
+        av=$("${psql_[@]}" -d postgres -c "SELECT count(*) FROM pg_stat_activity
+            WHERE backend_type = 'autovacuum worker'" 2>/dev/null || echo 0)
+        rw=$(redis-cli -h 127.0.0.1 -p "$redis_port" info persistence 2>/dev/null |
+            grep -cE '^(aof_rewrite_in_progress|aof_rewrite_scheduled|rdb_bgsave_in_progress):1' ||
+            true)
+        [ "$av" = 0 ] && [ "$rw" = 0 ] && break
+        sleep 1
+    done
+    [ "$i" -lt "$max" ] ||
+        echo "$bench_name: services still busy after ${max} s (autovacuum $av, Redis $rw); timing anyway" >&2
+    echo "$bench_name: quiet after $(secs "$t0" "$(now)") s" >&2
+}
+
 # load FILE TOPIC_SUFFIX: the collector writes FILE into topic TAG.SUFFIX
 load()
 {
