@@ -55,6 +55,7 @@ void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv
  * emptied spare buffer back, as st_checkpoint_take gives); a smaller one
  * is copied. b is left empty either way. */
 void st_checkpoint_cmd_take(struct st_checkpoint *c, struct st_buf *b, size_t start);
+
 /* Moves every command of src to the end of dst, in order; src is left
  * empty (workers.c joins the parts its threads built). A part of 64 KB or
  * more moves as a buffer (no copy) and src gets an emptied buffer of dst's

@@ -220,8 +220,9 @@ static const struct st_conf_prop analyzer_props[] = {
      "send its last trim: its string, written with the events the trim waits for, "
      "carries it (runblob version 2) and the next load applies it. 1: they write "
      "every trim, so that (unless a crash left one pending) every small run's string "
-     "is version 1 and holds exactly what a load gives: for the last stop before a downgrade to a release before "
-     "session 18, or to compare two analyzers' Redis state byte for byte"},
+     "is version 1 and holds exactly what a load gives: for the last stop before a "
+     "downgrade to a release before session 18, or to compare two analyzers' Redis "
+     "state byte for byte"},
     {"detect.workers", "SANDTRAIL_DETECT_WORKERS", ST_CONF_INT, A(detect_workers), 1, 64,
      "2",
      "detection workers: worker w runs the per-run detectors over the partitions p "
