@@ -117,7 +117,7 @@ ratio() { python3 -c "import sys; print('%.2f' % (float(sys.argv[1]) / float(sys
 # trigger) stays in its time. Prints what it waited for, in seconds.
 quiesce()
 {
-    local t0 av rw i max=${BENCH_QUIESCE_S:-120}
+    local t0 av=0 rw=0 i max=${BENCH_QUIESCE_S:-120}
     t0=$(now)
     "${psql_[@]}" -d postgres -c CHECKPOINT >/dev/null 2>&1 || true
     for ((i = 0; i < max; i++)); do

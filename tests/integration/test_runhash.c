@@ -463,8 +463,8 @@ END_TEST
 
 /* Commands of 64 KB or more go to the checkpoint as the bucket's own
  * buffer, their head written in the room before their arguments
- * (st_checkpoint_cmd_take): 3,000 fields set (an HSET of about 400 KB)
- * and, a checkpoint later, 2,000 of them deleted (an HDEL of about 80 KB)
+ * (st_checkpoint_cmd_take): 4,000 fields set (an HSET of about 520 KB)
+ * and, a checkpoint later, 3,000 of them deleted (an HDEL of about 72 KB)
  * with 3,000 more set, each after a small command already in the
  * checkpoint and before the bucket's EXPIRE; the checkpoint reused, so
  * that the buffers it gave back to the buckets are the ones written.
@@ -490,9 +490,9 @@ START_TEST(runhash_large_commands_move_whole)
         st_checkpoint_clear(ck);
         st_checkpoint_cmd(ck, 1, ping);
         if (round == 0)
-            put_many(h, "a", 0, 3000, 0);
+            put_many(h, "a", 0, 4000, 0);
         else {
-            put_many(h, "a", 0, 2000, 1);
+            put_many(h, "a", 0, 3000, 1);
             put_many(h, "b", 0, 3000, 0);
         }
         st_runhash_flush(rh, ck);
@@ -504,8 +504,8 @@ START_TEST(runhash_large_commands_move_whole)
     st_checkpoint_destroy(ck);
     const char *lc[] = {"HLEN", hash_key()};
     ck_assert_int_eq(redis_int(2, lc), 4000);
-    ck_assert_int_eq(run_fields(hash_key(), "a1999"), 0);
-    ck_assert_int_eq(run_fields(hash_key(), "a2000"), 1);
+    ck_assert_int_eq(run_fields(hash_key(), "a2999"), 0);
+    ck_assert_int_eq(run_fields(hash_key(), "a3000"), 1);
     ck_assert_int_eq(run_fields(hash_key(), "b2999"), 1);
     const char *get[] = {"HGET", hash_key(), field_of("b1234", "da")};
     st_rpipe_cmd(p, on_str, NULL, 3, get);
