@@ -49,6 +49,10 @@ struct st_analyzer_conf {
     int64_t state_blob_max;   /* state.blob_max_bytes (runwin.c) */
     int64_t hold_trims;       /* state.hold_trims (0, 1) */
     int64_t write_final_trims; /* state.write_final_trims (0, 1) */
+    char *detect_enabled;     /* detect.enabled */
+    /* the detectors detect.enabled leaves out: bit d for st_detectors[d]
+     * (0, every detector on, in a zeroed conf: st_detect_parse_enabled) */
+    uint32_t detect_off;
     int64_t db_threshold;     /* detect.denial_burst.threshold */
     int64_t db_window_s;      /* detect.denial_burst.window_s */
     int64_t db_high_targets;  /* detect.denial_burst.high_targets */

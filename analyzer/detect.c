@@ -18,6 +18,57 @@ const struct st_detector_ops *const st_detectors[] = {
     NULL,
 };
 
+int st_detect_parse_enabled(const char *list, uint32_t *off, char *err, size_t errsz)
+{
+    uint32_t on = 0;
+    int n = 0;
+    for (int d = 0; st_detectors[d]; d++)
+        n++;
+    if (n > 32) {
+        snprintf(err, errsz, "detect.enabled: more than 32 detectors");
+        return -1;
+    }
+    uint32_t all = n == 32 ? UINT32_MAX : (UINT32_C(1) << n) - 1;
+    const char *p = list ? list : "";
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t len = strcspn(p, ",");
+        while (len && p[len - 1] == ' ')
+            len--;
+        if (!len)
+            break;
+        int found = 0;
+        if (len == 3 && !memcmp(p, "all", 3)) {
+            on = all;
+            found = 1;
+        }
+        for (int d = 0; !found && st_detectors[d]; d++)
+            if (strlen(st_detectors[d]->name) == len && !memcmp(p, st_detectors[d]->name, len)) {
+                on |= UINT32_C(1) << d;
+                found = 1;
+            }
+        if (!found) {
+            struct st_buf names;
+            st_buf_init(&names);
+            for (int d = 0; st_detectors[d]; d++)
+                st_buf_printf(&names, "%s%s", d ? ", " : "", st_detectors[d]->name);
+            snprintf(err, errsz, "detect.enabled: no detector is named \"%.*s\" (all, or "
+                     "some of: %s)", (int)(len > 64 ? 64 : len), p, names.data);
+            st_buf_fini(&names);
+            return -1;
+        }
+        p += strcspn(p, ",");
+    }
+    if (!on) {
+        snprintf(err, errsz, "detect.enabled names no detector (all, or a list of names; "
+                 "analyzer.role=store runs none)");
+        return -1;
+    }
+    *off = all & ~on;
+    return 0;
+}
+
 /* Appends n in decimal. */
 static char *put_size(char *o, size_t n)
 {

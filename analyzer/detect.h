@@ -269,6 +269,12 @@ struct st_buf;
 /* NULL-terminated list of every detector. */
 extern const struct st_detector_ops *const st_detectors[];
 
+/* detect.enabled: "all", or detector names separated by commas (spaces
+ * around a name allowed). Sets *off to the detectors left out (bit d for
+ * st_detectors[d]). Returns 0, or -1 with err set: a name no detector
+ * has, or no name at all. */
+int st_detect_parse_enabled(const char *list, uint32_t *off, char *err, size_t errsz);
+
 /* Joins a Redis key: conf->redis_prefix, detector, kind, task, run. The
  * parts are separated by ':' and the ids are length-prefixed so that no pair
  * of ids can collide. Returns a new string. */

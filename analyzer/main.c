@@ -250,6 +250,12 @@ static const struct st_conf_prop analyzer_props[] = {
     {"detect.max_past_s", NULL, ST_CONF_INT, A(max_past_s), 0, 3650LL * 86400, "0",
      "an event stamped further than this before the collector produced it is "
      "skewed (0 = off: backfilled files and a drained spool carry old times)"},
+    {"detect.enabled", "SANDTRAIL_DETECT_ENABLED", ST_CONF_STR, A(detect_enabled), 0, 0, "all",
+     "the detectors that run: all, or some of denial_burst, retry_across_paths, "
+     "scope_drift, token_write, volume_anomaly, private_destination, separated by "
+     "commas. One left out finds nothing and keeps no state; what it left in Redis "
+     "goes with its runs (the sweep, state.ttl_s), and its findings in PostgreSQL "
+     "stay. Enabled again, it starts from what Redis still holds"},
     {"detect.denial_burst.threshold", NULL, ST_CONF_INT, A(db_threshold), 2, 1000000,
      "10", "denied events in one window that make a burst"},
     {"detect.denial_burst.window_s", NULL, ST_CONF_INT, A(db_window_s), 1, 86400,
@@ -1475,6 +1481,9 @@ int main(int argc, char **argv)
                  "analyzer.role \"%s\" is not all, store or detect", a.conf.role_name);
         goto conf_error;
     }
+    if (st_detect_parse_enabled(a.conf.detect_enabled, &a.conf.detect_off, errstr,
+                                sizeof(errstr)))
+        goto conf_error;
     if (a.conf.role != ST_ROLE_ALL && strcmp(a.conf.group, ST_ROLE_DEFAULT_GROUP) == 0) {
         /* its commits would pass offsets the other role has not seen */
         snprintf(errstr, sizeof(errstr),

@@ -106,9 +106,18 @@ struct st_workers {
     int64_t detect_us, wait_us;
 };
 
-static int is_mine(const struct part *p, const struct st_detector_ops *ops)
+/* Whether detector d is of p's kind (the global part: the cross-run
+ * ones; the others: the per-run ones), enabled or not. */
+static int of_part(const struct part *p, int d)
 {
+    const struct st_detector_ops *ops = st_detectors[d];
     return p->global ? ops->scope == ST_DETECT_GLOBAL : ops->scope == ST_DETECT_PER_RUN;
+}
+
+/* Whether p runs detector d: of its kind, and enabled (detect.enabled). */
+static int is_mine(const struct part *p, int d)
+{
+    return of_part(p, d) && !(p->w->wc.conf->detect_off & (UINT32_C(1) << d));
 }
 
 static struct st_detect_ctx part_ctx(struct part *p, struct st_checkpoint *ckpt)
@@ -186,7 +195,7 @@ static void part_prefetch(struct part *p)
     st_checkpoint_clear(p->ckpt);
     p->redis_us = 0;
     for (int d = 0; st_detectors[d]; d++)
-        if (is_mine(p, st_detectors[d]))
+        if (is_mine(p, d))
             st_detectors[d]->begin_batch(p->det[d], w->nrel);
     if (p->global)
         st_registry_begin(w->wc.registry, &ctx);
@@ -220,7 +229,7 @@ static void part_prefetch(struct part *p)
         ctx.late = w->rel[i].late;
         ctx.skewed = w->rel[i].skewed;
         for (int d = 0; st_detectors[d]; d++)
-            if (is_mine(p, st_detectors[d]) && st_detectors[d]->prefetch)
+            if (is_mine(p, d) && st_detectors[d]->prefetch)
                 st_detectors[d]->prefetch(p->det[d], &ctx, &w->rel[i].ev);
     }
     if (p->global)
@@ -242,7 +251,7 @@ static void part_end_batch(struct part *p, struct st_detect_ctx *ctx,
     if (!out) {
         ctx->ckpt = NULL;
         for (int d = 0; st_detectors[d]; d++)
-            if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
+            if (is_mine(p, d) && st_detectors[d]->end_batch)
                 st_detectors[d]->end_batch(p->det[d], ctx);
         if (p->global)
             st_registry_end_batch(p->w->wc.registry, ctx);
@@ -251,7 +260,7 @@ static void part_end_batch(struct part *p, struct st_detect_ctx *ctx,
     ctx->ckpt = p->state;
     st_checkpoint_clear(p->state);
     for (int d = 0; st_detectors[d]; d++)
-        if (is_mine(p, st_detectors[d]) && st_detectors[d]->end_batch)
+        if (is_mine(p, d) && st_detectors[d]->end_batch)
             st_detectors[d]->end_batch(p->det[d], ctx);
     st_runhash_flush(p->runhash, p->state); /* one HSET per bucket */
     if (p->global)
@@ -285,7 +294,7 @@ static void part_feed(struct part *p)
         ctx.late = w->rel[i].late;
         ctx.skewed = w->rel[i].skewed;
         for (int d = 0; st_detectors[d]; d++)
-            if (is_mine(p, st_detectors[d]))
+            if (is_mine(p, d))
                 st_detectors[d]->feed(p->det[d], &ctx, &w->rel[i].ev);
         p->events++;
     }
@@ -324,7 +333,7 @@ static void part_after_commit(struct part *p)
     ctx.dirty_seq = w->job_dirty_seq;
     ctx.final = w->job_final;
     for (int d = 0; st_detectors[d]; d++)
-        if (is_mine(p, st_detectors[d]) && st_detectors[d]->after_commit)
+        if (is_mine(p, d) && st_detectors[d]->after_commit)
             st_detectors[d]->after_commit(p->det[d], &ctx);
     if (p->global)
         st_registry_after_commit(w->wc.registry, &ctx);
@@ -339,7 +348,7 @@ static void part_forget(struct part *p)
     struct st_detect_ctx ctx = part_ctx(p, NULL);
     ctx.findings = NULL;
     for (int d = 0; st_detectors[d]; d++)
-        if (is_mine(p, st_detectors[d]) && st_detectors[d]->forget)
+        if (is_mine(p, d) && st_detectors[d]->forget)
             st_detectors[d]->forget(p->det[d], &ctx);
     if (p->global)
         st_registry_forget(p->w->wc.registry, &ctx);
@@ -492,7 +501,7 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
          * the fields its sweep deletes (runidx.h) */
         p->nsweep = 0;
         for (int d = 0; st_detectors[d]; d++)
-            for (int j = 0; is_mine(p, st_detectors[d]) && st_detectors[d]->run_states &&
+            for (int j = 0; of_part(p, d) && st_detectors[d]->run_states &&
                             st_detectors[d]->run_states[j];
                  j++)
                 if (p->nsweep < MAX_DETECTORS)
@@ -502,7 +511,7 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
         for (int d = 0; st_detectors[d]; d++) {
             if (d >= MAX_DETECTORS)
                 st_fatal("more than %d detectors", MAX_DETECTORS);
-            if (is_mine(p, st_detectors[d]))
+            if (is_mine(p, d))
                 p->det[d] = st_detectors[d]->create(conf);
         }
         if (p->global) {
@@ -593,7 +602,7 @@ void st_workers_reset(struct st_workers *w)
 {
     for (int i = 0; i <= w->k; i++)
         for (int d = 0; st_detectors[d]; d++)
-            if (is_mine(&w->parts[i], st_detectors[d]))
+            if (is_mine(&w->parts[i], d))
                 st_detectors[d]->reset_batch(w->parts[i].det[d]);
 }
 

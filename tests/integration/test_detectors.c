@@ -142,6 +142,79 @@ START_TEST(detector_scenario_gives_expected_findings_in_any_order)
 }
 END_TEST
 
+/* The lines of an expected file whose detector is det. */
+static char *expected_of(const char *name, const char *det)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s.expected", SCENARIOS, name);
+    char *all = world_slurp(path);
+    struct st_buf out;
+    st_buf_init(&out);
+    st_buf_adds(&out, "");
+    size_t dl = strlen(det);
+    for (char *l = all; *l;) {
+        char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) + 1 : strlen(l);
+        if (!strncmp(l, det, dl) && l[dl] == '|')
+            st_buf_add(&out, l, len);
+        l += len;
+    }
+    free(all);
+    return out.data;
+}
+
+/* detect.enabled: the denial_burst scenario, whose events also make a
+ * retry_across_paths finding, drained with one detector at a time gives
+ * that detector's findings of the scenario and no other, and Redis holds
+ * the state of that detector only; a name no detector has, or none, is
+ * refused at start (78) with the names there are. */
+START_TEST(detect_enabled_runs_only_the_detectors_named)
+{
+    static const char *const dets[] = {"denial_burst", "retry_across_paths"};
+    char input[512];
+    snprintf(input, sizeof(input), "%s/denial_burst.ndjson", SCENARIOS);
+    for (int i = 0; i < 2; i++) {
+        struct world w;
+        world_init(&w, i ? "enb" : "ena");
+        ck_assert_int_eq(run(&w, w.name, w.name,
+                             BIN "/collector/sandtrail-collector --input %s", input),
+                         0);
+        ck_assert_int_eq(run(&w, w.name, w.name,
+                             BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
+                                 " -X batch.max_events=16 -X batch.behind_events=0"
+                                 " -X 'detect.enabled= %s '",
+                             dets[i]),
+                         0);
+        char *got = rows(w.dsn, q_expected), *want = expected_of("denial_burst", dets[i]);
+        ck_assert_msg(strlen(want) > 0, "no %s line in denial_burst.expected", dets[i]);
+        ck_assert_msg(!strcmp(got, want), "detect.enabled=%s\n--- want\n%s--- got\n%s",
+                      dets[i], want, got);
+        /* every detector's field of a run ends in its name */
+        char *fields = world_shf(
+            "u=\"$SANDTRAIL_REDIS_URL\"; for k in $(redis-cli -u \"$u\" --scan --pattern "
+            "'%s:run:b:*'); do redis-cli -u \"$u\" hkeys \"$k\"; done | sed 's/.*://' | "
+            "sort -u",
+            w.name);
+        char want_fields[64];
+        snprintf(want_fields, sizeof(want_fields), "%s\n", dets[i]);
+        ck_assert_str_eq(fields, want_fields);
+        free(fields);
+        free(got);
+        free(want);
+        world_drop(&w);
+    }
+    char *out = world_sh(BIN "/analyzer/sandtrail-analyzer -X detect.enabled=denial_burst,nope"
+                             " 2>&1; echo $?");
+    ck_assert_msg(strstr(out, "no detector is named \"nope\"") &&
+                      strstr(out, "private_destination") && strstr(out, "\n78\n"),
+                  "%s", out);
+    free(out);
+    out = world_sh(BIN "/analyzer/sandtrail-analyzer -X detect.enabled=, 2>&1; echo $?");
+    ck_assert_msg(strstr(out, "names no detector") && strstr(out, "\n78\n"), "%s", out);
+    free(out);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -157,5 +230,9 @@ int main(void)
     tcase_add_loop_test(tc, detector_scenario_gives_expected_findings_in_any_order, 0,
                         scenario_count);
     suite_add_tcase(s, tc);
+    TCase *en = tcase_create("enabled");
+    tcase_set_timeout(en, 120);
+    tcase_add_test(en, detect_enabled_runs_only_the_detectors_named);
+    suite_add_tcase(s, en);
     return world_run(s);
 }
