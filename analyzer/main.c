@@ -163,7 +163,7 @@ static const struct st_conf_prop analyzer_props[] = {
      "catching up; a caught-up batch still closes at batch.max_events or "
      "batch.max_ms). Up to three batches are held at a time, each with up to this "
      "many messages and their rows, and in the all and detect roles each event "
-     "parsed (about 4 KB an event) until it is stored. At or below "
+     "parsed (2 or 4 KB an event) until it is stored. At or below "
      "batch.max_events (0, say): off (docs/architecture.md, \"Larger transactions while "
      "behind\")"},
     {"batch.behind_ms", NULL, ST_CONF_INT, A(batch_behind_ms), -1, 3600000, "-1",
@@ -330,7 +330,7 @@ static volatile sig_atomic_t stop;
 /* The most events one batch releases from the reorder buffer (at least
  * twice a full batch): a flush (the end of --drain) or a partition idle
  * for detect.lateness_s releases what it holds over the next batches,
- * each parsed again (4 KB an event: 64 MB a batch), instead of all at once
+ * each parsed again (2 or 4 KB an event: 32-64 MB a batch), instead of all at once
  * (900,000 events, 3.6 GB, at the default lateness on a 30k/s stream).
  * Not smaller: every batch costs a transaction and a checkpoint (2,000 a
  * batch ended a drain holding those 900,000 events with 450 more

@@ -15,7 +15,7 @@
  * the events after it late.
  *
  * A buffered event is parked at the end of the batch it came in
- * (st_reorder_park): its parsed document (a 4 KB arena) is freed and only
+ * (st_reorder_park): its parsed document (an arena of 2 or 4 KB) is freed and only
  * its text kept, with the few fields the buffer orders and commits by; it
  * is parsed again when it leaves (the same text gives the same event).
  * Events that leave in the batch they came in (detect.lateness_s=0, a

@@ -20,31 +20,38 @@ struct st_arena {
     struct block *first; /* holds the arena */
 };
 
-/* First blocks of STD_CAP bytes (an arena of up to about 4 KB: one event's
- * document, for events of up to about 700 bytes) are not freed but kept
- * for the next arena, up to CACHE_MAX per thread: a batch of events is
- * freed and the next one parsed on one thread, and the allocator's own
- * per-thread cache holds far fewer blocks of this size, so that every
- * batch went through its shared bins. Sized for a catch-up batch
- * (batch.behind_events, 10,000 events): with 2,048 a thread and 2,048 in
- * the pool, about 60 % of such a batch's arenas still came from malloc
- * and went back to free, at about 3,000 instructions the pair (callgrind,
- * session 13). The key's destructor frees a thread's blocks when it
- * ends. */
-#define STD_CAP (4096 - sizeof(struct block))
+/* First blocks of a class's size (2 KB or 4 KB: one event's document, for
+ * events of up to about 350 or 700 bytes) are not freed but kept for the
+ * next arena of that class, up to CACHE_MAX of each class per thread: a
+ * batch of events is freed and the next one parsed on one thread, and the
+ * allocator's own per-thread cache holds far fewer blocks of these sizes,
+ * so that every batch went through its shared bins. Sized for a catch-up
+ * batch (batch.behind_events, 10,000 events): with 2,048 a thread and
+ * 2,048 in the pool, about 60 % of such a batch's arenas still came from
+ * malloc and went back to free, at about 3,000 instructions the pair
+ * (callgrind, session 13). Two classes, since session 19: an event of
+ * about 320 bytes (a proxy denial) takes about 1.8 KB, and 4 KB blocks
+ * for every event doubled the memory a catch-up's events in flight first
+ * touch (the 2 KB class: a detect-role drain 0.2-0.3 s faster,
+ * docs/architecture.md, "Session 19"). The key's destructor frees a
+ * thread's blocks when it ends. */
+#define NCLASS 2
+static const size_t class_cap[NCLASS] = {2048 - sizeof(struct block),
+                                         4096 - sizeof(struct block)};
 #define CACHE_MAX ST_ARENA_CACHE_BLOCKS
 
 struct cache {
-    struct block *v[CACHE_MAX]; /* a stack: the last destroyed on top */
-    size_t n;
+    struct block *v[NCLASS][CACHE_MAX]; /* stacks: the last destroyed on top */
+    size_t n[NCLASS];
 };
 
-/* Between the threads' caches, a shared pool, moved in and out MOVE blocks
- * at a time under a lock (one lock per MOVE events): with the parse split
- * across the detection workers (workers.h), a worker makes arenas that the
- * main thread destroys, so its own cache stayed empty (every block from
- * malloc) while the main thread's overflowed (every block to free); the
- * pool carries the blocks back. At most POOL_MAX blocks (64 MB).
+/* Between the threads' caches, a shared pool per class, moved in and out
+ * MOVE blocks at a time under a lock (one lock per MOVE events): with the
+ * parse split across the detection workers (workers.h), a worker makes
+ * arenas that the main thread destroys, so its own cache stayed empty
+ * (every block from malloc) while the main thread's overflowed (every
+ * block to free); the pool carries the blocks back. At most POOL_MAX
+ * blocks a class (32 MB and 64 MB).
  * The cache and the pool are arrays of pointers, not lists through the
  * blocks: a block in them is long out of the processor's cache, and a
  * list's pop or move read each block's link (a cache miss each, one after
@@ -54,8 +61,17 @@ struct cache {
 #define MOVE ST_ARENA_MOVE_BLOCKS
 #define POOL_MAX 16384
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct block *pool_v[POOL_MAX];
-static size_t pool_n;
+static struct block *pool_v[NCLASS][POOL_MAX];
+static size_t pool_n[NCLASS];
+
+/* The class of a first block of cap bytes; -1: none (malloc'd to size). */
+static int class_of_cap(size_t cap)
+{
+    for (int k = 0; k < NCLASS; k++)
+        if (cap == class_cap[k])
+            return k;
+    return -1;
+}
 
 /* Moves up to k blocks from the top of the stack from (counted by *nfrom)
  * to the top of to (counted by *nto, room for k more). */
@@ -75,8 +91,9 @@ static pthread_key_t cache_key;
 static void cache_free(void *arg)
 {
     struct cache *c = arg;
-    while (c->n)
-        free(c->v[--c->n]);
+    for (int k = 0; k < NCLASS; k++)
+        while (c->n[k])
+            free(c->v[k][--c->n[k]]);
     free(c);
 }
 
@@ -103,19 +120,22 @@ struct st_arena *st_arena_new(size_t hint)
     size_t head = (sizeof(struct st_arena) + 7) & ~(size_t)7;
     size_t cap = head + (hint < 256 ? 256 : (hint + 7) & ~(size_t)7);
     struct block *b = NULL;
-    if (cap <= STD_CAP) {
+    int k = 0;
+    while (k < NCLASS && cap > class_cap[k])
+        k++;
+    if (k < NCLASS) {
         struct cache *c = cache_get();
-        cap = STD_CAP;
-        if (!c->n) { /* uncontended, the lock costs far less than a malloc */
+        cap = class_cap[k];
+        if (!c->n[k]) { /* uncontended, the lock costs far less than a malloc */
             pthread_mutex_lock(&pool_mu);
-            move_blocks(pool_v, &pool_n, c->v, &c->n, MOVE);
+            move_blocks(pool_v[k], &pool_n[k], c->v[k], &c->n[k], MOVE);
             pthread_mutex_unlock(&pool_mu);
         }
-        if (c->n) {
-            b = c->v[--c->n];
+        if (c->n[k]) {
+            b = c->v[k][--c->n[k]];
             /* the next arena's block, on its way while this one is used */
-            if (c->n)
-                __builtin_prefetch(c->v[c->n - 1], 1);
+            if (c->n[k])
+                __builtin_prefetch(c->v[k][c->n[k] - 1], 1);
         }
     }
     if (!b)
@@ -138,16 +158,17 @@ void st_arena_destroy(struct st_arena *a)
         free(b);
         b = next;
     }
-    if (first->cap == STD_CAP) {
+    int k = class_of_cap(first->cap);
+    if (k >= 0) {
         struct cache *c = cache_get();
-        if (c->n >= CACHE_MAX) {
+        if (c->n[k] >= CACHE_MAX) {
             pthread_mutex_lock(&pool_mu);
-            if (pool_n + MOVE <= POOL_MAX)
-                move_blocks(c->v, &c->n, pool_v, &pool_n, MOVE);
+            if (pool_n[k] + MOVE <= POOL_MAX)
+                move_blocks(c->v[k], &c->n[k], pool_v[k], &pool_n[k], MOVE);
             pthread_mutex_unlock(&pool_mu);
         }
-        if (c->n < CACHE_MAX) {
-            c->v[c->n++] = first; /* a, inside it, is dead from here */
+        if (c->n[k] < CACHE_MAX) {
+            c->v[k][c->n[k]++] = first; /* a, inside it, is dead from here */
             return;
         }
     }
@@ -192,7 +213,9 @@ void *st_arena_alloc(struct st_arena *a, size_t n)
 size_t st_arena_pooled(void)
 {
     pthread_mutex_lock(&pool_mu);
-    size_t n = pool_n;
+    size_t n = 0;
+    for (int k = 0; k < NCLASS; k++)
+        n += pool_n[k];
     pthread_mutex_unlock(&pool_mu);
     return n;
 }

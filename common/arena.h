@@ -5,13 +5,14 @@
  * common case and freeing it is one free, instead of one malloc and one
  * free per node. Not thread-safe: an arena belongs to one owner at a time
  * (the event that holds it; the event may move between threads with it).
- * A small arena's block, destroyed, is kept in a cache of the destroying
- * thread's (at most ST_ARENA_CACHE_BLOCKS blocks of 4 KB) for its next
- * st_arena_new, and freed when the thread ends. An arena may be made on
+ * A small arena's block (2 KB or 4 KB, the smallest that holds the hint),
+ * destroyed, is kept in a cache of the destroying thread's (at most
+ * ST_ARENA_CACHE_BLOCKS blocks of each size) for its next st_arena_new of
+ * that size, and freed when the thread ends. An arena may be made on
  * one thread and destroyed on another (the analyzer's parse workers:
  * st_workers_parse): its first block then joins the destroying thread's
  * cache; a cache that is full gives ST_ARENA_MOVE_BLOCKS blocks to a pool
- * shared by the threads (at most 64 MB, under a lock), and an empty one
+ * shared by the threads (one per size, at most 32 and 64 MB, under a lock), and an empty one
  * takes as many from it before it asks malloc, so that blocks made on one
  * thread and freed on another come back. Each cache is touched only by its
  * own thread; the pool, once per ST_ARENA_MOVE_BLOCKS blocks, under its

@@ -58,11 +58,45 @@ START_TEST(arena_blocks_cross_threads_through_the_pool)
 }
 END_TEST
 
+/* A first block is of the smaller size (2 KB) that holds the arena's
+ * hint, and a block destroyed is taken again only by an arena of its own
+ * size: an event of 320 bytes does not hold 4 KB, and one of 600 bytes
+ * does not get a block too small for it (a second block, from malloc,
+ * for every such event). */
+START_TEST(arena_blocks_come_in_two_sizes)
+{
+    struct st_arena *small = st_arena_new(300), *large = st_arena_new(3000);
+    ck_assert_uint_eq(st_arena_bytes(small), 2048);
+    ck_assert_uint_eq(st_arena_bytes(large), 4096);
+    /* a hint just past the small size's room: the large size */
+    struct st_arena *edge = st_arena_new(2040);
+    ck_assert_uint_eq(st_arena_bytes(edge), 4096);
+    void *sb = small, *lb = large, *eb = edge;
+    st_arena_destroy(small);
+    st_arena_destroy(large);
+    st_arena_destroy(edge);
+    /* each size's stack gives back its own last block, not the other's */
+    struct st_arena *l2 = st_arena_new(3000), *s2 = st_arena_new(300);
+    ck_assert_ptr_eq((void *)l2, eb);
+    ck_assert_ptr_eq((void *)s2, sb);
+    struct st_arena *l3 = st_arena_new(3000);
+    ck_assert_ptr_eq((void *)l3, lb);
+    /* a hint past both sizes: a block of its own, to size */
+    struct st_arena *big = st_arena_new(10000);
+    ck_assert_uint_ge(st_arena_bytes(big), 10000);
+    st_arena_destroy(big);
+    st_arena_destroy(l2);
+    st_arena_destroy(s2);
+    st_arena_destroy(l3);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("arena");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, arena_blocks_cross_threads_through_the_pool);
+    tcase_add_test(tc, arena_blocks_come_in_two_sizes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
