@@ -208,17 +208,24 @@ struct st_finding *st_findings_update(struct st_findings *fs, const char *id,
     return f;
 }
 
-void st_finding_add_event(struct st_finding *f, const char *source_name,
-                          const char *event_id, int late)
+void st_finding_add_event_n(struct st_finding *f, const char *source_name, size_t slen,
+                            const char *event_id, size_t idlen, int late)
 {
     if (f->nevents == f->capevents) {
         f->capevents = f->capevents ? f->capevents * 2 : 16;
         f->events = st_realloc(f->events, f->capevents * sizeof(*f->events));
     }
-    f->events[f->nevents].source_name = st_strdup(source_name);
-    f->events[f->nevents].event_id = st_strdup(event_id);
+    f->events[f->nevents].source_name = st_strndup(source_name, slen);
+    f->events[f->nevents].event_id = st_strndup(event_id, idlen);
     f->events[f->nevents].late = late;
     f->nevents++;
+}
+
+void st_finding_add_event(struct st_finding *f, const char *source_name,
+                          const char *event_id, int late)
+{
+    st_finding_add_event_n(f, source_name, strlen(source_name), event_id, strlen(event_id),
+                           late);
 }
 
 void st_findings_forget_event(struct st_findings *fs, const char *source_name,

@@ -66,6 +66,10 @@ struct st_finding *st_findings_update(struct st_findings *fs, const char *id,
  * the sink). */
 void st_finding_add_event(struct st_finding *f, const char *source_name,
                           const char *event_id, int late);
+/* The same from the source's slen bytes and the event id's idlen bytes
+ * (not NUL-terminated: parts of a window's member, runwin.h). */
+void st_finding_add_event_n(struct st_finding *f, const char *source_name, size_t slen,
+                            const char *event_id, size_t idlen, int late);
 
 /* Removes one event from every finding's evidence (an event PostgreSQL
  * refused, which will not be stored), and the findings this leaves with no

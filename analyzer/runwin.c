@@ -204,8 +204,10 @@ struct run {
 
 _Static_assert(sizeof(struct run) <= 256, "struct run: keep it in the 256-byte size class");
 /* a member of each windowed detector per event in its window: the marks,
- * the flag and the key's length live in what was padding */
-_Static_assert(sizeof(struct st_runwin_member) <= 48, "struct st_runwin_member: 48 bytes");
+ * the flags and the lengths live in what was padding; its source and event
+ * id are told by their lengths in its key, not copied again (48 bytes and
+ * two copies of the key before session 19) */
+_Static_assert(sizeof(struct st_runwin_member) <= 40, "struct st_runwin_member: 40 bytes");
 
 struct st_runwin {
     const struct st_analyzer_conf *conf;
@@ -487,29 +489,25 @@ static void mark_dirty(struct st_runwin *w, struct run *r, uint64_t seq)
         dirty_append(w, r, seq);
 }
 
-/* Copies a member into one allocation: the key, then source and event id
- * NUL-terminated. Returns -1 when it is not "a\x1fb\x1fc". nmarked is
- * left to the caller. */
+/* Copies a member's key (one allocation; its source and event id are
+ * told by their lengths, not copied again). Returns -1 when it is not
+ * "a\x1fb\x1fc", or its source or event id is longer than an event's can
+ * be (a string not ours). nmarked is left to the caller. */
 static int member_init(struct st_runwin *w, struct st_runwin_member *m, int64_t ts,
                        const char *key, size_t len, int saved)
 {
     const char *a = memchr(key, SEP, len);
     const char *b = a ? memchr(a + 1, SEP, len - (size_t)(a + 1 - key)) : NULL;
-    if (!b)
+    if (!b || a - key > UINT16_MAX || b - a - 1 > UINT16_MAX)
         return -1;
-    char *block = st_malloc(2 * len + 2);
+    char *block = st_malloc(len + 1);
     memcpy(block, key, len);
     block[len] = '\0';
-    char *copy = block + len + 1;
-    memcpy(copy, key, len);
-    copy[len] = '\0';
-    copy[a - key] = '\0';
-    copy[b - key] = '\0';
     m->ts_us = ts;
     m->key = block;
-    m->source = copy;
-    m->event_id = copy + (a - key) + 1;
     m->payload = block + (b - key) + 1;
+    m->src_len = (uint16_t)(a - key);
+    m->id_len = (uint16_t)(b - a - 1);
     m->saved = (uint8_t)saved;
     m->klen = len < UINT16_MAX ? (uint16_t)len : UINT16_MAX;
     m->marked = w->mark && w->mark(m->payload);
@@ -1976,8 +1974,12 @@ void st_runwin_evidence(const struct st_runwin_view *v, struct st_finding *f,
                         size_t lo, size_t hi)
 {
     for (size_t i = lo; i < hi; i++) {
-        int self = v->late && !strcmp(v->m[i].source, v->ev->source_name) &&
-                   !strcmp(v->m[i].event_id, v->ev->event_id);
-        st_finding_add_event(f, v->m[i].source, v->m[i].event_id, self);
+        size_t sl, il;
+        const char *src = st_runwin_member_source(&v->m[i], &sl);
+        const char *id = st_runwin_member_event_id(&v->m[i], &il);
+        int self = v->late && !strncmp(src, v->ev->source_name, sl) &&
+                   !v->ev->source_name[sl] && !strncmp(id, v->ev->event_id, il) &&
+                   !v->ev->event_id[il];
+        st_finding_add_event_n(f, src, sl, id, il, self);
     }
 }

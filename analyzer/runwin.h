@@ -37,18 +37,34 @@
 
 struct st_runwin_member {
     int64_t ts_us;
-    const char *key;    /* "source\x1fevent_id\x1fpayload": the whole member */
-    const char *source; /* split copies, owned with key */
-    const char *event_id;
-    const char *payload;
+    const char *key;     /* "source\x1fevent_id\x1fpayload": the whole member */
+    const char *payload; /* its end of key (NUL-terminated) */
     /* marked members at or before this one in its run, modulo 2^32
      * (st_runwin_marked: the count in a range is a difference; runwin.c's
      * own) */
     uint32_t nmarked;
-    uint8_t marked; /* the detector's mark of the payload (st_runwin_set_mark) */
-    uint8_t saved;  /* in a checkpoint already (runwin.c's own) */
-    uint16_t klen;  /* strlen(key), UINT16_MAX from there on (runwin.c's own) */
+    uint16_t klen;    /* strlen(key), UINT16_MAX from there on (runwin.c's own) */
+    uint16_t src_len; /* the source's bytes at key's start (st_runwin_member_source) */
+    uint16_t id_len;  /* the event id's bytes after it and its \x1f */
+    uint8_t marked;   /* the detector's mark of the payload (st_runwin_set_mark) */
+    uint8_t saved;    /* in a checkpoint already (runwin.c's own) */
 };
+
+/* A member's source and event id: *len bytes at the pointer returned, not
+ * NUL-terminated (parts of its key, which is held once). */
+static inline const char *st_runwin_member_source(const struct st_runwin_member *m,
+                                                  size_t *len)
+{
+    *len = m->src_len;
+    return m->key;
+}
+
+static inline const char *st_runwin_member_event_id(const struct st_runwin_member *m,
+                                                    size_t *len)
+{
+    *len = m->id_len;
+    return m->key + m->src_len + 1;
+}
 
 struct st_runwin_view {
     const struct st_event *ev; /* the event fed */

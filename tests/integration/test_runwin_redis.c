@@ -82,9 +82,12 @@ static int probe_window(void *arg, const struct st_runwin_view *v)
     (void)arg;
     seen_n = v->n;
     st_buf_reset(&sig);
-    for (size_t i = 0; i < v->n; i++)
-        st_buf_printf(&sig, "%lld %s %zu\n", (long long)v->m[i].ts_us, v->m[i].event_id,
+    for (size_t i = 0; i < v->n; i++) {
+        size_t il;
+        const char *id = st_runwin_member_event_id(&v->m[i], &il);
+        st_buf_printf(&sig, "%lld %.*s %zu\n", (long long)v->m[i].ts_us, (int)il, id,
                       strlen(v->m[i].payload));
+    }
     if (v->n) {
         st_runwin_episode(w, v, v->ev->ts_us, &v->m[0], last_episode);
         st_buf_printf(&sig, "episode %s\n", last_episode);
