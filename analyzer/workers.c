@@ -549,15 +549,27 @@ err:
     return NULL;
 }
 
-void st_workers_destroy(struct st_workers *w)
+static void quit_threads(struct st_workers *w)
 {
-    if (!w)
-        return;
     if (w->nthreads) {
         post(w, JOB_QUIT);
         for (int i = 1; i <= w->nthreads; i++)
             pthread_join(w->parts[i].thread, NULL);
+        w->nthreads = 0;
     }
+}
+
+void st_workers_quit(struct st_workers *w)
+{
+    if (w)
+        quit_threads(w);
+}
+
+void st_workers_destroy(struct st_workers *w)
+{
+    if (!w)
+        return;
+    quit_threads(w);
     /* after a failed start some parts are still zeroed: freeing those is
      * freeing NULLs */
     for (int i = 0; i < w->nparts; i++) {

@@ -82,6 +82,10 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
                                   size_t errsz);
 /* Stops and joins the threads, destroys every instance. Accepts NULL. */
 void st_workers_destroy(struct st_workers *w);
+/* Stops and joins the threads and frees nothing: for a process about to
+ * exit, whose detectors' state is written (main.c: LEAVE_STATE_AT_EXIT).
+ * w is of no further use. Accepts NULL. */
+void st_workers_quit(struct st_workers *w);
 
 /* Detects the nrel released events (they must live until the next
  * st_workers_reset: the detectors hold pointers into them): findings
