@@ -102,6 +102,19 @@ void st_checkpoint_cmd_lens(struct st_checkpoint *c, int argc, const char **argv
  * largest part it ever carries. */
 #define TAKE_MOVE_MIN (64 * 1024)
 
+/* A new segment holding from's buffer, whole (no copy); from gets the
+ * segment's spare (emptied) buffer in exchange. Its first command is
+ * c->n: a caller moving several commands sets first. */
+static struct seg *seg_move_in(struct st_checkpoint *c, struct st_buf *from)
+{
+    struct seg *g = seg_open(c);
+    struct st_buf spare = g->bytes;
+    g->bytes = *from;
+    st_buf_reset(&spare);
+    *from = spare;
+    return g;
+}
+
 void st_checkpoint_cmd_take(struct st_checkpoint *c, struct st_buf *b, size_t start)
 {
     size_t len = b->len - start;
@@ -114,12 +127,7 @@ void st_checkpoint_cmd_take(struct st_checkpoint *c, struct st_buf *b, size_t st
         st_buf_reset(b);
         return;
     }
-    struct seg *g = seg_open(c);
-    /* b's full buffer for the spare (empty) one */
-    struct st_buf spare = g->bytes;
-    g->bytes = *b;
-    st_buf_reset(&spare);
-    *b = spare;
+    seg_move_in(c, b);
     c->offs[c->n] = start;
     c->lens[c->n++] = len;
 }
@@ -146,13 +154,7 @@ void st_checkpoint_take(struct st_checkpoint *dst, struct st_checkpoint *src)
             st_buf_reset(from);
             continue;
         }
-        struct seg *g = seg_open(dst);
-        g->first = dst->n + first;
-        /* src's full buffer for dst's spare (empty) one */
-        struct st_buf spare = g->bytes;
-        g->bytes = *from;
-        st_buf_reset(&spare);
-        *from = spare;
+        seg_move_in(dst, from)->first = dst->n + first;
     }
     dst->n += src->n;
     src->nsegs = 0;

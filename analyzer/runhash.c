@@ -145,9 +145,7 @@ static void flush_bucket(struct st_runhash *h, struct st_checkpoint *ck, size_t 
         size_t exl[] = {6, klen, strlen(h->ttl)};
         st_checkpoint_cmd_lens(ck, 3, ex, exl);
     }
-    st_buf_reset(&b->set);
-    st_buf_reset(&b->del);
-    b->nset = b->ndel = 0;
+    b->nset = b->ndel = 0; /* (the buffers left empty by the take) */
 }
 
 void st_runhash_flush(struct st_runhash *h, struct st_checkpoint *ck)
