@@ -53,6 +53,7 @@
 #include "fence.h"
 #include "log.h"
 #include "metrics.h"
+#include "onepass.h"
 #include "pg.h"
 #include "registry.h"
 #include "reorder.h"
@@ -517,6 +518,7 @@ struct analyzer {
     struct st_sink *sink;
     struct st_store *store;
     struct st_reorder *reorder;
+    struct st_onepass *reader; /* the main thread's (st_event_read) */
     struct st_parsed *parsed; /* ingest's parse results, parsedcap of them */
     size_t parsedcap;
     /* slots[fill] is being filled; the others may be in flight (store.h:
@@ -1058,7 +1060,7 @@ static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store
             __builtin_prefetch(pre[i + 8].u.ev.source_name);
         if (!pre) {
             struct st_reject rej;
-            p->rc = st_event_parse(&p->u.ev, m->payload, m->len, &rej);
+            p->rc = st_event_read(a->reader, &p->u.ev, m->payload, m->len, &rej);
             if (p->rc)
                 p->u.rej = rej;
         }
@@ -1590,6 +1592,7 @@ int main(int argc, char **argv)
     }
     a.flush_ckpt = st_checkpoint_new();
     a.reorder = st_reorder_new(a.conf.lateness_s * 1000000);
+    a.reader = st_onepass_new(NULL);
     if (st_role_detects(a.conf.role)) {
         a.fence = st_fence_new(&a.conf, a.conf.stall_checkpoint_ms);
         a.registry = st_registry_new(&a.conf);
@@ -1634,6 +1637,7 @@ int main(int argc, char **argv)
     st_reorder_destroy(a.reorder);
 out:
     free(a.parsed);
+    st_onepass_destroy(a.reader);
     st_consumer_destroy(a.consumer);
     st_fence_destroy(a.fence); /* after the consumer: its close may flush */
     st_store_destroy(a.store);

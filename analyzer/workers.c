@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "onepass.h"
 #include "registry.h"
 #include "runhash.h"
 #include "runidx.h"
@@ -48,6 +49,9 @@ struct part {
     /* its runs, one record for all its run windows (runkeys.h): freed
      * after its detectors, whose windows hold them */
     struct st_runkeys *runkeys;
+    /* its reader of events (st_event_read): a part parses its share of a
+     * batch on its own thread (JOB_PARSE) */
+    struct st_onepass *reader;
     /* the names of its detectors' run windows: the fields its sweep
      * deletes (runidx.h) */
     const char *sweep[MAX_DETECTORS];
@@ -371,7 +375,7 @@ static void part_parse(struct part *p)
         struct st_parsed *o = &w->parsed[i];
         struct st_event ev;
         struct st_reject rej;
-        o->rc = st_event_parse(&ev, m->payload, m->len, &rej);
+        o->rc = st_event_read(p->reader, &ev, m->payload, m->len, &rej);
         if (o->rc)
             o->u.rej = rej;
         else
@@ -495,6 +499,7 @@ struct st_workers *st_workers_new(const struct st_workers_conf *wc, char *errstr
         p->state = st_checkpoint_new();
         p->runhash = st_runhash_new(conf);
         p->runkeys = st_runkeys_new();
+        p->reader = st_onepass_new(NULL);
         p->runidx = st_runidx_new(conf);
         st_runidx_set_since(p->runidx, since);
         /* its detectors' run windows, every one it has, enabled or not:
@@ -583,6 +588,7 @@ void st_workers_destroy(struct st_workers *w)
         st_checkpoint_destroy(p->state);
         st_runhash_destroy(p->runhash);
         st_runkeys_destroy(p->runkeys);
+        st_onepass_destroy(p->reader);
         st_runidx_destroy(p->runidx);
         st_findings_fini(&p->findings);
     }

@@ -20,8 +20,9 @@ struct st_arena {
     struct block *first; /* holds the arena */
 };
 
-/* First blocks of a class's size (2 KB or 4 KB: one event's document, for
- * events of up to about 350 or 700 bytes) are not freed but kept for the
+/* First blocks of a class's size (1, 2 or 4 KB: one event's document, for
+ * events of up to about 350 or 700 bytes; an event read without its
+ * whole tree, st_event_read, takes about 600 bytes for the same 320) are not freed but kept for the
  * next arena of that class, up to CACHE_MAX of each class per thread: a
  * batch of events is freed and the next one parsed on one thread, and the
  * allocator's own per-thread cache holds far fewer blocks of these sizes,
@@ -33,10 +34,12 @@ struct st_arena {
  * about 320 bytes (a proxy denial) takes about 1.8 KB, and 4 KB blocks
  * for every event doubled the memory a catch-up's events in flight first
  * touch (the 2 KB class: a detect-role drain 0.2-0.3 s faster,
- * docs/architecture.md, "Session 19"). The key's destructor frees a
+ * docs/architecture.md, "Session 19"); a third, 1 KB, since session 20,
+ * for the events st_event_read makes. The key's destructor frees a
  * thread's blocks when it ends. */
-#define NCLASS 2
-static const size_t class_cap[NCLASS] = {2048 - sizeof(struct block),
+#define NCLASS 3
+static const size_t class_cap[NCLASS] = {1024 - sizeof(struct block),
+                                         2048 - sizeof(struct block),
                                          4096 - sizeof(struct block)};
 #define CACHE_MAX ST_ARENA_CACHE_BLOCKS
 
@@ -51,7 +54,7 @@ struct cache {
  * arenas that the main thread destroys, so its own cache stayed empty
  * (every block from malloc) while the main thread's overflowed (every
  * block to free); the pool carries the blocks back. At most POOL_MAX
- * blocks a class (32 MB and 64 MB).
+ * blocks a class (16, 32 and 64 MB).
  * The cache and the pool are arrays of pointers, not lists through the
  * blocks: a block in them is long out of the processor's cache, and a
  * list's pop or move read each block's link (a cache miss each, one after

@@ -9,6 +9,7 @@
 #include "buf.h"
 #include "event.h"
 #include "log.h"
+#include "onepass.h"
 #include "redact.h"
 #include "timeutil.h"
 
@@ -378,6 +379,29 @@ int st_event_parse(struct st_event *ev, const char *buf, size_t len,
     }
     ev->may_mark = holds(buf, len, ST_REDACT_MARKER_OPEN, strlen(ST_REDACT_MARKER_OPEN)) ||
                    holds(buf, len, "\\u", 2);
+    ev->run_hash = st_hash_pair(ev->task_id, ev->run_id);
+    ev->mem_bytes = st_arena_bytes(mem);
+    return 0;
+}
+
+/* The first block of an event read by st_event_read: its ids and attrs
+ * (strings and a few nodes), about twice its text */
+#define READ_HINT(len) ((len) * 2 + 256)
+
+int st_event_read(struct st_onepass *p, struct st_event *ev, const char *buf, size_t len,
+                  struct st_reject *rej)
+{
+    int may_mark = holds(buf, len, ST_REDACT_MARKER_OPEN, strlen(ST_REDACT_MARKER_OPEN)) ||
+                   holds(buf, len, "\\u", 2);
+    if (!p || may_mark) /* a detector walks its whole document */
+        return st_event_parse(ev, buf, len, rej);
+    struct st_arena *mem = st_arena_new(READ_HINT(len));
+    if (st_onepass_read(p, buf, len, mem, ev)) {
+        st_arena_destroy(mem);
+        return st_event_parse(ev, buf, len, rej); /* undecided: the tree's */
+    }
+    ev->mem = mem;
+    ev->may_mark = 0;
     ev->run_hash = st_hash_pair(ev->task_id, ev->run_id);
     ev->mem_bytes = st_arena_bytes(mem);
     return 0;

@@ -47,7 +47,9 @@ enum st_event_type {
 struct st_arena;
 
 struct st_event {
-    cJSON *doc; /* everything below points into it */
+    /* the whole document; NULL when read by st_event_read (then !may_mark):
+     * the fields below point into mem */
+    cJSON *doc;
     struct st_arena *mem; /* owns doc when set (else doc is cJSON_Delete's) */
     /* st_arena_bytes(mem), taken by st_event_parse while the arena is in
      * cache (the document is read-only from then on), so that the reorder
@@ -97,6 +99,19 @@ struct st_event {
 int st_event_parse(struct st_event *ev, const char *buf, size_t len,
                    struct st_reject *rej);
 
+struct st_onepass;
+
+/* st_event_parse, faster: the event read by p (st_onepass_new(NULL), one
+ * per thread) without a tree of the whole line. The same event, the same
+ * refusals (a line p is not sure of, and every refusal, are
+ * st_event_parse's), with one difference: ev->doc is NULL, but for an
+ * event that may hold a redaction marker (ev->may_mark: a detector walks
+ * its document) and a line p left undecided (onepass.h), both read by
+ * st_event_parse, document and all. ev->attrs and ev->identity are trees
+ * as st_event_parse makes them. p NULL: st_event_parse. */
+int st_event_read(struct st_onepass *p, struct st_event *ev, const char *buf, size_t len,
+                  struct st_reject *rej);
+
 /* The same with a document of malloc'd nodes (st_json_parse, freed by
  * cJSON_Delete): the reference st_event_parse is tested against
  * (tests/unit/test_event.c); same event, same refusals. */
@@ -113,7 +128,7 @@ void st_event_fini(struct st_event *ev);
 
 /* What the schema asks of each type's attrs and identity: the table
  * event_validate reads, shared with validators that hold no cJSON tree
- * (collector/onepass.c). */
+ * (common/onepass.c). */
 enum st_attr_kind { ST_ATTR_STRING, ST_ATTR_INT, ST_ATTR_NUMBER, ST_ATTR_ARRAY };
 
 struct st_attr_spec {

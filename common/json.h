@@ -44,7 +44,7 @@ struct st_reject {
 #define ST_JSON_MAX_SCALE 16383
 
 /* The scanning rules of the strict parser, shared with the collector's one
- * pass (collector/onepass.c) so that both accept the same strings.
+ * pass (common/onepass.c) so that both accept the same strings.
  * st_json_utf8_len: bytes of the UTF-8 sequence at s (left bytes remain),
  * -1 when it is not valid (overlong, a UTF-16 surrogate, above U+10FFFF).
  * st_json_bytes_ok: 1 when s[0..n), a string's raw bytes, hold no control

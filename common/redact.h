@@ -118,7 +118,7 @@ void st_redact_fingerprint(const struct st_redactor *r, const char *v,
 int st_redact_event(struct st_redactor *r, cJSON *doc);
 
 /* One string at a time, for a reader that redacts an event as it parses it
- * (collector/onepass.c) and must do exactly what st_redact_event does to
+ * (common/onepass.c) and must do exactly what st_redact_event does to
  * the same document, walking it in document order.
  *
  * st_redact_key: the object key key[0..len) (decoded, no NUL inside, need

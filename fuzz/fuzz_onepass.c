@@ -3,7 +3,9 @@
  * input.single_pass on and one off, must agree on everything a line makes:
  * the outcome, the bytes produced, the key, the event's fields, the reason
  * and its message, and every rule's hit count (tests/unit/test_onepass.c
- * runs the same comparison over the test data). Any difference aborts. */
+ * runs the same comparison over the test data). The analyzer's reader
+ * (st_event_read) is held to st_event_parse the same way, on the line and
+ * on the event produced from it. Any difference aborts. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 #include "buf.h"
 #include "collector.h"
 #include "event.h"
+#include "onepass.h"
 #include "redact.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -43,6 +46,44 @@ static int same(const char *a, const char *b)
     return a == b || (a && b && strcmp(a, b) == 0);
 }
 
+static struct st_onepass *reader;
+
+static int same_json(const cJSON *a, const cJSON *b)
+{
+    return a == b || (a && b && cJSON_Compare(a, b, 1));
+}
+
+/* The analyzer's reader (st_event_read) against st_event_parse, on one
+ * line: the same outcome, refusal and event; any difference aborts. */
+static void compare_read(const char *line, size_t size)
+{
+    struct st_event a, b;
+    struct st_reject ra = {0}, rb = {0};
+    int xa = st_event_read(reader, &a, line, size, &ra);
+    int xb = st_event_parse(&b, line, size, &rb);
+    if (xa != xb)
+        abort();
+    if (xa) {
+        if (!same(ra.code, rb.code) || strcmp(ra.msg, rb.msg))
+            abort();
+        return;
+    }
+    if (!same(a.event_id, b.event_id) || a.ts_us != b.ts_us ||
+        a.source_kind != b.source_kind || !same(a.source_name, b.source_name) ||
+        !same(a.source_platform, b.source_platform) || !same(a.task_id, b.task_id) ||
+        !same(a.run_id, b.run_id) || !same(a.trace_id, b.trace_id) || a.type != b.type ||
+        a.decision != b.decision || !same(a.reason, b.reason) || !same(a.content, b.content) ||
+        a.may_mark != b.may_mark || a.run_hash != b.run_hash || !same(a.target, b.target) ||
+        !same_json(a.attrs, b.attrs) || !same_json(a.identity, b.identity) ||
+        (a.may_mark && !a.doc))
+        abort();
+    for (int i = 0; i < ST_EVENT_ATTRS_MAX; i++)
+        if (!same_json(a.attr[i], b.attr[i]))
+            abort();
+    st_event_fini(&a);
+    st_event_fini(&b);
+}
+
 /* One line through both executors; any difference aborts. */
 static void compare(const char *line, size_t size)
 {
@@ -54,6 +95,9 @@ static void compare(const char *line, size_t size)
     int xt = st_accept_line(tree, line, size, &ot, &lt, &kt, &rt);
     if (xf != xt)
         abort();
+    compare_read(line, size);
+    if (xf == 0) /* what the analyzer reads */
+        compare_read(of, lf);
     if (xf == 0) {
         const struct st_event *a = st_accept_event(fast), *b = st_accept_event(tree);
         if (lf != lt || memcmp(of, ot, lf) || !same(kf, kt) ||
@@ -89,6 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!fast) {
         fast = executor(1);
         tree = executor(0);
+        reader = st_onepass_new(NULL);
     }
     compare((const char *)data, size);
     st_buf_init(&wrapped);

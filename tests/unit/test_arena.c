@@ -63,31 +63,47 @@ END_TEST
  * size: an event of 320 bytes does not hold 4 KB, and one of 600 bytes
  * does not get a block too small for it (a second block, from malloc,
  * for every such event). */
-START_TEST(arena_blocks_come_in_two_sizes)
+START_TEST(arena_blocks_come_in_three_sizes)
 {
-    struct st_arena *small = st_arena_new(300), *large = st_arena_new(3000);
+    struct st_arena *tiny = st_arena_new(600), *small = st_arena_new(1500),
+                    *large = st_arena_new(3000);
+    ck_assert_uint_eq(st_arena_bytes(tiny), 1024);
     ck_assert_uint_eq(st_arena_bytes(small), 2048);
     ck_assert_uint_eq(st_arena_bytes(large), 4096);
-    /* a hint just past the small size's room: the large size */
-    struct st_arena *edge = st_arena_new(2040);
+    /* a hint just past a size's room: the next size */
+    struct st_arena *edge = st_arena_new(2040), *edge1 = st_arena_new(1016);
     ck_assert_uint_eq(st_arena_bytes(edge), 4096);
-    void *sb = small, *lb = large, *eb = edge;
+    ck_assert_uint_eq(st_arena_bytes(edge1), 2048);
+    void *tb = tiny, *sb = small, *lb = large, *eb = edge, *e1b = edge1;
+    st_arena_destroy(tiny);
     st_arena_destroy(small);
     st_arena_destroy(large);
     st_arena_destroy(edge);
-    /* each size's stack gives back its own last block, not the other's */
-    struct st_arena *l2 = st_arena_new(3000), *s2 = st_arena_new(300);
+    st_arena_destroy(edge1);
+    /* each size's stack gives back its own last block, not another's */
+    struct st_arena *l2 = st_arena_new(3000), *s2 = st_arena_new(1500),
+                    *t2 = st_arena_new(600);
     ck_assert_ptr_eq((void *)l2, eb);
-    ck_assert_ptr_eq((void *)s2, sb);
-    struct st_arena *l3 = st_arena_new(3000);
+    ck_assert_ptr_eq((void *)s2, e1b);
+    ck_assert_ptr_eq((void *)t2, tb);
+    struct st_arena *l3 = st_arena_new(3000), *s3 = st_arena_new(1500);
     ck_assert_ptr_eq((void *)l3, lb);
-    /* a hint past both sizes: a block of its own, to size */
+    ck_assert_ptr_eq((void *)s3, sb);
+    /* a hint past every size: a block of its own, to size */
     struct st_arena *big = st_arena_new(10000);
     ck_assert_uint_ge(st_arena_bytes(big), 10000);
+    /* what a small first block cannot hold goes to a block of its own */
+    void *x = st_arena_alloc(t2, 900), *y = st_arena_alloc(t2, 900);
+    memset(x, 1, 900);
+    memset(y, 2, 900);
+    ck_assert_uint_gt(st_arena_bytes(t2), 1024);
+    ck_assert_int_eq(((unsigned char *)x)[899], 1);
     st_arena_destroy(big);
     st_arena_destroy(l2);
     st_arena_destroy(s2);
+    st_arena_destroy(t2);
     st_arena_destroy(l3);
+    st_arena_destroy(s3);
 }
 END_TEST
 
@@ -96,7 +112,7 @@ int main(void)
     Suite *s = suite_create("arena");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, arena_blocks_cross_threads_through_the_pool);
-    tcase_add_test(tc, arena_blocks_come_in_two_sizes);
+    tcase_add_test(tc, arena_blocks_come_in_three_sizes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -18,6 +18,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "arena.h"
 #include "buf.h"
 #include "event.h"
 #include "json.h"
@@ -156,6 +157,9 @@ struct st_onepass {
     int forged;   /* the line had a top-level "redactions" */
     size_t nred;  /* redactions made */
 
+    /* where the top-level attrs and identity values are in the line
+     * (st_onepass_read parses them alone): offset and length */
+    size_t span_at[2], span_len[2];
     unsigned char vt[F__COUNT]; /* enum vt of each slot */
     unsigned char vctl[F__COUNT]; /* an id (is_id) holds a control character */
     size_t voff[F__COUNT], vlen[F__COUNT];
@@ -759,7 +763,7 @@ static int key_info(struct st_onepass *p, const char *key, size_t klen, unsigned
         }
         c = c0->len ? c1 : c0;
     }
-    size_t k = st_redact_key(p->r, key, klen, kmask);
+    size_t k = p->r ? st_redact_key(p->r, key, klen, kmask) : (*kmask = 0, 0);
     if (k) { /* frames[depth] is not this member's yet: no path, no entry */
         note_hits(p, k);
         return -1;
@@ -951,6 +955,7 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
 {
     int t;
     double d = 0;
+    const unsigned char *start = p->p;
 
     if (p->p >= p->end)
         return bail(p);
@@ -973,7 +978,8 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
         else if (!p->write) {
             const char *red;
             size_t rlen;
-            size_t k = st_redact_value(p->r, s, n, name, namelen, kmask, &red, &rlen);
+            size_t k = p->r ? st_redact_value(p->r, s, n, name, namelen, kmask, &red, &rlen)
+                            : 0;
             if (k) {
                 note_matches(p, k, depth);
                 if (p->nrepl == p->caprepl) {
@@ -1054,6 +1060,11 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
     if (field >= 0 && !p->mute && !p->write) {
         p->vt[field] = (unsigned char)t;
         p->vnum[field] = d;
+        if (field == F_ATTRS || field == F_IDENTITY) {
+            int i = field == F_IDENTITY;
+            p->span_at[i] = (size_t)(start - p->line);
+            p->span_len[i] = (size_t)(p->p - start);
+        }
     }
     return t;
 }
@@ -1290,6 +1301,55 @@ int st_onepass_event(struct st_onepass *p, const char *line, size_t len,
 undecided:
     for (size_t i = 0; i < p->nhits; i++)
         st_redact_uncount(p->r, p->hits[i]);
+    memset(ev, 0, sizeof(*ev));
+    return 1;
+}
+
+int st_onepass_read(struct st_onepass *p, const char *line, size_t len,
+                    struct st_arena *mem, struct st_event *ev)
+{
+    assert(!p->r);
+    memset(ev, 0, sizeof(*ev));
+    p->bail = 0;
+    p->forged = 0;
+    p->nred = 0;
+    p->nhits = 0;
+    p->nrepl = 0;
+    p->canon = 1;
+    st_buf_reset(&p->vals);
+    memset(p->vt, V_ABSENT, sizeof(p->vt));
+    if (pass(p, line, len, 0) || validate(p, ev))
+        goto undecided;
+
+    /* the slots' strings, moved into mem with ev's pointers to them */
+    char *v = st_arena_alloc_bytes(mem, p->vals.len + 1);
+    memcpy(v, p->vals.data, p->vals.len);
+    const char **strs[] = {&ev->event_id, &ev->source_name, &ev->source_platform,
+                           &ev->task_id,  &ev->run_id,      &ev->trace_id,
+                           &ev->reason,   &ev->content};
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+        if (*strs[i])
+            *strs[i] = v + (*strs[i] - p->vals.data);
+
+    /* attrs and identity as the tree path has them: each read alone by
+     * the strict parser, which accepts them (the whole line passed) */
+    struct st_reject rej;
+    if (p->vt[F_ATTRS] == V_OBJECT &&
+        !(ev->attrs = st_json_parse_in(line + p->span_at[0], p->span_len[0], mem, &rej)))
+        goto undecided;
+    if (p->vt[F_IDENTITY] == V_OBJECT &&
+        !(ev->identity = st_json_parse_in(line + p->span_at[1], p->span_len[1], mem, &rej)))
+        goto undecided;
+    const struct st_type_info *ti = st_event_type_info(ev->type);
+    for (size_t i = 0; i < ST_EVENT_ATTRS_MAX && ti->attrs[i].name; i++) {
+        const cJSON *a = st_json_get(ev->attrs, ti->attrs[i].name);
+        ev->attr[i] = st_json_is(a, cJSON_NULL) ? NULL : a;
+    }
+    ev->attrs_named = 1;
+    ev->target = st_event_target(ev);
+    return 0;
+
+undecided:
     memset(ev, 0, sizeof(*ev));
     return 1;
 }

@@ -15,7 +15,11 @@
  * identity.credential to hand over, an object of more than 32
  * members -- it gives back undecided, having undone what it counted, and
  * the caller runs the tree path. tests/unit/test_onepass.c and
- * fuzz/fuzz_onepass.c compare the two on every line they have. */
+ * fuzz/fuzz_onepass.c compare the two on every line they have.
+ *
+ * The analyzer reads each consumed event with it too (st_onepass_read,
+ * through st_event_read): no redactor, nothing printed, only attrs and
+ * identity made into trees, which its detectors read. */
 #ifndef ST_ONEPASS_H
 #define ST_ONEPASS_H
 
@@ -26,7 +30,8 @@ struct st_redactor;
 struct st_onepass;
 
 /* A reader that redacts with r (kept, not owned: r outlives it; used from
- * the thread that uses r). Cannot fail. */
+ * the thread that uses r), or, with r NULL, one for st_onepass_read only.
+ * Cannot fail. */
 struct st_onepass *st_onepass_new(struct st_redactor *r);
 void st_onepass_destroy(struct st_onepass *p); /* accepts NULL */
 
@@ -39,6 +44,20 @@ void st_onepass_destroy(struct st_onepass *p); /* accepts NULL */
  * when undecided: ev is empty and r's hit counts are as before the call. */
 int st_onepass_event(struct st_onepass *p, const char *line, size_t len,
                      struct st_event *ev, const char **out, size_t *outlen);
+
+struct st_arena;
+
+/* Reads line[0..len) as st_event_parse reads it, for the analyzer: p
+ * made with no redactor (st_onepass_new(NULL)); nothing is redacted or
+ * printed. Returns 0 when the line is a valid event: ev is filled as
+ * st_event_parse fills it (every string, and the attrs and identity
+ * objects, in mem: each of those two read alone by st_json_parse_in), but
+ * for ev->doc (NULL: no tree of the whole line), ev->mem, ev->may_mark,
+ * ev->run_hash and ev->mem_bytes, left to the caller (st_event_read).
+ * Returns 1 when undecided (as st_onepass_event: the tree path decides);
+ * what was taken from mem stays until it is destroyed. */
+int st_onepass_read(struct st_onepass *p, const char *line, size_t len,
+                    struct st_arena *mem, struct st_event *ev);
 
 /* How many events p printed by splicing their redacted strings into the
  * line rather than by a second pass (for tests). */
