@@ -25,8 +25,12 @@ struct pidx {
     int32_t partition;
     int state;
     uint64_t queued_gen;
-    uint64_t *h; /* 0: empty */
-    int64_t *t;  /* score of h[i] */
+    /* a run's hash (0: empty) and its score side by side: a look-up
+     * is one cache miss, not two */
+    struct ent {
+        uint64_t h;
+        int64_t t;
+    } *e;
     size_t n, cap;
     const char **pend; /* ZADD arguments queued: score, member, ... (owned) */
     size_t npend, cappend;
@@ -131,11 +135,9 @@ static void pidx_clear(struct pidx *p)
     for (size_t i = 0; i < p->npend; i++)
         free((char *)p->pend[i]);
     p->npend = 0;
-    free(p->h);
-    free(p->t);
+    free(p->e);
     p->x->size -= (int64_t)p->n;
-    p->h = NULL;
-    p->t = NULL;
+    p->e = NULL;
     p->n = p->cap = 0;
     p->state = PART_NONE;
     p->swept_s = 0;
@@ -221,28 +223,31 @@ static struct pidx *part_get(struct st_runidx *x, int32_t partition, int create)
 static size_t slot(const struct pidx *p, uint64_t h)
 {
     size_t i = (size_t)(h ^ (h >> 29)) & (p->cap - 1);
-    while (p->h[i] && p->h[i] != h)
+    while (p->e[i].h && p->e[i].h != h)
         i = (i + 1) & (p->cap - 1);
     return i;
+}
+
+/* Puts old[0..oldcap)'s entries (those scored at or past cutoff) into p's
+ * table, new, of p->cap slots; frees old. */
+static void rehash(struct pidx *p, struct ent *old, size_t oldcap, int64_t cutoff)
+{
+    p->e = st_calloc(p->cap, sizeof(*p->e));
+    p->n = 0;
+    for (size_t i = 0; i < oldcap; i++) {
+        if (!old[i].h || old[i].t < cutoff)
+            continue;
+        p->e[slot(p, old[i].h)] = old[i];
+        p->n++;
+    }
+    free(old);
 }
 
 static void grow(struct pidx *p)
 {
     size_t oldcap = p->cap;
-    uint64_t *oh = p->h;
-    int64_t *ot = p->t;
     p->cap = oldcap ? 2 * oldcap : 64;
-    p->h = st_calloc(p->cap, sizeof(*p->h));
-    p->t = st_calloc(p->cap, sizeof(*p->t));
-    for (size_t i = 0; i < oldcap; i++) {
-        if (!oh[i])
-            continue;
-        size_t j = slot(p, oh[i]);
-        p->h[j] = oh[i];
-        p->t[j] = ot[i];
-    }
-    free(oh);
-    free(ot);
+    rehash(p, p->e, oldcap, INT64_MIN);
 }
 
 /* The score of h, or -1 when absent. */
@@ -252,7 +257,7 @@ static int64_t lookup(const struct pidx *p, uint64_t h)
         return -1;
     h = h ? h : 1;
     size_t i = slot(p, h);
-    return p->h[i] ? p->t[i] : -1;
+    return p->e[i].h ? p->e[i].t : -1;
 }
 
 /* Sets h's score to t unless it is newer already. */
@@ -262,38 +267,24 @@ static void put(struct pidx *p, uint64_t h, int64_t t)
     if (10 * (p->n + 1) > 7 * p->cap) /* at most 70% full */
         grow(p);
     size_t i = slot(p, h);
-    if (!p->h[i]) {
-        p->h[i] = h;
-        p->t[i] = t;
+    if (!p->e[i].h) {
+        p->e[i].h = h;
+        p->e[i].t = t;
         p->n++;
         p->x->size++;
-    } else if (t > p->t[i]) {
-        p->t[i] = t;
+    } else if (t > p->e[i].t) {
+        p->e[i].t = t;
     }
 }
 
 /* Drops the entries scored below cutoff (rehashing what stays). */
 static void prune(struct pidx *p, int64_t cutoff)
 {
-    size_t oldcap = p->cap, oldn = p->n;
-    uint64_t *oh = p->h;
-    int64_t *ot = p->t;
-    if (!oldcap)
+    size_t oldn = p->n;
+    if (!p->cap)
         return;
-    p->h = st_calloc(oldcap, sizeof(*p->h));
-    p->t = st_calloc(oldcap, sizeof(*p->t));
-    p->n = 0;
-    for (size_t i = 0; i < oldcap; i++) {
-        if (!oh[i] || ot[i] < cutoff)
-            continue;
-        size_t j = slot(p, oh[i]);
-        p->h[j] = oh[i];
-        p->t[j] = ot[i];
-        p->n++;
-    }
+    rehash(p, p->e, p->cap, cutoff);
     p->x->size -= (int64_t)(oldn - p->n);
-    free(oh);
-    free(ot);
 }
 
 /* Reads "<n>:" at *s (within end); returns -1 when it is not there. */
