@@ -36,6 +36,7 @@ struct st_analyzer_conf {
     int64_t batch_max_ms;
     int64_t detect_workers; /* workers.h */
     int64_t parse_split_min; /* main.c, ingest */
+    int64_t detect_overlap; /* detect.overlap (main.c, detect_start) */
     int64_t park_above; /* detect.park_above (reorder.h, st_reorder_park) */
     int64_t assign_timeout_ms;
     int64_t retry_max_backoff_ms;

@@ -34,6 +34,7 @@
  * certificate). */
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -231,12 +232,19 @@ static const struct st_conf_prop analyzer_props[] = {
      "cross-run ones (scope_drift, token_write) over every event, the others are "
      "threads (1: none). The findings, and the state a load of Redis gives, do not "
      "depend on it"},
+    {"detect.overlap", NULL, ST_CONF_INT, A(detect_overlap), 0, 1, "1",
+     "1: a batch is detected on a thread of its own (with the detection workers) "
+     "while the main thread polls, parses and releases the next one; 0: the main "
+     "thread detects each batch itself before it polls the next. The findings, "
+     "the state written and the offsets committed do not depend on it "
+     "(docs/architecture.md, \"Session 20\")"},
     {"detect.parse_split_min", NULL, ST_CONF_INT, A(parse_split_min), 0, 1000000, "256",
      "a batch of at least this many messages is parsed by the detection workers at "
      "once (in equal shares of the batch: the main thread is worker 0); a smaller one, "
-     "and every batch with detect.workers=1 or analyzer.role=store, by the main "
-     "thread alone (0: never). The stored rows, dead-letter records and findings do "
-     "not depend on it"},
+     "and every batch with detect.workers=1, detect.overlap=1 (the workers detect "
+     "the batch before meanwhile) or analyzer.role=store, by the main thread alone "
+     "(0: never). The stored rows, dead-letter records and findings do not depend "
+     "on it"},
     {"detect.park_above", NULL, ST_CONF_INT, A(park_above), 0, 100000000, "65536",
      "while more events than this wait in the reorder buffer (detect.lateness_s), an "
      "event still waiting at the end of its batch keeps only its text (about 0.3 KB) "
@@ -434,7 +442,8 @@ static void usage(FILE *out)
  * events the reorder buffer released for detection in it (rel, fed to the
  * detectors, which hold pointers into them until the next detection). */
 /* one batch being filled and detected, and those in flight */
-#define NSLOTS (1 + ST_STORE_IN_FLIGHT)
+/* one being filled, one being detected (detect.overlap), the store's */
+#define NSLOTS (2 + ST_STORE_IN_FLIGHT)
 
 struct slot {
     struct st_store_batch *b;
@@ -452,6 +461,9 @@ struct slot {
     int commits;
     int64_t ms; /* monotonic time it was detected (its cut decided) */
     int behind; /* polled while behind (grew past batch.max_events) */
+    /* the events topic's partitions when its detection started (read
+     * from the consumer on the main thread: detect_start) */
+    int32_t topic_parts;
 };
 
 /* A batch detected whose offsets are not committed yet: its number, when
@@ -526,6 +538,19 @@ struct analyzer {
     struct slot slots[NSLOTS];
     int fill;
     struct slot *detected; /* the slot whose batch the detectors hold */
+    /* The batch detected, or being detected, and not handed to the store
+     * yet (finish_pending); NULL: none. With detect.overlap its detection
+     * runs on det_thread (detect_main) while this thread polls, parses
+     * and releases the next batch: everything else that touches the
+     * detectors, the marks, a->redis or a->conf (batch_done, a flush, the
+     * rebalance callbacks, a reload) first waits for it (finish_pending
+     * or detect_wait). det_mu guards det_busy, det_quit and det_rc. */
+    struct slot *pending;
+    int det_started;
+    pthread_t det_thread;
+    pthread_mutex_t det_mu;
+    pthread_cond_t det_cv;
+    int det_busy, det_quit, det_rc;
     /* the store gave up during a revocation (asked to stop), or run()
      * failed: on_revoke (at the consumer's close) then writes nothing */
     int gave_up;
@@ -670,7 +695,7 @@ static int detect_try(struct analyzer *a, struct slot *sl, char *errstr, size_t 
     st_checkpoint_clear(sl->ckpt);
     a->detected = sl;
     /* partitions added change where a task's events go (runidx.h) */
-    st_workers_set_partitions(a->workers, st_consumer_topic_partitions(a->consumer));
+    st_workers_set_partitions(a->workers, sl->topic_parts);
     if (st_workers_detect(a->workers, sl->rel, sl->nrel, a->ck_seq + 1, sl->cut + 1,
                           &sl->b->findings, sl->ckpt, errstr, errsz))
         return -1;
@@ -1043,8 +1068,8 @@ static __attribute__((noinline)) void ingest(struct analyzer *a, struct st_store
     /* below detect.parse_split_min, waking the other workers and waiting for
      * them costs about what their share of the parse saves
      * (docs/architecture.md, "Where the analyzer's time goes") */
-    if (a->workers && st_workers_count(a->workers) > 1 && a->conf.parse_split_min > 0 &&
-        b->nmsgs >= a->conf.parse_split_min) {
+    if (a->workers && !a->det_started && st_workers_count(a->workers) > 1 &&
+        a->conf.parse_split_min > 0 && b->nmsgs >= a->conf.parse_split_min) {
         if ((size_t)b->nmsgs > a->parsedcap) {
             a->parsedcap = (size_t)b->nmsgs;
             a->parsed = st_realloc(a->parsed, a->parsedcap * sizeof(*a->parsed));
@@ -1195,6 +1220,98 @@ static int batch_done(struct analyzer *a)
     return failed ? -1 : 0;
 }
 
+/* The detection thread (detect.overlap): detects each batch handed over
+ * (detect_start), one at a time, until told to quit. */
+static void *detect_main(void *arg)
+{
+    struct analyzer *a = arg;
+    pthread_mutex_lock(&a->det_mu);
+    for (;;) {
+        while (!a->det_busy && !a->det_quit)
+            pthread_cond_wait(&a->det_cv, &a->det_mu);
+        if (!a->det_busy)
+            break;
+        struct slot *sl = a->pending;
+        pthread_mutex_unlock(&a->det_mu);
+        int rc = detect(a, sl);
+        pthread_mutex_lock(&a->det_mu);
+        a->det_rc = rc;
+        a->det_busy = 0;
+        pthread_cond_broadcast(&a->det_cv);
+    }
+    pthread_mutex_unlock(&a->det_mu);
+    return NULL;
+}
+
+/* Starts the detection of sl's batch, which becomes the pending one (none
+ * may be pending): on the detection thread when there is one (returns 0),
+ * else here (returns detect's result). */
+static int detect_start(struct analyzer *a, struct slot *sl)
+{
+    sl->topic_parts = st_consumer_topic_partitions(a->consumer);
+    a->pending = sl;
+    if (!a->det_started)
+        return a->det_rc = detect(a, sl);
+    pthread_mutex_lock(&a->det_mu);
+    a->det_rc = 0;
+    a->det_busy = 1;
+    pthread_cond_broadcast(&a->det_cv);
+    pthread_mutex_unlock(&a->det_mu);
+    return 0;
+}
+
+/* Waits until no detection runs: 0, or -1 when the pending batch's
+ * detection failed (asked to stop while retrying). */
+static int detect_wait(struct analyzer *a)
+{
+    if (!a->pending)
+        return 0;
+    if (a->det_started) {
+        pthread_mutex_lock(&a->det_mu);
+        while (a->det_busy)
+            pthread_cond_wait(&a->det_cv, &a->det_mu);
+        pthread_mutex_unlock(&a->det_mu);
+    }
+    return a->det_rc ? -1 : 0;
+}
+
+/* Hands the pending batch, if any, to the store, as the loop did right
+ * after each detection before detect.overlap: waits for its detection,
+ * then for the store to have room (finishing the oldest batch: batch_done),
+ * notes its mark and submits it. Returns 0, or -1 when its detection or a
+ * batch in flight failed; it is then not submitted, and run() drops it
+ * at its end. */
+static int finish_pending(struct analyzer *a)
+{
+    struct slot *sl = a->pending;
+    if (!sl)
+        return 0;
+    if (detect_wait(a))
+        return -1;
+    while (st_store_in_flight(a->store) >= ST_STORE_IN_FLIGHT)
+        if (batch_done(a))
+            return -1;
+    a->pending = NULL;
+    marks_commit(a, sl, sl->b);
+    st_store_submit(a->store, sl->b);
+    return 0;
+}
+
+/* Stops the detection thread (none may be pending). */
+static void detect_thread_stop(struct analyzer *a)
+{
+    if (!a->det_started)
+        return;
+    pthread_mutex_lock(&a->det_mu);
+    a->det_quit = 1;
+    pthread_cond_broadcast(&a->det_cv);
+    pthread_mutex_unlock(&a->det_mu);
+    pthread_join(a->det_thread, NULL);
+    pthread_mutex_destroy(&a->det_mu);
+    pthread_cond_destroy(&a->det_cv);
+    a->det_started = 0;
+}
+
 /* A partition is taken away (inside st_consumer_poll_batch): the batches in
  * flight are stored, then every change no checkpoint carried yet is written
  * and the offsets committed (detectors_flush), while the partition is
@@ -1219,12 +1336,17 @@ static void on_revoke(int32_t partition, int lost, void *arg)
 {
     struct analyzer *a = arg;
     if (lost) {
+        detect_wait(a); /* what it detected is not stored: dropped */
         a->gave_up = 1; /* run() ends with status 1 */
         stop = 1;       /* the store gives up retrying what refuses */
         st_reorder_drop(a->reorder, partition);
         st_deadletter_forget(a->dlq, partition);
         return;
     }
+    /* the batch detected before this poll goes to the store first (as
+     * without detect.overlap, where it went before the poll) */
+    if (finish_pending(a))
+        a->gave_up = 1;
     while (st_store_busy(a->store))
         if (batch_done(a))
             a->gave_up = 1; /* run() ends with status 1 */
@@ -1246,6 +1368,8 @@ static void on_revoke(int32_t partition, int lost, void *arg)
 static void on_resume(int32_t partition, int64_t offset, int64_t clock, void *arg)
 {
     struct analyzer *a = arg;
+    if (finish_pending(a)) /* the workers' state, below */
+        a->gave_up = 1;
     st_reorder_resume(a->reorder, partition, offset, clock);
     if (a->workers) /* a load applies the trims its string carries below it */
         st_workers_resumed(a->workers, partition, offset);
@@ -1265,6 +1389,8 @@ static void on_assign(const int32_t *parts, int n, void *arg)
     int64_t backoff = 100;
     if (!a->fence)
         return; /* analyzer.role=store: no state */
+    if (finish_pending(a)) /* the detection's use of a->redis */
+        a->gave_up = 1;
     /* stopping (a lost assignment, a refused checkpoint, a signal): it will
      * write nothing of them, and an INCR would refuse the checkpoints of
      * the analyzer that holds them after us */
@@ -1299,8 +1425,13 @@ static int run(struct analyzer *a, int drain)
 /* the time since the last mark goes to phase ph */
 #define PHASE(ph) (t1 = st_time_mono_us(), a->phase_us[ph] += t1 - t, t = t1)
     while (!stop) {
-        if (hup)
+        if (hup) { /* the detection reads the configuration */
+            if (finish_pending(a)) {
+                failed = 1;
+                break;
+            }
             reload(&a->conf);
+        }
         struct slot *sl = &a->slots[a->fill];
         struct st_store_batch *b = sl->b;
         /* events left to release (a bounded release, below): no wait */
@@ -1344,28 +1475,46 @@ static int run(struct analyzer *a, int drain)
             a->late += (long)late;
             if (late) /* once a batch: an atomic add per event cost 1% */
                 st_metric_add(a->m_late, (int64_t)late);
-            if (a->workers && detect(a, sl)) { /* the store role has none */
-                failed = 1;
-                break;
+            if (a->workers) { /* the store role has none */
+                /* its offsets now, before the next batch's events enter
+                 * the reorder buffer (with detect.overlap that batch is
+                 * polled while this one is detected) */
+                batch_offsets(a, b);
+                PHASE(PH_RELEASE);
+                /* the batch before, detected meanwhile, goes to the store
+                 * first; at most ST_STORE_IN_FLIGHT batches in flight:
+                 * batch N is finished there before N+3 goes (N+1 is being
+                 * written, N+2's events stored ahead) */
+                failed = detect_wait(a) != 0;
+                PHASE(PH_DETECT);
+                if (failed || (failed = finish_pending(a) != 0))
+                    break;
+                PHASE(PH_STORE_WAIT);
+                /* this one's detection: on the detection thread, while
+                 * the next batch is polled, or here */
+                if ((failed = detect_start(a, sl) != 0))
+                    break;
+                PHASE(PH_DETECT);
+                if (!a->det_started && (failed = finish_pending(a) != 0))
+                    break;
+                PHASE(PH_STORE_WAIT);
+            } else {
+                while (!failed && st_store_in_flight(a->store) >= ST_STORE_IN_FLIGHT)
+                    failed = batch_done(a);
+                PHASE(PH_STORE_WAIT);
+                if (failed)
+                    break;
+                batch_offsets(a, b);
+                st_store_submit(a->store, b);
             }
-            PHASE(PH_DETECT);
-            /* at most ST_STORE_IN_FLIGHT batches in flight: batch N is
-             * finished here before N+3 goes (N+1 is being written, N+2's
-             * events stored ahead) */
-            while (!failed && st_store_in_flight(a->store) >= ST_STORE_IN_FLIGHT)
-                failed = batch_done(a);
-            PHASE(PH_STORE_WAIT);
-            if (failed)
-                break;
-            batch_offsets(a, b);
-            if (a->workers) /* the offsets of its cut, or none */
-                marks_commit(a, sl, b);
-            st_store_submit(a->store, b);
             a->fill = (a->fill + 1) % NSLOTS;
         } else {
-            /* idle: finish the batch in flight if it is done (waiting
-             * would stop the polls that may bring the next one), refresh
-             * the lag */
+            /* idle: the batch detected meanwhile to the store, then
+             * finish the batch in flight if it is done (waiting would
+             * stop the polls that may bring the next one), refresh the
+             * lag */
+            if ((failed = finish_pending(a) != 0))
+                break;
             while (!failed && st_store_done(a->store))
                 failed = batch_done(a);
             if (failed || (failed = detectors_flush(a, 0)) != 0)
@@ -1387,9 +1536,13 @@ static int run(struct analyzer *a, int drain)
         }
     }
     PHASE(PH_SUBMIT);
-    /* a clean stop, or the end of --drain, waits for the batches in
-     * flight, then writes what no checkpoint carried yet (and the last
-     * trims) and commits the offsets */
+    /* a clean stop, or the end of --drain, waits for the batch being
+     * detected and the batches in flight, then writes what no checkpoint
+     * carried yet (and the last trims) and commits the offsets */
+    int det_failed = detect_wait(a) != 0;
+    PHASE(PH_DETECT);
+    if (!rc && !failed && (det_failed || finish_pending(a)))
+        failed = 1;
     while (st_store_busy(a->store))
         if (batch_done(a))
             failed = 1;
@@ -1397,6 +1550,16 @@ static int run(struct analyzer *a, int drain)
         failed = 1;
     PHASE(PH_END);
 #undef PHASE
+    /* a batch detected and not stored (a failure): dropped, as a crash
+     * would, for the next run or owner to redo */
+    if (a->pending) {
+        if (a->detected == a->pending) {
+            detectors_reset(a);
+            a->detected = NULL;
+        }
+        slot_clear(a->pending);
+        a->pending = NULL;
+    }
     slot_clear(&a->slots[a->fill]);
     /* A failed run leaves what it did not write as a crash does (a batch
      * the store gave up on, changes no checkpoint carried): closing the
@@ -1612,6 +1775,13 @@ int main(int argc, char **argv)
             a.reorder = NULL;
             goto out;
         }
+        if (a.conf.detect_overlap) {
+            pthread_mutex_init(&a.det_mu, NULL);
+            pthread_cond_init(&a.det_cv, NULL);
+            if (pthread_create(&a.det_thread, NULL, detect_main, &a))
+                st_fatal("could not start the detection thread");
+            a.det_started = 1;
+        }
     }
 
     st_info("consuming \"%s\" as group \"%s\" (analyzer.role=%s, batch.max_events=%" PRId64
@@ -1625,6 +1795,7 @@ int main(int argc, char **argv)
     /* closing the consumer revokes its partitions, and the rebalance
      * callback drops them from the reorder buffer: close it first */
     a.exiting = 1;
+    detect_thread_stop(&a); /* nothing is pending once run() returned */
     st_consumer_destroy(a.consumer);
     a.consumer = NULL;
     if (LEAVE_STATE_AT_EXIT)
