@@ -62,6 +62,13 @@ struct part {
     size_t live;          /* events buffered */
     struct key *heap;
     size_t n, cap;
+    /* keys pushed in order, each not below the one pushed before it here
+     * (most: a partition's events mostly come in time order), queued
+     * from run_head to run_n; the others in the heap. The next to leave
+     * is the smaller of the two fronts (keys_top), so an event in order
+     * costs no sift of the heap. */
+    struct key *run;
+    size_t run_head, run_n, run_cap;
     uint64_t *ready;      /* skewed: leave at the next release (numbers) */
     size_t nready, capready;
     /* every event pushed and not yet gone, in push order: a ring of
@@ -133,6 +140,7 @@ static void part_clear(struct part *p)
     for (size_t i = 0; i < p->nfresh; i++)
         st_event_fini(&p->fresh[i].ev); /* an empty one too */
     free(p->heap);
+    free(p->run);
     free(p->ready);
     free(p->fifo);
     free(p->fresh);
@@ -345,6 +353,50 @@ static struct key heap_pop(struct part *p)
     return top;
 }
 
+/* Queues k: on the run when it is not below the run's last key, else on
+ * the heap. */
+static void keys_push(struct part *p, const struct key *k)
+{
+    if (p->run_n > p->run_head && key_less(k, &p->run[p->run_n - 1])) {
+        heap_push(p, k);
+        return;
+    }
+    if (p->run_n == p->run_cap) {
+        if (p->run_head > 0 && p->run_head >= p->run_cap / 2) { /* room at the front */
+            memmove(p->run, p->run + p->run_head,
+                    (p->run_n - p->run_head) * sizeof(*p->run));
+            p->run_n -= p->run_head;
+            p->run_head = 0;
+        } else {
+            p->run_cap = p->run_cap ? p->run_cap * 2 : 64;
+            p->run = st_realloc(p->run, p->run_cap * sizeof(*p->run));
+        }
+    }
+    p->run[p->run_n++] = *k;
+}
+
+/* The key that leaves next, or NULL when none is queued. */
+static const struct key *keys_top(const struct part *p)
+{
+    const struct key *a = p->run_head < p->run_n ? &p->run[p->run_head] : NULL;
+    const struct key *b = p->n ? &p->heap[0] : NULL;
+    if (!a || !b)
+        return a ? a : b;
+    return key_less(b, a) ? b : a;
+}
+
+/* Takes the key keys_top gives. */
+static struct key keys_pop(struct part *p)
+{
+    const struct key *t = keys_top(p);
+    if (p->run_head == p->run_n || t != &p->run[p->run_head])
+        return heap_pop(p);
+    struct key k = p->run[p->run_head++];
+    if (p->run_head == p->run_n)
+        p->run_head = p->run_n = 0;
+    return k;
+}
+
 static int64_t watermark(const struct st_reorder *r, const struct part *p)
 {
     return p->have_ts ? p->max_ts - r->lateness_us : INT64_MIN;
@@ -394,7 +446,7 @@ void st_reorder_push(struct st_reorder *r, int32_t partition, int64_t offset,
         p->ready[p->nready++] = seq;
         return;
     }
-    heap_push(p, &(struct key){.ts_us = e.ts_us, .offset = offset, .seq = seq});
+    keys_push(p, &(struct key){.ts_us = e.ts_us, .offset = offset, .seq = seq});
 }
 
 size_t st_reorder_park(struct st_reorder *r, size_t keep)
@@ -488,11 +540,12 @@ size_t st_reorder_release(struct st_reorder *r, int flush, int64_t now_ms,
         int all = flush || (idle_ms > 0 && now_ms - p->last_push_ms >= idle_ms);
         int64_t wm = watermark(r, p);
         /* a late event sorts before the watermark: it leaves with the rest */
-        while (p->n > 0 && n < max) {
-            struct pushed *e = entry(p, p->heap[0].seq);
-            if (e && !(all || p->heap[0].ts_us <= wm || e->late))
+        const struct key *top;
+        while ((top = keys_top(p)) && n < max) {
+            struct pushed *e = entry(p, top->seq);
+            if (e && !(all || top->ts_us <= wm || e->late))
                 break;
-            struct key k = heap_pop(p);
+            struct key k = keys_pop(p);
             if (e && take(r, p, e, k.seq, out_slot(out, cap, n)) == 0)
                 n++;
         }
@@ -580,7 +633,8 @@ size_t st_reorder_bytes(const struct st_reorder *r)
         const struct part *p = &r->parts[i];
         if (!p->used)
             continue;
-        n += p->cap * sizeof(*p->heap) + p->capready * sizeof(*p->ready) +
+        n += p->cap * sizeof(*p->heap) + p->run_cap * sizeof(*p->run) +
+             p->capready * sizeof(*p->ready) +
              p->fifo_cap * sizeof(*p->fifo) + p->capfresh * sizeof(*p->fresh) +
              p->parked_bytes + p->kept_bytes + p->kept * sizeof(struct st_event);
         for (size_t k = 0; k < p->nfresh; k++)

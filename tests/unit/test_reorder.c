@@ -599,6 +599,71 @@ START_TEST(reorder_parked_event_that_does_not_parse_is_skipped)
 }
 END_TEST
 
+/* Events leave in (time, offset) order, each once, and only once the
+ * watermark passed them, whatever order they came in: random streams over
+ * two partitions where most events come in time order and some up to 4 s
+ * early or late within a lateness of 5 s (none late), runs of equal times,
+ * released at random points, bounded or not, then flushed. */
+START_TEST(reorder_releases_in_time_order)
+{
+    enum { PARTS = 2, N = 4000 };
+    srand(11 + (unsigned)_i);
+    struct st_reorder *r = st_reorder_new(5 * S);
+    int64_t next[PARTS] = {0}, clock[PARTS] = {0}, max_ts[PARTS], pushed = 0, left = 0;
+    int64_t last_ts[PARTS], last_off[PARTS];
+    static int64_t ts_of[PARTS][N];
+    for (int p = 0; p < PARTS; p++) {
+        max_ts[p] = INT64_MIN;
+        last_ts[p] = INT64_MIN;
+        last_off[p] = -1;
+    }
+    for (int step = 0; step < N + 1; step++) {
+        int last = step == N;
+        if (!last && rand() % 8) {
+            int p = rand() % PARTS;
+            clock[p] += rand() % 3 == 0 ? 0 : S / 4;
+            int64_t ts = clock[p] + 100 * S;
+            if (rand() % 6 == 0)
+                ts += (rand() % 9 - 4) * S / 2; /* up to 2 s off either way */
+            /* never late: at or past the watermark */
+            if (max_ts[p] != INT64_MIN && ts < max_ts[p] - 5 * S)
+                ts = max_ts[p] - 5 * S;
+            ts_of[p][next[p]] = ts;
+            if (ts > max_ts[p])
+                max_ts[p] = ts;
+            push(r, p, next[p]++, ts, 0);
+            pushed++;
+            continue;
+        }
+        struct st_reorder_item *out = NULL;
+        size_t max = !last && rand() % 2 ? (size_t)(1 + rand() % 16) : 0;
+        size_t cap = 0, got = st_reorder_release(r, last, 0, 0, max, &out, &cap);
+        for (size_t i = 0; i < got; i++) {
+            int q = out[i].partition;
+            int64_t ts = ts_of[q][out[i].offset];
+            ck_assert_int_eq(out[i].late, 0);
+            ck_assert_int_eq(out[i].ev.ts_us, ts);
+            /* in order after the partition's last one out */
+            ck_assert_msg(ts > last_ts[q] || (ts == last_ts[q] && out[i].offset > last_off[q]),
+                          "partition %d: offset %lld (ts %lld) after %lld (ts %lld)", q,
+                          (long long)out[i].offset, (long long)ts, (long long)last_off[q],
+                          (long long)last_ts[q]);
+            if (!last)
+                ck_assert(ts <= max_ts[q] - 5 * S);
+            last_ts[q] = ts;
+            last_off[q] = out[i].offset;
+            st_reorder_item_fini(&out[i]);
+        }
+        left += (int64_t)got;
+        free(out);
+    }
+    ck_assert_int_eq(left, pushed);
+    ck_assert_uint_eq(st_reorder_buffered(r), 0);
+    st_reorder_destroy(r);
+    texts_free();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("reorder");
@@ -618,6 +683,7 @@ int main(void)
     tcase_add_test(tc, reorder_parked_event_is_small);
     tcase_add_test(tc, reorder_parked_event_that_does_not_parse_is_skipped);
     tcase_add_test(tc, reorder_bounded_release_is_the_same_in_slices);
+    tcase_add_loop_test(tc, reorder_releases_in_time_order, 0, 4);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
