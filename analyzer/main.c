@@ -228,10 +228,10 @@ static const struct st_conf_prop analyzer_props[] = {
     {"detect.workers", "SANDTRAIL_DETECT_WORKERS", ST_CONF_INT, A(detect_workers), 1, 64,
      "2",
      "detection workers: worker w runs the per-run detectors over the partitions p "
-     "with p % workers == w; worker 0 is the main thread, which also runs the "
-     "cross-run ones (scope_drift, token_write) over every event, the others are "
-     "threads (1: none). The findings, and the state a load of Redis gives, do not "
-     "depend on it"},
+     "with p % workers == w; worker 0 is the detection thread (detect.overlap=1) or "
+     "the main thread, and also runs the cross-run ones (scope_drift, token_write) "
+     "over every event, the others are threads of their own (1: none). The findings, "
+     "and the state a load of Redis gives, do not depend on it"},
     {"detect.overlap", NULL, ST_CONF_INT, A(detect_overlap), 0, 1, "1",
      "1: a batch is detected on a thread of its own (with the detection workers) "
      "while the main thread polls, parses and releases the next one; 0: the main "
