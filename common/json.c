@@ -215,9 +215,23 @@ static void jp_delete(struct jp *j, cJSON *c)
 
 static cJSON *jp_node(struct jp *j, int type)
 {
-    cJSON *c = j->arena ? st_arena_alloc(j->arena, sizeof(*c)) : malloc(sizeof(*c));
+    if (j->arena)
+        return st_json_node_in(j->arena, type);
+    cJSON *c = malloc(sizeof(*c));
     if (!c)
         st_fatal("out of memory parsing JSON");
+    c->next = c->prev = c->child = NULL;
+    c->type = type;
+    c->valuestring = NULL;
+    c->valueint = 0;
+    c->valuedouble = 0;
+    c->string = NULL;
+    return c;
+}
+
+cJSON *st_json_node_in(struct st_arena *arena, int type)
+{
+    cJSON *c = st_arena_alloc(arena, sizeof(*c));
     c->next = c->prev = c->child = NULL;
     c->type = type;
     c->valuestring = NULL;
@@ -472,8 +486,7 @@ static cJSON *jp_number(struct jp *j)
     if (!j->big && (!isfinite(v) || frac - expsign * exp > ST_JSON_MAX_SCALE))
         j->big = s;
     cJSON *c = jp_node(j, cJSON_Number);
-    c->valuedouble = v;
-    c->valueint = v >= INT_MAX ? INT_MAX : v <= (double)INT_MIN ? INT_MIN : (int)v;
+    st_json_set_number(c, v);
     j->p = p;
     return c;
 }
@@ -482,7 +495,13 @@ static cJSON *jp_value(struct jp *j);
 
 /* Appends item to the children of parent, the cJSON way: the first child's
  * prev is the last child. */
-static void jp_append(cJSON *parent, cJSON *item)
+void st_json_set_number(cJSON *c, double v)
+{
+    c->valuedouble = v;
+    c->valueint = v >= INT_MAX ? INT_MAX : v <= (double)INT_MIN ? INT_MIN : (int)v;
+}
+
+void st_json_append(cJSON *parent, cJSON *item)
 {
     cJSON *first = parent->child;
     if (!first) {
@@ -536,7 +555,7 @@ static cJSON *jp_container(struct jp *j, int object)
                     j->dup = o->string;
                     break;
                 }
-        jp_append(c, item);
+        st_json_append(c, item);
         jp_ws(j);
         if (j->p < j->end && *j->p == ',') {
             j->p++;

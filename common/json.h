@@ -72,6 +72,15 @@ struct st_arena;
 cJSON *st_json_parse_in(const char *buf, size_t len, struct st_arena *arena,
                         struct st_reject *rej);
 
+/* The pieces of st_json_parse_in's trees, for a reader that builds part
+ * of one itself (onepass.c): a node of type t (cJSON_String, ...) from
+ * arena, every other member zero; a number's value (valuedouble, and
+ * valueint as cJSON sets it); item appended to parent's children (cJSON's
+ * links: the first child's prev is the last). */
+cJSON *st_json_node_in(struct st_arena *arena, int type);
+void st_json_set_number(cJSON *c, double v);
+void st_json_append(cJSON *parent, cJSON *item);
+
 /* Returns 1 when buf[0..len) is valid UTF-8 (no overlongs, no surrogates). */
 int st_utf8_valid(const char *buf, size_t len);
 

@@ -160,6 +160,16 @@ struct st_onepass {
     /* where the top-level attrs and identity values are in the line
      * (st_onepass_read parses them alone): offset and length */
     size_t span_at[2], span_len[2];
+    /* st_onepass_read's: the arena (NULL otherwise), and the attrs object
+     * built from the tokens as they are read while its members are all
+     * scalars (attrs_built; a nested one leaves it to the parse of its
+     * span); the last string and number a value read */
+    struct st_arena *mem;
+    cJSON *attrs_tree;
+    int attrs_built;
+    const char *last_s;
+    size_t last_n;
+    double last_num;
     unsigned char vt[F__COUNT]; /* enum vt of each slot */
     unsigned char vctl[F__COUNT]; /* an id (is_id) holds a control character */
     size_t voff[F__COUNT], vlen[F__COUNT];
@@ -788,10 +798,39 @@ static int key_info(struct st_onepass *p, const char *key, size_t klen, unsigned
 static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
                  const char *name, size_t namelen, uint64_t kmask);
 
+/* st_onepass_read's attrs member key[0..klen), of type t (a scalar: the
+ * last string or number read), as st_json_parse_in makes it */
+static void attrs_member(struct st_onepass *p, const char *key, size_t klen, int t)
+{
+    static const int types[] = {[V_NULL] = cJSON_NULL, [V_FALSE] = cJSON_False,
+                                [V_TRUE] = cJSON_True, [V_NUMBER] = cJSON_Number,
+                                [V_STRING] = cJSON_String};
+    cJSON *c = st_json_node_in(p->mem, types[t]);
+    char *k = st_arena_alloc_bytes(p->mem, klen + 1);
+    memcpy(k, key, klen);
+    k[klen] = '\0';
+    c->string = k;
+    if (t == V_NUMBER) {
+        st_json_set_number(c, p->last_num);
+    } else if (t == V_STRING) {
+        char *v = st_arena_alloc_bytes(p->mem, p->last_n + 1);
+        memcpy(v, p->last_s, p->last_n);
+        v[p->last_n] = '\0';
+        c->valuestring = v;
+    }
+    st_json_append(p->attrs_tree, c);
+}
+
 static int object(struct st_onepass *p, int depth, enum ctx ctx)
 {
     size_t k0 = p->nk, keys0 = p->keys.len;
     int wrote = 0;
+    /* st_onepass_read: the top-level attrs object, built as it is read */
+    int build = ctx == C_ATTRS && p->mem;
+    if (build) {
+        p->attrs_tree = st_json_node_in(p->mem, cJSON_Object);
+        p->attrs_built = 1;
+    }
     /* a bit per key of this object, from its key_hash (also its slots in
      * the key cache): a key whose bit is not set yet cannot be a duplicate,
      * so the keys before it are compared only when it is (equal keys have
@@ -886,6 +925,12 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
             p->mute--;
         if (t < 0)
             return -1;
+        if (build && p->attrs_built) {
+            if (t == V_OBJECT || t == V_ARRAY)
+                p->attrs_built = 0; /* its span is parsed instead */
+            else
+                attrs_member(p, key, klen, t);
+        }
         ws(p);
         if (p->p < p->end && *p->p == ',') {
             p->p++;
@@ -973,6 +1018,8 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
         const unsigned char *open = p->p; /* for splice */
         if (read_string(p, &s, &n, &plain))
             return -1;
+        p->last_s = s;
+        p->last_n = n;
         if (p->mute)
             ; /* the sender's "redactions": dropped */
         else if (!p->write) {
@@ -1053,6 +1100,7 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
             return bail(p);
         if (read_number(p, &d))
             return -1;
+        p->last_num = d;
         t = V_NUMBER;
     }
     if (t < 0)
@@ -1318,7 +1366,12 @@ int st_onepass_read(struct st_onepass *p, const char *line, size_t len,
     p->canon = 1;
     st_buf_reset(&p->vals);
     memset(p->vt, V_ABSENT, sizeof(p->vt));
-    if (pass(p, line, len, 0) || validate(p, ev))
+    p->mem = mem;
+    p->attrs_tree = NULL;
+    p->attrs_built = 0;
+    int rc = pass(p, line, len, 0) || validate(p, ev);
+    p->mem = NULL;
+    if (rc)
         goto undecided;
 
     /* the slots' strings, moved into mem with ev's pointers to them */
@@ -1331,11 +1384,15 @@ int st_onepass_read(struct st_onepass *p, const char *line, size_t len,
         if (*strs[i])
             *strs[i] = v + (*strs[i] - p->vals.data);
 
-    /* attrs and identity as the tree path has them: each read alone by
-     * the strict parser, which accepts them (the whole line passed) */
+    /* attrs and identity as the tree path has them: attrs built as it was
+     * read when its members are all scalars (most); else, and identity,
+     * each read alone by the strict parser, which accepts them (the whole
+     * line passed) */
     struct st_reject rej;
-    if (p->vt[F_ATTRS] == V_OBJECT &&
-        !(ev->attrs = st_json_parse_in(line + p->span_at[0], p->span_len[0], mem, &rej)))
+    if (p->vt[F_ATTRS] == V_OBJECT && p->attrs_built)
+        ev->attrs = p->attrs_tree;
+    else if (p->vt[F_ATTRS] == V_OBJECT &&
+             !(ev->attrs = st_json_parse_in(line + p->span_at[0], p->span_len[0], mem, &rej)))
         goto undecided;
     if (p->vt[F_IDENTITY] == V_OBJECT &&
         !(ev->identity = st_json_parse_in(line + p->span_at[1], p->span_len[1], mem, &rej)))
