@@ -213,13 +213,9 @@ static void jp_delete(struct jp *j, cJSON *c)
         cJSON_Delete(c);
 }
 
-static cJSON *jp_node(struct jp *j, int type)
+/* c as a new node of type t: every other member zero. */
+static cJSON *node_init(cJSON *c, int type)
 {
-    if (j->arena)
-        return st_json_node_in(j->arena, type);
-    cJSON *c = malloc(sizeof(*c));
-    if (!c)
-        st_fatal("out of memory parsing JSON");
     c->next = c->prev = c->child = NULL;
     c->type = type;
     c->valuestring = NULL;
@@ -229,16 +225,19 @@ static cJSON *jp_node(struct jp *j, int type)
     return c;
 }
 
+static cJSON *jp_node(struct jp *j, int type)
+{
+    if (j->arena)
+        return st_json_node_in(j->arena, type);
+    cJSON *c = malloc(sizeof(*c));
+    if (!c)
+        st_fatal("out of memory parsing JSON");
+    return node_init(c, type);
+}
+
 cJSON *st_json_node_in(struct st_arena *arena, int type)
 {
-    cJSON *c = st_arena_alloc(arena, sizeof(*c));
-    c->next = c->prev = c->child = NULL;
-    c->type = type;
-    c->valuestring = NULL;
-    c->valueint = 0;
-    c->valuedouble = 0;
-    c->string = NULL;
-    return c;
+    return node_init(st_arena_alloc(arena, sizeof(cJSON)), type);
 }
 
 static void jp_ws(struct jp *j)
