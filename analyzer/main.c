@@ -233,11 +233,13 @@ static const struct st_conf_prop analyzer_props[] = {
      "over every event, the others are threads of their own (1: none). The findings, "
      "and the state a load of Redis gives, do not depend on it"},
     {"detect.overlap", NULL, ST_CONF_INT, A(detect_overlap), 0, 1, "1",
-     "1: a batch is detected on a thread of its own (with the detection workers) "
-     "while the main thread polls, parses and releases the next one; 0: the main "
-     "thread detects each batch itself before it polls the next. The findings, "
-     "the state written and the offsets committed do not depend on it "
-     "(docs/architecture.md, \"Session 20\")"},
+     "1: a batch polled while behind (batch.behind_events) is detected on a thread "
+     "of its own (with the detection workers) while the main thread polls, parses "
+     "and releases the next one; a live batch is still handed to the store before "
+     "the next poll, which may wait for messages. 0: the main thread detects each "
+     "batch itself before it polls the next. The findings, the state written and "
+     "the offsets committed do not depend on it (docs/architecture.md, \"Session "
+     "20\")"},
     {"detect.parse_split_min", NULL, ST_CONF_INT, A(parse_split_min), 0, 1000000, "256",
      "a batch of at least this many messages is parsed by the detection workers at "
      "once (in equal shares of the batch: the main thread is worker 0); a smaller one, "
@@ -1434,6 +1436,17 @@ static int run(struct analyzer *a, int drain)
         }
         struct slot *sl = &a->slots[a->fill];
         struct st_store_batch *b = sl->b;
+        /* a live batch (not polled while behind) goes to the store before
+         * the next poll, which may wait for messages: its findings wait for
+         * no other batch. The overlap is for catching up. */
+        if (a->pending && !a->pending->behind) {
+            PHASE(PH_SUBMIT);
+            failed = detect_wait(a) != 0;
+            PHASE(PH_DETECT);
+            if (failed || (failed = finish_pending(a) != 0))
+                break;
+            PHASE(PH_STORE_WAIT);
+        }
         /* events left to release (a bounded release, below): no wait */
         PHASE(PH_SUBMIT);
         int n = st_consumer_poll_batch(a->consumer, b->msgs, max, behind,
