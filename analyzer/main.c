@@ -1410,6 +1410,22 @@ static void on_assign(const int32_t *parts, int n, void *arg)
     }
 }
 
+/* finish_pending, its two waits added to the detect and store_wait
+ * phases from *t (run's clock, moved on) */
+static int hand_over(struct analyzer *a, int64_t *t)
+{
+    int rc = detect_wait(a);
+    int64_t t1 = st_time_mono_us();
+    a->phase_us[PH_DETECT] += t1 - *t;
+    *t = t1;
+    if (!rc)
+        rc = finish_pending(a);
+    t1 = st_time_mono_us();
+    a->phase_us[PH_STORE_WAIT] += t1 - *t;
+    *t = t1;
+    return rc;
+}
+
 static int run(struct analyzer *a, int drain)
 {
     int max = (int)a->conf.batch_max_events;
@@ -1441,11 +1457,8 @@ static int run(struct analyzer *a, int drain)
          * no other batch. The overlap is for catching up. */
         if (a->pending && !a->pending->behind) {
             PHASE(PH_SUBMIT);
-            failed = detect_wait(a) != 0;
-            PHASE(PH_DETECT);
-            if (failed || (failed = finish_pending(a) != 0))
+            if ((failed = hand_over(a, &t) != 0))
                 break;
-            PHASE(PH_STORE_WAIT);
         }
         /* events left to release (a bounded release, below): no wait */
         PHASE(PH_SUBMIT);
@@ -1498,19 +1511,15 @@ static int run(struct analyzer *a, int drain)
                  * first; at most ST_STORE_IN_FLIGHT batches in flight:
                  * batch N is finished there before N+3 goes (N+1 is being
                  * written, N+2's events stored ahead) */
-                failed = detect_wait(a) != 0;
-                PHASE(PH_DETECT);
-                if (failed || (failed = finish_pending(a) != 0))
+                if ((failed = hand_over(a, &t) != 0))
                     break;
-                PHASE(PH_STORE_WAIT);
                 /* this one's detection: on the detection thread, while
                  * the next batch is polled, or here */
                 if ((failed = detect_start(a, sl) != 0))
                     break;
                 PHASE(PH_DETECT);
-                if (!a->det_started && (failed = finish_pending(a) != 0))
+                if (!a->det_started && (failed = hand_over(a, &t) != 0))
                     break;
-                PHASE(PH_STORE_WAIT);
             } else {
                 while (!failed && st_store_in_flight(a->store) >= ST_STORE_IN_FLIGHT)
                     failed = batch_done(a);

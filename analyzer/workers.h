@@ -112,7 +112,7 @@ struct st_parsed {
     } u;
 };
 
-/* Parses (st_event_parse) the payload of each of msgs[0..n) into
+/* Parses (st_event_read, each worker with its own reader) the payload of each of msgs[0..n) into
  * out[i]: worker w of K the messages [w n / K, (w + 1) n / K) -- equal
  * shares, not detection's split by partition --, worker 0 being the
  * caller, the others their threads, all at once; returns when every message is parsed. Serial work that depends

@@ -3,8 +3,10 @@
  * An event is parsed and validated once, at the collector, into a struct
  * st_event that every later stage shares. The struct keeps the whole cJSON
  * document, so fields the schema does not name are carried, not dropped.
- * The analyzer parses each consumed event again (st_event_parse): its
- * document lives in an arena of its own, one allocation per event. */
+ * The analyzer reads each consumed event again (st_event_read: the
+ * one-pass reader, only attrs and identity as trees; st_event_parse, the
+ * whole tree, where that reader is not sure or a marker may be): what it
+ * makes lives in an arena of the event's own, one allocation per event. */
 #ifndef ST_EVENT_H
 #define ST_EVENT_H
 
