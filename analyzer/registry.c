@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "buf.h"
 #include "checkpoint.h"
 #include "log.h"
 #include "registry.h"
@@ -134,7 +135,7 @@ static uint64_t hash(enum kind k, const char *s)
 static struct entry *find(struct st_registry *r, enum kind k, const char *name)
 {
     uint64_t h = hash(k, name);
-    for (struct entry *e = r->table[h & (r->tcap - 1)]; e; e = e->hnext)
+    for (struct entry *e = r->table[st_hash_slot(h, r->tcap)]; e; e = e->hnext)
         if (e->hash == h && e->kind == k && !strcmp(e->name, name))
             return e;
     return NULL;
@@ -188,15 +189,15 @@ static struct entry *create(struct st_registry *r, enum kind k, const char *name
         for (size_t i = 0; i < r->tcap; i++)
             for (struct entry *x = r->table[i], *next; x; x = next) {
                 next = x->hnext;
-                x->hnext = t[x->hash & (cap - 1)];
-                t[x->hash & (cap - 1)] = x;
+                x->hnext = t[st_hash_slot(x->hash, cap)];
+                t[st_hash_slot(x->hash, cap)] = x;
             }
         free(r->table);
         r->table = t;
         r->tcap = cap;
     }
-    e->hnext = r->table[e->hash & (r->tcap - 1)];
-    r->table[e->hash & (r->tcap - 1)] = e;
+    e->hnext = r->table[st_hash_slot(e->hash, r->tcap)];
+    r->table[st_hash_slot(e->hash, r->tcap)] = e;
     r->n++;
     lru_append(r, e);
     if (r->stats)
@@ -206,7 +207,7 @@ static struct entry *create(struct st_registry *r, enum kind k, const char *name
 
 static void remove_entry(struct st_registry *r, struct entry *e)
 {
-    struct entry **p = &r->table[e->hash & (r->tcap - 1)];
+    struct entry **p = &r->table[st_hash_slot(e->hash, r->tcap)];
     while (*p != e)
         p = &(*p)->hnext;
     *p = e->hnext;

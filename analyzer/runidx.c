@@ -222,7 +222,7 @@ static struct pidx *part_get(struct st_runidx *x, int32_t partition, int create)
 /* The slot of h: where it is, or the empty one where it would go. */
 static size_t slot(const struct pidx *p, uint64_t h)
 {
-    size_t i = (size_t)(h ^ (h >> 29)) & (p->cap - 1);
+    size_t i = st_hash_slot(h, p->cap);
     while (p->e[i].h && p->e[i].h != h)
         i = (i + 1) & (p->cap - 1);
     return i;

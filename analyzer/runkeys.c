@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "event.h"
 #include "log.h"
 #include "runkeys.h"
@@ -63,8 +64,8 @@ static void grow(struct st_runkeys *t)
     for (size_t i = 0; i < t->cap; i++) {
         for (struct st_runkey *k = t->table[i], *next; k; k = next) {
             next = k->hnext;
-            k->hnext = nt[k->hash & (cap - 1)];
-            nt[k->hash & (cap - 1)] = k;
+            k->hnext = nt[st_hash_slot(k->hash, cap)];
+            nt[st_hash_slot(k->hash, cap)] = k;
         }
     }
     free(t->table);
@@ -79,7 +80,7 @@ struct st_runkey *st_runkeys_get(struct st_runkeys *t, const struct st_event *ev
      * tests do, is not given the old run) */
     if (ev == t->last_ev && h == t->last->hash)
         return t->last;
-    struct st_runkey *k = t->table[h & (t->cap - 1)];
+    struct st_runkey *k = t->table[st_hash_slot(h, t->cap)];
     for (; k; k = k->hnext)
         if (k->hash == h && !strcmp(k->run_id, ev->run_id) && !strcmp(k->task_id, ev->task_id))
             break;
@@ -96,8 +97,8 @@ struct st_runkey *st_runkeys_get(struct st_runkeys *t, const struct st_event *ev
         k->hash = h;
         if (t->n >= t->cap)
             grow(t);
-        k->hnext = t->table[h & (t->cap - 1)];
-        t->table[h & (t->cap - 1)] = k;
+        k->hnext = t->table[st_hash_slot(h, t->cap)];
+        t->table[st_hash_slot(h, t->cap)] = k;
         t->n++;
     }
     if (k) {
@@ -109,7 +110,7 @@ struct st_runkey *st_runkeys_get(struct st_runkeys *t, const struct st_event *ev
 
 void st_runkeys_prefetch(const struct st_runkeys *t, uint64_t hash, int stage)
 {
-    struct st_runkey *const *slot = &t->table[hash & (t->cap - 1)];
+    struct st_runkey *const *slot = &t->table[st_hash_slot(hash, t->cap)];
     if (stage == 1)
         __builtin_prefetch(slot);
     else if (*slot)
@@ -124,7 +125,7 @@ void st_runkeys_set(struct st_runkeys *t, struct st_runkey *k, int slot, void *s
     for (int i = 0; i < ST_RUNKEYS_SLOTS; i++)
         if (k->slot[i])
             return;
-    struct st_runkey **p = &t->table[k->hash & (t->cap - 1)];
+    struct st_runkey **p = &t->table[st_hash_slot(k->hash, t->cap)];
     while (*p != k)
         p = &(*p)->hnext;
     *p = k->hnext;

@@ -102,7 +102,7 @@ static uint64_t fp_hash(const char *fp)
 
 static struct slot *lookup(struct slot *slots, size_t cap, uint64_t h, const char *fp)
 {
-    size_t i = (size_t)(h ^ h >> 29) & (cap - 1);
+    size_t i = st_hash_slot(h, cap);
     while (slots[i].h && !(slots[i].h == h && !strcmp(slots[i].fp, fp)))
         i = (i + 1) & (cap - 1);
     return &slots[i];
