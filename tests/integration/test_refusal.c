@@ -171,6 +171,72 @@ START_TEST(refusal_in_the_spool_is_dead_lettered_and_replay_goes_on)
 }
 END_TEST
 
+/* The record_id of a line's dead-letter record (collector/dlq.h): a copy
+ * the spool sends again (here the spool of a collector that could not
+ * reach Kafka, copied before it was replayed: what a crash after the
+ * delivery leaves, segments Kafka had acknowledged) carries the same id;
+ * the same line rejected again gets a new one. A reader keeping one record
+ * per record_id sees each rejection once. */
+START_TEST(refusal_record_id_names_the_rejection_not_the_copy)
+{
+    struct world w;
+    char in[200], empty[200], cmd[600];
+    int n;
+    setup_dir();
+    world_init(&w, "refrecid");
+    snprintf(in, sizeof(in), "%s/in.ndjson", dir);
+    snprintf(empty, sizeof(empty), "%s/empty.ndjson", dir);
+    FILE *f = fopen(in, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("this line is not an event\n", f);
+    fclose(f);
+    ck_assert_int_eq(system(strcat(strcpy((char[300]){0}, "touch "), empty)), 0);
+
+    /* Kafka out of reach: the record stays in the spool, copied aside */
+    int st = run(&w, w.name, w.name,
+                 BIN "/collector/sandtrail-collector --input %s -X spool.dir=%s/spool"
+                     " -X spool.registry= -X kafka.brokers=127.0.0.1:19099"
+                     " -X kafka.delivery.timeout.ms=1000 2>%s/first.log",
+                 in, dir, dir);
+    ck_assert_int_eq(st, 2);
+    snprintf(cmd, sizeof(cmd), "cp -r %s/spool %s/spool2", dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    /* both spools replayed: the record twice */
+    for (int i = 0; i < 2; i++) {
+        st = run(&w, w.name, w.name,
+                 BIN "/collector/sandtrail-collector --input %s -X spool.dir=%s/spool%s"
+                     " -X spool.registry= 2>>%s/replay.log",
+                 empty, dir, i ? "2" : "", dir);
+        ck_assert_int_eq(st, 0);
+    }
+    /* the same line sent again: a second rejection */
+    st = run(&w, w.name, w.name,
+             BIN "/collector/sandtrail-collector --input %s 2>%s/again.log", in, dir);
+    ck_assert_int_eq(st, 1);
+
+    char *dlq = topic_dump(w.dlq, &n);
+    ck_assert_int_eq(n, 3);
+    char ids[3][33];
+    int k = 0;
+    for (const char *p = strstr(dlq, "\"record_id\":\""); p && k < 3;
+         p = strstr(p + 1, "\"record_id\":\"")) {
+        ck_assert_int_eq(sscanf(p, "\"record_id\":\"%32[0-9a-f]\"", ids[k]), 1);
+        ck_assert_uint_eq(strlen(ids[k]), 32);
+        k++;
+    }
+    ck_assert_int_eq(k, 3);
+    /* two copies of the spooled record and the new rejection, in the
+     * order of the topic's partitions: two ids, one of them twice */
+    int same01 = !strcmp(ids[0], ids[1]), same02 = !strcmp(ids[0], ids[2]),
+        same12 = !strcmp(ids[1], ids[2]);
+    ck_assert_msg(same01 + same02 + same12 == 1, "ids %s %s %s", ids[0], ids[1], ids[2]);
+    ck_assert_int_eq(occurrences(dlq, "this line is not an event"), 3);
+    free(dlq);
+    cleanup_dir();
+    world_drop(&w);
+}
+END_TEST
+
 /* The broker's own limit (1,048,588 by default) refuses what the
  * collector's allowed: a delivery report, not a produce error. Dead-lettered
  * too; the lines after it are read and produced; exit 1. */
@@ -333,6 +399,7 @@ int main(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, refusal_oversized_event_is_dead_lettered_and_input_reads_on);
     tcase_add_test(tc, refusal_in_the_spool_is_dead_lettered_and_replay_goes_on);
+    tcase_add_test(tc, refusal_record_id_names_the_rejection_not_the_copy);
     tcase_add_test(tc, refusal_by_the_broker_is_dead_lettered);
     tcase_add_test(tc, refusal_over_http_is_listed_and_the_next_request_is_served);
     tcase_add_test(tc, refusal_while_following_does_not_stop_the_tail);
