@@ -77,6 +77,7 @@ struct st_analyzer_conf {
     int64_t fail_copy_sides;         /* fault.fail_copy_sides (tests) */
     int64_t fail_copy_ahead;         /* fault.fail_copy_ahead (tests) */
     int64_t stall_checkpoint_ms; /* fault.stall_checkpoint_ms (tests; fence.h) */
+    int64_t slow_detect_ms;      /* fault.slow_detect_ms (tests) */
     struct st_overrides overrides; /* override.task|platform.* */
     char config_hash[17];     /* of the detect.* properties and overrides */
 };

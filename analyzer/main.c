@@ -333,6 +333,10 @@ static const struct st_conf_prop analyzer_props[] = {
      "0",
      "tests only: every detectors' checkpoint waits this long between its owner-epoch "
      "read (WATCH) and its EXEC, as a stalled process would (0 = never)"},
+    {"fault.slow_detect_ms", NULL, ST_CONF_INT, A(slow_detect_ms), 0, 600000, "0",
+     "tests only: every batch's detection starts this much later, as a slow one "
+     "would take longer (with detect.overlap, a rebalance then lands while a batch "
+     "is being detected; 0 = never)"},
     {NULL},
 };
 
@@ -821,6 +825,8 @@ static __attribute__((noinline)) int detect(struct analyzer *a, struct slot *sl)
     char errstr[1024];
 
     cut_of(a, sl);
+    if (a->conf.slow_detect_ms > 0)
+        usleep((useconds_t)a->conf.slow_detect_ms * 1000);
     while (detect_try(a, sl, errstr, sizeof(errstr)))
         if (retry_wait(a, &backoff,
                        "a batch cannot be written to PostgreSQL or Redis: retrying",
@@ -1347,6 +1353,15 @@ static void on_revoke(int32_t partition, int lost, void *arg)
     }
     /* the batch detected before this poll goes to the store first (as
      * without detect.overlap, where it went before the poll) */
+    if (a->pending && a->det_started) {
+        pthread_mutex_lock(&a->det_mu);
+        int busy = a->det_busy;
+        pthread_mutex_unlock(&a->det_mu);
+        if (busy)
+            st_info("partition %" PRId32 " revoked while a batch was being detected: "
+                    "that batch is finished and stored first",
+                    partition);
+    }
     if (finish_pending(a))
         a->gave_up = 1;
     while (st_store_busy(a->store))

@@ -313,6 +313,71 @@ START_TEST(pipeline_two_analyzers_one_killed_equal_one_clean)
 }
 END_TEST
 
+/* A rebalance while a batch is being detected (detect.overlap: a batch
+ * polled while behind is detected on a thread of its own while the main
+ * thread polls the next). a drains the backlog in batches whose detection
+ * is slowed (fault.slow_detect_ms; batch.behind_ms=0: the events were
+ * just written, and a batch grows past batch.max_events only when it is
+ * behind), so that when b joins the group, a's
+ * revoke comes inside its poll while the detection thread holds a batch:
+ * that batch is detected and stored first, then every change written and
+ * the offsets committed, before the partitions go. The tables equal one
+ * clean analyzer's, and a's log says the revoke met a detection. */
+START_TEST(pipeline_rebalance_while_detecting_equals_one_clean)
+{
+    struct world clean, pair;
+    char input[256], alog[256];
+    snprintf(input, sizeof(input), "/tmp/st_rebal_%d.ndjson", (int)getpid());
+    snprintf(alog, sizeof(alog), "/tmp/st_rebal_%d.a.log", (int)getpid());
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd),
+             "cat " SANDTRAIL_SOURCE_DIR "/tests/data/scenarios/[!a]*.ndjson > %s.part && "
+             "mv %s.part %s", input, input, input);
+    ck_assert_int_eq(system(cmd), 0);
+    world_init(&clean, "rbclean");
+    world_init(&pair, "rbpair");
+    snprintf(pair.topic, sizeof(pair.topic), "%s", clean.topic);
+    snprintf(pair.dlq, sizeof(pair.dlq), "%s", clean.dlq);
+    ck_assert_int_eq(run(&clean, clean.name, clean.name,
+                         BIN "/collector/sandtrail-collector --input %s 2>/dev/null", input),
+                     0);
+#define REBAL_BATCH                                                                      \
+    " -X batch.max_events=20 -X batch.behind_events=100 -X batch.behind_ms=0"                \
+    " -X detect.overlap=1"
+    ck_assert_int_eq(run(&clean, clean.name, clean.name,
+                         BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null" REBAL_BATCH),
+                     0);
+    /* a: every detection 200 ms late; b joins a second in */
+    run(&pair, pair.name, pair.name,
+        BIN "/analyzer/sandtrail-analyzer --drain" REBAL_BATCH
+            " -X kafka.group.instance_id=a -X fault.slow_detect_ms=200 2>%s &"
+            " sleep 1; " BIN "/analyzer/sandtrail-analyzer --drain" REBAL_BATCH
+            " -X kafka.group.instance_id=b 2>/dev/null; wait",
+        alog);
+    ck_assert_int_eq(run(&pair, pair.name, pair.name,
+                         BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null" REBAL_BATCH
+                             " -X kafka.group.instance_id=a"),
+                     0);
+#undef REBAL_BATCH
+    char *log = world_slurp(alog);
+    ck_assert_msg(strstr(log, "revoked while a batch was being detected") != NULL,
+                  "no revoke met a detection (%s):\n%.3000s", alog, log);
+    free(log);
+    const char *qs[] = {q_events, q_findings, q_finding_events};
+    for (int i = 0; i < 3; i++) {
+        char *a = rows(clean.dsn, qs[i]), *b = rows(pair.dsn, qs[i]);
+        ck_assert_msg(strlen(a) > 0, "query %d returned nothing", i);
+        ck_assert_str_eq(a, b);
+        free(a);
+        free(b);
+    }
+    unlink(input);
+    unlink(alog);
+    world_drop(&clean);
+    world_drop(&pair);
+}
+END_TEST
+
 /* Redis goes away in the middle of a drain and comes back: the analyzer
  * retries the batch instead of skipping detection or committing, and ends
  * with the tables of a run that saw no outage. The Redis here is a second,
@@ -503,6 +568,7 @@ int main(void)
     tcase_add_test(tc, pipeline_crash_and_restart_equals_clean_run);
     tcase_add_test(tc, pipeline_replay_from_zero_changes_nothing);
     tcase_add_test(tc, pipeline_two_analyzers_one_killed_equal_one_clean);
+    tcase_add_test(tc, pipeline_rebalance_while_detecting_equals_one_clean);
     tcase_add_test(tc, pipeline_live_analyzer_serves_metrics);
     tcase_add_test(tc, pipeline_redis_outage_loses_and_duplicates_nothing);
     suite_add_tcase(s, tc);
