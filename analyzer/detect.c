@@ -230,6 +230,14 @@ char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition
     return key;
 }
 
+char *st_detect_index_log_key(const struct st_analyzer_conf *conf, int32_t partition)
+{
+    size_t lp = strlen(conf->redis_prefix);
+    char *key = st_malloc(lp + 40);
+    snprintf(key, lp + 40, "%sruns:%" PRId32 ":log", conf->redis_prefix, partition);
+    return key;
+}
+
 char *st_detect_epoch_key(const struct st_analyzer_conf *conf, int32_t partition)
 {
     size_t n = strlen(conf->redis_prefix) + strlen(conf->topic_events) + 32;

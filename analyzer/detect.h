@@ -95,10 +95,17 @@
  *   <prefix>credfp:<fingerprint>    string, "credential\x1fissued"
  *   <prefix>scope_drift:dest:<host> hash, "allow|deny:<platform>" -> first
  *                                   request (registry.c)
- *   <prefix>runs:<partition>        sorted set, the runs whose state the
- *                                   keys above may hold: member <run>,
- *                                   score the wall time (s) of its last
- *                                   EXPIRE (runidx.h; st_detect_index_key)
+ *   <prefix>runs:<partition>:log    string, the runs whose state the
+ *                                   keys above may hold, appended: records
+ *                                   "<score> <run>\n", score the wall time
+ *                                   (s) of the run's last EXPIRE, a run's
+ *                                   newest record the one that counts
+ *                                   (runidx.h; st_detect_index_log_key)
+ *   <prefix>runs:<partition>        sorted set, the same as written up to
+ *                                   session 20 (member <run>, score):
+ *                                   read, never written, its entries
+ *                                   removed as they age (runidx.h;
+ *                                   st_detect_index_key)
  *   <prefix>runs:complete_since     string, the wall time (s) from which
  *                                   every state write above also wrote its
  *                                   index entry: 0 on a prefix first used
@@ -332,6 +339,8 @@ const char *st_detect_run_field_buf(struct st_buf *b, const char *task_id, const
 /* The run index of a partition: conf->redis_prefix "runs:" partition.
  * Returns a new string. */
 char *st_detect_index_key(const struct st_analyzer_conf *conf, int32_t partition);
+/* Its log: conf->redis_prefix "runs:" partition ":log". */
+char *st_detect_index_log_key(const struct st_analyzer_conf *conf, int32_t partition);
 
 /* The run index's completeness marker: conf->redis_prefix
  * "runs:complete_since". Returns a new string. */

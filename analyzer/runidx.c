@@ -32,9 +32,17 @@ struct pidx {
         int64_t t;
     } *e;
     size_t n, cap;
-    const char **pend; /* ZADD arguments queued: score, member, ... (owned) */
-    size_t npend, cappend;
+    struct st_buf pend; /* the log's records queued: "<score> <member>\n" */
+    size_t npend;
     int64_t swept_s; /* last sweep of old entries (0: never) */
+    /* the log's records below compact_cutoff, and every record of a run
+     * but its newest, are to be dropped (st_runidx_compact), once about a
+     * quarter of them may be: records counts those read at the load and
+     * appended since, stale those known to be superseded (a run's second
+     * record, read or appended) or pruned */
+    int compact_due;
+    int64_t compact_cutoff;
+    size_t records, stale;
     /* the sweep of expired state (st_runidx_queue_sweep): its read, then
      * its deletions in the next flush */
     int sweep;            /* SWEEP_NONE, _QUEUED, _READ */
@@ -48,6 +56,7 @@ struct pidx {
     char **cand;          /* the members read, owned */
     int64_t *cscore;      /* and their scores in Redis */
     size_t ncand, capcand;
+    struct st_buf sweepbuf; /* the sweep's read, as log records */
 };
 
 enum { SWEEP_NONE, SWEEP_QUEUED, SWEEP_READ };
@@ -132,9 +141,11 @@ static void pidx_clear(struct pidx *p)
     p->sweep_lo = p->sweep_s = 0;
     p->sweep_full = 0;
     p->sweep_max = SWEEP_MAX;
-    for (size_t i = 0; i < p->npend; i++)
-        free((char *)p->pend[i]);
+    st_buf_reset(&p->pend);
     p->npend = 0;
+    p->compact_due = 0;
+    p->records = p->stale = 0;
+    st_buf_reset(&p->sweepbuf);
     free(p->e);
     p->x->size -= (int64_t)p->n;
     p->e = NULL;
@@ -176,7 +187,8 @@ void st_runidx_destroy(struct st_runidx *x)
         if (!x->parts[i])
             continue;
         pidx_clear(x->parts[i]);
-        free(x->parts[i]->pend);
+        st_buf_fini(&x->parts[i]->pend);
+        st_buf_fini(&x->parts[i]->sweepbuf);
         free(x->parts[i]->cand);
         free(x->parts[i]->cscore);
         free(x->parts[i]);
@@ -212,6 +224,8 @@ static struct pidx *part_get(struct st_runidx *x, int32_t partition, int create)
     }
     if (!x->parts[i] && create) {
         x->parts[i] = st_calloc(1, sizeof(struct pidx));
+        st_buf_init(&x->parts[i]->pend);
+        st_buf_init(&x->parts[i]->sweepbuf);
         x->parts[i]->x = x;
         x->parts[i]->partition = partition;
         x->parts[i]->sweep_max = SWEEP_MAX;
@@ -337,15 +351,70 @@ static uint64_t member_hash(const char *s, size_t len)
     return h ? h : 1;
 }
 
-static int on_load(const redisReply *rep, void *arg)
+/* Calls fn for each record "<score> <member>\n" of a log (the index's
+ * string, runidx.h), in order; a record that is not one (no digits, no
+ * member, no newline where its lengths end) is skipped to the next
+ * newline: the log is only ever appended whole records, so none should
+ * be, and one that is stands for no run. Returns the records skipped. */
+static size_t log_each(const char *s, size_t len,
+                       void (*fn)(void *arg, const char *m, size_t mlen, int64_t t), void *arg)
 {
-    struct pidx *p = arg;
-    return st_runidx_load_reply(p->x, p->partition, rep);
+    const char *end = s + len;
+    size_t bad = 0;
+    while (s < end) {
+        const char *rec = s;
+        int64_t t = 0;
+        int ok = s < end && *s >= '0' && *s <= '9';
+        while (ok && s < end && *s >= '0' && *s <= '9' && t < INT64_MAX / 10)
+            t = t * 10 + (*s++ - '0');
+        ok = ok && s < end && *s == ' ';
+        const char *m = ++s;
+        /* the member's own lengths say where it ends */
+        long long lt = ok ? read_len(&s, end) : -1;
+        ok = lt >= 0 && lt < end - s && s[lt] == ':';
+        if (ok) {
+            s += lt + 1;
+            long long lr = read_len(&s, end);
+            ok = lr >= 0 && lr < end - s && s[lr] == '\n';
+            if (ok)
+                s += lr;
+        }
+        if (!ok) {
+            const char *nl = memchr(rec, '\n', (size_t)(end - rec));
+            s = nl ? nl + 1 : end;
+            bad++;
+            continue;
+        }
+        fn(arg, m, (size_t)(s - m), t);
+        s++; /* the newline */
+    }
+    return bad;
 }
 
-int st_runidx_load_reply(struct st_runidx *x, int32_t partition, const redisReply *rep)
+/* Appends the record of member m (its run) scored t to b. */
+static void log_add(struct st_buf *b, const char *m, size_t mlen, int64_t t)
 {
-    struct pidx *p = part_get(x, partition, 1);
+    char score[ST_I64_LEN];
+    size_t n = st_fmt_i64(score, t);
+    st_buf_add(b, score, n);
+    st_buf_addc(b, ' ');
+    st_buf_add(b, m, mlen);
+    st_buf_addc(b, '\n');
+}
+
+static void load_one(void *arg, const char *m, size_t mlen, int64_t t)
+{
+    struct pidx *p = arg;
+    uint64_t h = member_hash(m, mlen);
+    p->records++;
+    if (h)
+        put(p, h, t);
+}
+
+/* The sorted set's reply of a load (ZRANGE ... WITHSCORES): its runs join
+ * the index. */
+static int load_pairs(struct pidx *p, const redisReply *rep)
+{
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2)
         return -1;
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {
@@ -356,8 +425,48 @@ int st_runidx_load_reply(struct st_runidx *x, int32_t partition, const redisRepl
         if (h)
             put(p, h, strtoll(s->str, NULL, 10));
     }
+    return 0;
+}
+
+static int on_load_pairs(const redisReply *rep, void *arg)
+{
+    return load_pairs(arg, rep);
+}
+
+static int on_load_log(const redisReply *rep, void *arg)
+{
+    struct pidx *p = arg;
+    if (rep->type == REDIS_REPLY_STRING)
+        st_runidx_load_log(p->x, p->partition, rep->str, rep->len);
+    else if (rep->type != REDIS_REPLY_NIL)
+        return -1;
     p->state = PART_LOADED;
     return 0;
+}
+
+int st_runidx_load_reply(struct st_runidx *x, int32_t partition, const redisReply *rep)
+{
+    struct pidx *p = part_get(x, partition, 1);
+    if (load_pairs(p, rep))
+        return -1;
+    p->state = PART_LOADED;
+    return 0;
+}
+
+size_t st_runidx_load_log(struct st_runidx *x, int32_t partition, const char *log, size_t len)
+{
+    struct pidx *p = part_get(x, partition, 1);
+    size_t n0 = p->n, r0 = p->records;
+    size_t bad = log_each(log, len, load_one, p);
+    /* records of a run read twice (or of one the sorted set had) */
+    p->stale += (p->records - r0) - (p->n - n0) + bad;
+    p->records += bad;
+    if (bad)
+        st_warn("run index of partition %" PRId32 ": %zu record(s) of its log are not a "
+                "run's, ignored",
+                partition, bad);
+    p->state = PART_LOADED;
+    return bad;
 }
 
 int st_runidx_queue_load(struct st_runidx *x, struct st_rpipe *rp, int32_t partition)
@@ -371,9 +480,16 @@ int st_runidx_queue_load(struct st_runidx *x, struct st_rpipe *rp, int32_t parti
         return 0;
     p->state = PART_QUEUED;
     p->queued_gen = x->gen;
+    /* the sorted set an older release wrote, then the log; loaded once the
+     * log's reply is in (a failed round trip queues both again: a run read
+     * twice keeps its newest score) */
     char *key = st_detect_index_key(x->conf, partition);
     const char *argv[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
-    st_rpipe_cmd(rp, on_load, p, 5, argv);
+    st_rpipe_cmd(rp, on_load_pairs, p, 5, argv);
+    free(key);
+    key = st_detect_index_log_key(x->conf, partition);
+    const char *get[] = {"GET", key};
+    st_rpipe_cmd(rp, on_load_log, p, 2, get);
     free(key);
     return 1;
 }
@@ -393,15 +509,6 @@ int st_runidx_has(const struct st_runidx *x, int32_t partition, uint64_t h)
     return lookup(p, h) >= 0;
 }
 
-static void pend(struct pidx *p, char *arg)
-{
-    if (p->npend == p->cappend) {
-        p->cappend = p->cappend ? 2 * p->cappend : 16;
-        p->pend = st_realloc(p->pend, p->cappend * sizeof(*p->pend));
-    }
-    p->pend[p->npend++] = arg;
-}
-
 void st_runidx_note(struct st_runidx *x, int32_t partition, const char *task_id,
                     const char *run_id, uint64_t h, int expired, int64_t now)
 {
@@ -410,10 +517,23 @@ void st_runidx_note(struct st_runidx *x, int32_t partition, const char *task_id,
     if (t >= 0 && (!expired || t >= now))
         return;
     put(p, h, now);
-    char score[ST_I64_LEN];
-    st_fmt_i64(score, now); /* once per run and checkpoint: no printf */
-    pend(p, st_strdup(score));
-    pend(p, st_detect_run_member(task_id, run_id));
+    p->records++;
+    p->stale += t >= 0; /* its earlier record is superseded */
+    /* "<score> <lt>:<task>:<lr>:<run>\n", once per run and checkpoint: no
+     * printf */
+    char num[ST_I64_LEN];
+    size_t lt = strlen(task_id), lr = strlen(run_id);
+    st_buf_add(&p->pend, num, st_fmt_i64(num, now));
+    st_buf_addc(&p->pend, ' ');
+    st_buf_add(&p->pend, num, st_fmt_i64(num, (int64_t)lt));
+    st_buf_addc(&p->pend, ':');
+    st_buf_add(&p->pend, task_id, lt);
+    st_buf_addc(&p->pend, ':');
+    st_buf_add(&p->pend, num, st_fmt_i64(num, (int64_t)lr));
+    st_buf_addc(&p->pend, ':');
+    st_buf_add(&p->pend, run_id, lr);
+    st_buf_addc(&p->pend, '\n');
+    p->npend++;
 }
 
 void st_runidx_set_sweep(struct st_runidx *x, const char *const *detectors, int n)
@@ -422,24 +542,108 @@ void st_runidx_set_sweep(struct st_runidx *x, const char *const *detectors, int 
     x->nsweep_det = n;
 }
 
-static int on_sweep(const redisReply *rep, void *arg)
+/* A run's newest score among the records of a sweep's read: an
+ * open-addressing table keyed by the member's hash (the member compared
+ * too), the members pointing into the read. */
+struct newest {
+    struct nent {
+        uint64_t h;
+        int64_t t;
+        const char *m;
+        size_t len;
+    } *e;
+    size_t n, cap;
+};
+
+static void newest_put(void *arg, const char *m, size_t len, int64_t t)
+{
+    struct newest *w = arg;
+    if (10 * (w->n + 1) > 7 * w->cap) {
+        struct nent *old = w->e;
+        size_t oldcap = w->cap;
+        w->cap = oldcap ? 2 * oldcap : 1024;
+        w->e = st_calloc(w->cap, sizeof(*w->e));
+        for (size_t i = 0; i < oldcap; i++) {
+            if (!old[i].m)
+                continue;
+            size_t k = st_hash_slot(old[i].h, w->cap);
+            while (w->e[k].m)
+                k = (k + 1) & (w->cap - 1);
+            w->e[k] = old[i];
+        }
+        free(old);
+    }
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)m[i]) * 0x100000001b3ULL;
+    size_t k = st_hash_slot(h, w->cap);
+    while (w->e[k].m && !(w->e[k].h == h && w->e[k].len == len && !memcmp(w->e[k].m, m, len)))
+        k = (k + 1) & (w->cap - 1);
+    if (!w->e[k].m) {
+        w->e[k] = (struct nent){h, t, m, len};
+        w->n++;
+    } else if (t > w->e[k].t) {
+        w->e[k].t = t;
+    }
+}
+
+static int by_score(const void *a, const void *b)
+{
+    const struct nent *x = a, *y = b;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    return x->len != y->len ? (x->len < y->len ? -1 : 1) : memcmp(x->m, y->m, x->len);
+}
+
+/* The sorted set's part of a sweep's read (every entry, WITHSCORES): kept
+ * as log records until the log's part comes. */
+static int on_sweep_pairs(const redisReply *rep, void *arg)
 {
     struct pidx *p = arg;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2)
         return -1;
-    for (size_t i = 0; i < rep->elements; i++)
-        if (rep->element[i]->type != REDIS_REPLY_STRING)
+    st_buf_reset(&p->sweepbuf);
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const redisReply *m = rep->element[i], *sc = rep->element[i + 1];
+        if (m->type != REDIS_REPLY_STRING || sc->type != REDIS_REPLY_STRING)
             return -1;
+        if (memchr(m->str, '\n', m->len))
+            continue; /* not a run's */
+        log_add(&p->sweepbuf, m->str, m->len, strtoll(sc->str, NULL, 10));
+    }
+    return 0;
+}
+
+/* The log's part: each run's newest score, over both parts, and the
+ * runs whose newest is within [sweep_lo, sweep_hi), oldest first, at most
+ * sweep_max of them -- what ZRANGEBYSCORE ... LIMIT read from the sorted
+ * set alone. A run written again after an old record has a newer one
+ * (here or in the set), so an old record alone does not make it a
+ * candidate. */
+static int on_sweep_log(const redisReply *rep, void *arg)
+{
+    struct pidx *p = arg;
+    if (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)
+        return -1;
+    if (rep->type == REDIS_REPLY_STRING)
+        st_buf_add(&p->sweepbuf, rep->str, rep->len);
+    struct newest w = {0};
+    log_each(p->sweepbuf.data ? p->sweepbuf.data : "", p->sweepbuf.len, newest_put, &w);
+    size_t n = 0;
+    for (size_t i = 0; i < w.cap; i++)
+        if (w.e[i].m && w.e[i].t >= p->sweep_lo && w.e[i].t < p->sweep_hi)
+            w.e[n++] = w.e[i];
+    qsort(w.e, n, sizeof(*w.e), by_score);
     cand_clear(p);
-    size_t n = rep->elements / 2;
-    if (n > p->capcand) {
-        p->capcand = n;
+    size_t take = n < p->sweep_max ? n : p->sweep_max;
+    if (take > p->capcand) {
+        p->capcand = take;
         p->cand = st_realloc(p->cand, p->capcand * sizeof(*p->cand));
         p->cscore = st_realloc(p->cscore, p->capcand * sizeof(*p->cscore));
     }
-    for (size_t i = 0; i < n; i++) {
-        p->cscore[p->ncand] = strtoll(rep->element[2 * i + 1]->str, NULL, 10);
-        p->cand[p->ncand++] = st_strdup(rep->element[2 * i]->str);
+    for (size_t i = 0; i < take; i++) {
+        p->cscore[p->ncand] = w.e[i].t;
+        p->cand[p->ncand++] = st_strndup(w.e[i].m, w.e[i].len);
     }
     /* cut short at the limit: the next read starts at the last score read
      * (its runs read again: harmless), or, when every run read had the
@@ -447,13 +651,15 @@ static int on_sweep(const redisReply *rep, void *arg)
      * makes progress */
     p->sweep_full = n >= p->sweep_max;
     if (p->sweep_full) {
-        int64_t last = strtoll(rep->element[rep->elements - 1]->str, NULL, 10);
+        int64_t last = take ? w.e[take - 1].t : p->sweep_lo;
         p->sweep_next = last > p->sweep_lo ? last : p->sweep_lo;
         if (last <= p->sweep_lo)
             p->sweep_max *= 2;
     } else {
         p->sweep_max = SWEEP_MAX;
     }
+    free(w.e);
+    st_buf_reset(&p->sweepbuf);
     p->sweep = SWEEP_READ;
     return 0;
 }
@@ -480,14 +686,14 @@ static int queue_sweep(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp,
     }
     p->sweep = SWEEP_QUEUED;
     p->sweep_gen = x->gen;
+    /* the whole index, both forms: a run's newest score decides */
     char *key = st_detect_index_key(x->conf, p->partition);
-    char los[ST_I64_LEN], his[ST_I64_LEN + 1], max[ST_I64_LEN];
-    st_fmt_i64(los, lo);
-    his[0] = '(';
-    st_fmt_i64(his + 1, p->sweep_hi);
-    st_fmt_i64(max, (int64_t)p->sweep_max);
-    const char *argv[] = {"ZRANGEBYSCORE", key, los, his, "WITHSCORES", "LIMIT", "0", max};
-    st_rpipe_cmd(rp, on_sweep, p, 8, argv);
+    const char *argv[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
+    st_rpipe_cmd(rp, on_sweep_pairs, p, 5, argv);
+    free(key);
+    key = st_detect_index_log_key(x->conf, p->partition);
+    const char *get[] = {"GET", key};
+    st_rpipe_cmd(rp, on_sweep_log, p, 2, get);
     free(key);
     return 1;
 }
@@ -600,16 +806,15 @@ void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t no
         if (!p)
             continue;
         char *key = NULL;
-        if (p->npend) {
-            key = st_detect_index_key(x->conf, p->partition);
-            const char **argv = st_malloc((p->npend + 2) * sizeof(*argv));
-            argv[0] = "ZADD";
-            argv[1] = key;
-            memcpy(argv + 2, p->pend, p->npend * sizeof(*argv));
-            st_checkpoint_cmd(ckpt, (int)p->npend + 2, argv);
-            free(argv);
-            for (size_t j = 0; j < p->npend; j++)
-                free((char *)p->pend[j]);
+        if (p->npend) { /* one APPEND of every record: no entry of its own
+                         * in Redis per run (a ZADD each cost Redis as much
+                         * as the run's state) */
+            char *lkey = st_detect_index_log_key(x->conf, p->partition);
+            const char *argv[] = {"APPEND", lkey, p->pend.data};
+            size_t lens[] = {6, strlen(lkey), p->pend.len};
+            st_checkpoint_cmd_lens(ckpt, 3, argv, lens);
+            free(lkey);
+            st_buf_reset(&p->pend);
             p->npend = 0;
         }
         if (p->sweep == SWEEP_READ)
@@ -626,9 +831,15 @@ void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t no
             snprintf(below, sizeof(below), "(%" PRId64, cutoff);
             if (!key)
                 key = st_detect_index_key(x->conf, p->partition);
+            /* the sorted set's old entries here; the log's at the next
+             * batch's start (st_runidx_compact) */
             const char *argv[] = {"ZREMRANGEBYSCORE", key, "-inf", below};
             st_checkpoint_cmd(ckpt, 4, argv);
+            size_t n0 = p->n;
             prune(p, cutoff);
+            p->stale += n0 - p->n;
+            p->compact_due = p->stale > 0 && 4 * p->stale >= p->records;
+            p->compact_cutoff = cutoff;
             p->swept_s = now;
         }
         free(key);
@@ -747,6 +958,110 @@ static int marker_raise(struct st_rpipe *p, const char *marker, int64_t now, int
     snprintf(errstr, errsz, "run index marker \"%s\" written by others in each of 16 tries",
              marker);
     return -1;
+}
+
+/* The log's compaction: its runs' newest records, those at or past
+ * cutoff, in place of the log, by a check-and-set. */
+struct compact {
+    struct newest w;
+    int nil;
+    char *log; /* the log read (owned) */
+    size_t len;
+};
+
+static int on_compact_get(const redisReply *rep, void *arg)
+{
+    struct compact *c = arg;
+    c->nil = rep->type == REDIS_REPLY_NIL;
+    if (c->nil)
+        return 0;
+    if (rep->type != REDIS_REPLY_STRING)
+        return -1;
+    c->log = st_malloc(rep->len + 1);
+    memcpy(c->log, rep->str, rep->len);
+    c->log[rep->len] = '\0';
+    c->len = rep->len;
+    return 0;
+}
+
+static int compact_one(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp,
+                       char *errstr, size_t errsz)
+{
+    char *key = st_detect_index_log_key(x->conf, p->partition);
+    int rc = 0;
+    for (int tries = 0; tries < 4; tries++) {
+        struct compact c = {0};
+        int ran = 0;
+        const char *watch[] = {"WATCH", key}, *get[] = {"GET", key};
+        st_rpipe_cmd(rp, NULL, NULL, 2, watch);
+        st_rpipe_cmd(rp, on_compact_get, &c, 2, get);
+        if ((rc = st_rpipe_exec(rp, errstr, errsz)) != 0) {
+            free(c.log);
+            break;
+        }
+        size_t records = 0;
+        struct st_buf out;
+        st_buf_init(&out);
+        if (!c.nil) {
+            for (const char *q = c.log; (q = memchr(q, '\n', c.len - (size_t)(q - c.log)));
+                 q++)
+                records++;
+            log_each(c.log, c.len, newest_put, &c.w);
+            for (size_t i = 0; i < c.w.cap; i++)
+                if (c.w.e[i].m && c.w.e[i].t >= p->compact_cutoff)
+                    log_add(&out, c.w.e[i].m, c.w.e[i].len, c.w.e[i].t);
+        }
+        size_t kept = 0;
+        for (size_t i = 0; i < c.w.cap; i++)
+            kept += c.w.e[i].m && c.w.e[i].t >= p->compact_cutoff;
+        free(c.w.e);
+        free(c.log);
+        if (kept == records) { /* nothing to drop */
+            st_buf_fini(&out);
+            const char *unwatch[] = {"UNWATCH"};
+            st_rpipe_cmd(rp, NULL, NULL, 1, unwatch);
+            rc = st_rpipe_exec(rp, errstr, errsz);
+            if (!rc) {
+                p->compact_due = 0;
+                p->records = records;
+                p->stale = 0;
+            }
+            break;
+        }
+        const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
+        st_rpipe_cmd(rp, NULL, NULL, 1, multi);
+        if (out.len) {
+            const char *set[] = {"SET", key, out.data};
+            st_rpipe_cmd(rp, NULL, NULL, 3, set);
+        } else {
+            const char *del[] = {"DEL", key};
+            st_rpipe_cmd(rp, NULL, NULL, 2, del);
+        }
+        st_rpipe_cmd(rp, on_exec, &ran, 1, exec);
+        rc = st_rpipe_exec(rp, errstr, errsz);
+        st_buf_fini(&out);
+        if (rc)
+            break;
+        if (ran) { /* else appended meanwhile: read it again */
+            p->compact_due = 0;
+            p->records = kept;
+            p->stale = 0;
+            break;
+        }
+    }
+    free(key);
+    return rc ? -1 : 0;
+}
+
+int st_runidx_compact(struct st_runidx *x, struct st_rpipe *rp, char *errstr, size_t errsz)
+{
+    for (size_t i = 0; i < x->nparts; i++) {
+        struct pidx *p = x->parts[i];
+        if (p && p->state == PART_LOADED && p->compact_due &&
+            compact_one(x, p, rp, errstr, errsz))
+            return -1;
+    }
+    return 0;
 }
 
 /* A glob that matches exactly the keys beginning with prefix. */

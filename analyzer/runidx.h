@@ -1,10 +1,15 @@
 /* runidx.h: per partition, the runs whose detector state Redis may hold,
  * so that a run never seen costs no Redis read (issue 11, item 1).
  *
- * Redis key (detect.h): <prefix>runs:<partition>, a sorted set whose
- * member is a run ("<len>:<task>:<len>:<run>", the run part of the state
- * keys) and whose score is the wall time (s) at which a checkpoint last
- * wrote the run's state with an EXPIRE. It is read once per partition,
+ * Redis key (detect.h): <prefix>runs:<partition>:log, a string of
+ * records "<score> <run>\n" appended, the run as in the state keys
+ * ("<len>:<task>:<len>:<run>"), the score the wall time (s) at which a
+ * checkpoint wrote the run's state with an EXPIRE; a run's newest record
+ * is the one that counts. (Up to session 20 the index was the sorted set
+ * <prefix>runs:<partition>, member the run, score the same: a ZADD per run
+ * cost Redis as much as the run's state. The set is still read with the
+ * log and its entries removed as they age; it is no longer written.) It
+ * is read once per partition,
  * the first time a batch holds an event of it after assignment (start,
  * rebalance): st_runidx_queue_loads, before that batch's prefetch. Then a
  * run not in memory is loaded only when the index holds it; otherwise it
@@ -24,8 +29,10 @@
  * its state is first written by this process and again whenever one of
  * its keys gets an EXPIRE (st_detect_expire_due): the score is then never
  * older than the newest EXPIRE of any of its keys. Entries older than
- * 2 x state.ttl_s are removed (ZREMRANGEBYSCORE, once per partition every
- * tenth of the TTL): their state expired at least a TTL before (docs/
+ * 2 x state.ttl_s are removed (in memory and from the set by
+ * ZREMRANGEBYSCORE, once per partition every tenth of the TTL; from the
+ * log by its compaction, st_runidx_compact, when about a quarter of its
+ * records may go): their state expired at least a TTL before (docs/
  * architecture.md, "Why a redone batch changes nothing").
  *
  * The index is only trusted once it is known complete: Redis written by
@@ -88,7 +95,7 @@
  * Threading: one instance per detection part (workers.c), used by that
  * part's thread only, like its detectors. Partitions are those the part
  * sees; two parts may hold the same partition (a worker and the global
- * part): each loads and writes it, ZADD of the same member being
+ * part): each loads and writes it, a second record of a run being
  * harmless. */
 #ifndef ST_RUNIDX_H
 #define ST_RUNIDX_H
@@ -170,11 +177,29 @@ int st_runidx_committed(struct st_runidx *x, struct st_rpipe *p, uint64_t seq);
  * batch). */
 int st_runidx_queue_load(struct st_runidx *x, struct st_rpipe *p, int32_t partition);
 
-/* The reply of a partition's load (ZRANGE ... WITHSCORES): its runs
- * join the index, which is then loaded. Members that are not a run are
- * ignored; returns -1 when the reply is not an array of pairs (the load
- * is then tried again). Called by the load's callback; public for tests. */
+/* A reply of the sorted set an older release wrote (ZRANGE ...
+ * WITHSCORES): its runs join the index, which is then loaded (a load reads
+ * the set, then the log: st_runidx_load_log). Members that are not a run
+ * are ignored; returns -1 when the reply is not an array of pairs (the
+ * load is then tried again). Public for tests. */
 int st_runidx_load_reply(struct st_runidx *x, int32_t partition, const redisReply *rep);
+
+/* The log's part of a partition's load (GET of <prefix>runs:<partition>:log):
+ * each record's run joins the index at its newest score, and the
+ * partition is then loaded. A record that is not a run's is skipped (and
+ * logged); returns how many were. Called by the load's callback; public
+ * for tests. */
+size_t st_runidx_load_log(struct st_runidx *x, int32_t partition, const char *log, size_t len);
+
+/* Before a batch's prefetch (synchronous on p, nothing queued): compacts
+ * the log of each partition whose old entries a flush removed from memory
+ * (st_runidx_flush, every tenth of state.ttl_s): a check-and-set (WATCH,
+ * GET, then MULTI, SET, EXEC) writes back each run's newest record, those
+ * not older than that flush's cutoff, in place of the log; an APPEND by
+ * anyone in between makes EXEC not run, and the log is read again. A log
+ * with nothing to drop is left alone. Returns 0, or -1 with errstr set (a
+ * per-batch error: the batch is tried again). */
+int st_runidx_compact(struct st_runidx *x, struct st_rpipe *p, char *errstr, size_t errsz);
 
 /* Whether Redis may hold state of the run (hash h) of partition: 1 when
  * the index holds it, when the partition's index is not loaded (then
@@ -198,9 +223,10 @@ void st_runidx_set_sweep(struct st_runidx *x, const char *const *detectors, int 
 
 /* Queues on p the read of every loaded partition whose sweep is due (a
  * tenth of state.ttl_s since its last, or at once when that one was cut
- * at its limit): the runs whose score is below now - state.ttl_s and not
- * below where the last sweep ended (now - 2 x state.ttl_s after an
- * assignment), ZRANGEBYSCORE ... LIMIT. The next st_runidx_flush deletes
+ * at its limit): the runs whose newest score (over the log and the set:
+ * the whole index is read) is below now - state.ttl_s and not below where
+ * the last sweep ended (now - 2 x state.ttl_s after an assignment), the
+ * oldest first, at most a limit of them. The next st_runidx_flush deletes
  * this part's fields of those whose score its memory still holds below
  * that end: state.ttl_s after the run's last write with its EXPIRE due,
  * as the EXPIRE of a key per run did. Every partition the part holds, not
@@ -209,9 +235,10 @@ void st_runidx_set_sweep(struct st_runidx *x, const char *const *detectors, int 
  * that fails is queued again. */
 int st_runidx_queue_sweeps(struct st_runidx *x, struct st_rpipe *p, int64_t now);
 
-/* Appends to ckpt the writes queued (one ZADD per partition), the
- * deletions of a sweep read (one HDEL per bucket) and, when due, each
- * partition's removal of entries older than 2 x state.ttl_s. */
+/* Appends to ckpt the writes queued (one APPEND to the log per
+ * partition), the deletions of a sweep read (one HDEL per bucket) and,
+ * when due, each partition's removal of entries older than 2 x
+ * state.ttl_s from the set (its log's compaction is then due). */
 void st_runidx_flush(struct st_runidx *x, struct st_checkpoint *ckpt, int64_t now);
 
 /* Forgets every partition (revoked): each is loaded again when next seen,

@@ -20,8 +20,9 @@
  * (runidx.h): each part keeps its own for the partitions it sees, reads it
  * once after assignment, before its first prefetch of the partition, and
  * writes its entries at the head of its own checkpoint part, before the
- * state they cover (a ZADD of a member another part wrote only moves its
- * score).
+ * state they cover (a record of a run another part wrote only moves its
+ * score), and compacts its log by a check-and-set that does not run when
+ * the other part appended meanwhile.
  *
  * A batch is two hand-offs per worker: the prefetch round trip, then --
  * only once every part's Redis answered -- feed and end_batch. Nothing is

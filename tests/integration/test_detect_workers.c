@@ -328,8 +328,8 @@ static char *redis_state_raw(const struct world *w);
 /* Every key under the world's prefix, the prefix cut, with its type and
  * contents (hash fields sorted; strings quoted, escaped: a run's state is
  * binary; a large run's log as the members it loads to); no TTLs, no
- * scores of the run index (runs:<partition>, its members sorted), which
- * follow the wall clock, and no owner epochs (epoch:<topic>:<partition>,
+ * scores of the run index (runs:<partition>:log, each run once, sorted:
+ * its records follow the batches and the wall clock), and no owner epochs (epoch:<topic>:<partition>,
  * fence.h), which count assignments. */
 static char *redis_state(const struct world *w)
 {
@@ -365,6 +365,7 @@ static char *redis_state_raw(const struct world *w)
         "t=$(redis-cli -u \"$u\" type \"$k\"); echo \"== ${k#%s:} $t\"; "
         "case ${k#%s:}:$t in "
         "runs:*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 | sort;; "
+        "runs:*:log:string) redis-cli --raw -u \"$u\" get \"$k\" | cut -d' ' -f2- | sort -u;; "
         "*:zset) redis-cli -u \"$u\" zrange \"$k\" 0 -1 withscores;; "
         "run:[bh]:*:hash) redis-cli --no-raw -u \"$u\" hgetall \"$k\" | "
         "sed 's/^ *[0-9]*) //' | paste - - | sort;; "

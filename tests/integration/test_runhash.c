@@ -106,10 +106,11 @@ static void close_all(void)
         const char *d1[] = {"DEL", bk};
         st_rpipe_cmd(p, NULL, NULL, 2, d1);
     }
-    char *ik = st_detect_index_key(&conf, 0);
-    const char *d2[] = {"DEL", ik};
-    st_rpipe_cmd(p, NULL, NULL, 2, d2);
+    char *ik = st_detect_index_key(&conf, 0), *lk = st_detect_index_log_key(&conf, 0);
+    const char *d2[] = {"DEL", ik, lk};
+    st_rpipe_cmd(p, NULL, NULL, 3, d2);
     free(ik);
+    free(lk);
     for (int d = 0; d < NDET; d++) {
         char *k = st_detect_key(&conf, names[d], "s", "task", "run");
         char *kw = st_detect_key(&conf, names[d], "w", "task", "run");
@@ -219,6 +220,38 @@ static long long redis_int(int argc, const char **argv)
     st_rpipe_cmd(p, on_int, NULL, argc, argv);
     ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
     return int_reply;
+}
+
+/* The newest score of task/run's entry in partition part's run index,
+ * over its log and the sorted set older releases wrote; -1: none. */
+static int64_t index_score(int32_t part, const char *run)
+{
+    char err[256];
+    char *ik = st_detect_index_key(&conf, part), *lk = st_detect_index_log_key(&conf, part);
+    char *m = st_detect_run_member("task", run);
+    int64_t best = -1;
+    const char *zs[] = {"ZSCORE", ik, m};
+    st_rpipe_cmd(p, on_str, NULL, 3, zs);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    if (!str_nil)
+        best = strtoll(str_reply.data, NULL, 10);
+    const char *get[] = {"GET", lk};
+    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    ck_assert_msg(st_rpipe_exec(p, err, sizeof(err)) == 0, "%s", err);
+    size_t ml = strlen(m);
+    for (const char *r = str_nil ? NULL : str_reply.data; r && *r;) {
+        const char *nl = strchr(r, '\n'), *sp = strchr(r, ' ');
+        ck_assert_msg(nl && sp && sp < nl, "a log record without its parts: %s", r);
+        if ((size_t)(nl - sp - 1) == ml && !memcmp(sp + 1, m, ml)) {
+            int64_t t = strtoll(r, NULL, 10);
+            best = t > best ? t : best;
+        }
+        r = nl + 1;
+    }
+    free(m);
+    free(ik);
+    free(lk);
+    return best;
 }
 
 static char hkey[256], fkey[256];
@@ -755,18 +788,15 @@ START_TEST(runhash_run_noted_in_each_partition_its_windows_are_on)
     st_runhash_flush(rh, ck);
     st_runidx_flush(x, ck, now);
     ck_assert_msg(st_checkpoint_exec(ck, p, err, sizeof(err)) == 0, "%s", err);
-    char *m = st_detect_run_member("task", "run");
     for (int32_t part = 0; part < 2; part++) {
-        char *ik = st_detect_index_key(&conf, part);
-        const char *zs[] = {"ZSCORE", ik, m};
-        st_rpipe_cmd(p, on_str, NULL, 3, zs);
-        ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-        ck_assert_msg(!str_nil, "run not in partition %d's index", (int)part);
-        const char *del[] = {"DEL", ik};
-        redis_int(2, del);
+        ck_assert_msg(index_score(part, "run") == now, "run not in partition %d's index",
+                      (int)part);
+        char *ik = st_detect_index_key(&conf, part), *lk = st_detect_index_log_key(&conf, part);
+        const char *del[] = {"DEL", ik, lk};
+        redis_int(3, del);
         free(ik);
+        free(lk);
     }
-    free(m);
     for (int d = 0; d < 2; d++)
         st_runwin_after_commit(wins[d], &ctx);
     st_checkpoint_destroy(ck);
@@ -779,20 +809,36 @@ END_TEST
  * written through the runhash, the index entries straight into Redis. */
 static const char *const sweep_dets[] = {"da", "db", "dc"};
 
-/* run's fields of the first nf detectors, and its entry scored age s ago */
-static void seed_run(const char *run, int nf, int64_t now, int64_t age)
+/* run's fields of the first nf detectors, and its entry scored age s ago:
+ * a record of the index's log, or (legacy) a member of the sorted set an
+ * older release wrote */
+static void seed_run_in(const char *run, int nf, int64_t now, int64_t age, int legacy)
 {
     for (int d = 0; d < nf; d++)
         st_runhash_put(rh, st_runidx_hash("task", run), "task", run, sweep_dets[d],
                        "\x01\x00\x00\x00", 4);
     flush_run();
-    char *ik = st_detect_index_key(&conf, 0), score[32];
+    char score[32];
     snprintf(score, sizeof(score), "%lld", (long long)(now - age));
     char *m = st_detect_run_member("task", run);
-    const char *za[] = {"ZADD", ik, score, m};
-    redis_int(4, za);
+    if (legacy) {
+        char *ik = st_detect_index_key(&conf, 0);
+        const char *za[] = {"ZADD", ik, score, m};
+        redis_int(4, za);
+        free(ik);
+    } else {
+        char *lk = st_detect_index_log_key(&conf, 0), rec[256];
+        snprintf(rec, sizeof(rec), "%s %s\n", score, m);
+        const char *ap[] = {"APPEND", lk, rec};
+        redis_int(3, ap);
+        free(lk);
+    }
     free(m);
-    free(ik);
+}
+
+static void seed_run(const char *run, int nf, int64_t now, int64_t age)
+{
+    seed_run_in(run, nf, now, age, 0);
 }
 
 /* A part's index of partition 0, loaded, trusted, sweeping the first nd
@@ -855,7 +901,6 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
 {
     open_all("sw2");
     conf.state_ttl_s = 60;
-    char err[256];
     int64_t now = (int64_t)time(NULL);
     const char *runs[] = {"runA", "runB", "runC", "runD"};
     int64_t ages[] = {100, 10, 100, 60};
@@ -868,17 +913,12 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
     ck_assert_int_eq(st_runidx_queue_sweeps(g, p, now), 0);
     ck_assert_int_eq(sweep_at(x, now), 1);
     long long want[] = {0, 2, 2, 2};
-    char *ik = st_detect_index_key(&conf, 0);
     for (int i = 0; i < 4; i++) {
         ck_assert_msg(fields_of(runs[i], 2) == want[i], "%s", runs[i]);
-        char *m = st_detect_run_member("task", runs[i]);
-        const char *zs[] = {"ZSCORE", ik, m};
-        st_rpipe_cmd(p, on_str, NULL, 3, zs);
-        ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-        free(m);
-        ck_assert_int_eq(str_nil, 0);
+        int64_t score = index_score(0, runs[i]);
+        ck_assert_msg(score >= 0, "%s left the index", runs[i]);
         if (i == 2)
-            ck_assert_int_eq(strtoll(str_reply.data, NULL, 10), now);
+            ck_assert_int_eq(score, now);
     }
     ck_assert_int_eq(fields_of("runA", 3), 1); /* dc */
     /* not due again before a tenth of the TTL, though D (60 s old, kept:
@@ -889,7 +929,90 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
     ck_assert_int_eq(fields_of("runD", 2), 0);
     st_runidx_destroy(x);
     st_runidx_destroy(g);
-    free(ik);
+    close_all();
+}
+END_TEST
+
+/* A run's newest record decides, wherever it is: in the index's log or in
+ * the sorted set an older release wrote (state.ttl_s 60, a sweep of what
+ * is 60 s old or more). G's only record is old (log): swept. H has an old
+ * record in the log and a newer one in the log; I an old one in the set
+ * and a newer one in the log; J an old one in the log and a newer one in
+ * the set: all kept. K's only record is old, in the set: swept. */
+START_TEST(runhash_sweep_takes_a_runs_newest_record)
+{
+    open_all("swn");
+    conf.state_ttl_s = 60;
+    int64_t now = (int64_t)time(NULL);
+    seed_run_in("runG", 1, now, 100, 0);
+    seed_run_in("runH", 1, now, 100, 0);
+    seed_run_in("runH", 0, now, 10, 0);
+    seed_run_in("runI", 1, now, 100, 1);
+    seed_run_in("runI", 0, now, 10, 0);
+    seed_run_in("runJ", 1, now, 100, 0);
+    seed_run_in("runJ", 0, now, 10, 1);
+    seed_run_in("runK", 1, now, 100, 1);
+    struct st_runidx *x = sweeper(1);
+    ck_assert_int_eq(sweep_at(x, now), 1);
+    const char *runs[] = {"runG", "runH", "runI", "runJ", "runK"};
+    long long want[] = {0, 1, 1, 1, 0};
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(fields_of(runs[i], 1) == want[i], "%s: %lld field(s)", runs[i],
+                      fields_of(runs[i], 1));
+    st_runidx_destroy(x);
+    close_all();
+}
+END_TEST
+
+/* The log's compaction (st_runidx_compact), due after a flush removed old
+ * entries from memory: the log then holds one record per run, its newest,
+ * and none older than the flush's cutoff (2 x state.ttl_s: 120 s). L has
+ * two records, M one too old, N one; the records of a run noted by the
+ * flush itself stay. A second compaction finds nothing to drop and leaves
+ * the log as it is. */
+START_TEST(runhash_index_log_compacts_to_newest_records)
+{
+    open_all("cmp");
+    conf.state_ttl_s = 60;
+    char err[256];
+    int64_t now = (int64_t)time(NULL);
+    seed_run_in("runL", 0, now, 50, 0);
+    seed_run_in("runL", 0, now, 20, 0);
+    seed_run_in("runM", 0, now, 200, 0);
+    seed_run_in("runN", 0, now, 30, 0);
+    struct st_runidx *x = sweeper(0);
+    st_runidx_note(x, 0, "task", "runO", st_runidx_hash("task", "runO"), 1, now);
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_runidx_flush(x, ck, now); /* the first: its removal is due */
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    ck_assert_int_eq(st_runidx_compact(x, p, err, sizeof(err)), 0);
+    char *lk = st_detect_index_log_key(&conf, 0);
+    const char *get[] = {"GET", lk};
+    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    ck_assert_int_eq(str_nil, 0);
+    int lines = 0;
+    for (const char *r = str_reply.data; (r = strchr(r, '\n')); r++)
+        lines++;
+    ck_assert_msg(lines == 3, "log after compaction:\n%s", str_reply.data);
+    char *before = st_strdup(str_reply.data);
+    ck_assert_int_eq(index_score(0, "runL"), now - 20);
+    ck_assert_int_eq(index_score(0, "runM"), -1);
+    ck_assert_int_eq(index_score(0, "runN"), now - 30);
+    ck_assert_int_eq(index_score(0, "runO"), now);
+    /* nothing left to drop: the log is not rewritten */
+    ck = st_checkpoint_new();
+    st_runidx_flush(x, ck, now + 7); /* a tenth of the TTL later: due again */
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    ck_assert_int_eq(st_runidx_compact(x, p, err, sizeof(err)), 0);
+    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    ck_assert_str_eq(str_reply.data, before);
+    free(before);
+    free(lk);
+    st_runidx_destroy(x);
     close_all();
 }
 END_TEST
@@ -999,6 +1122,8 @@ int main(void)
     tcase_add_test(tc, runhash_sweep_deletes_expired_runs_only);
     tcase_add_test(tc, runhash_sweep_goes_on_past_its_limit);
     tcase_add_test(tc, runhash_sweep_keeps_runs_that_may_have_moved);
+    tcase_add_test(tc, runhash_sweep_takes_a_runs_newest_record);
+    tcase_add_test(tc, runhash_index_log_compacts_to_newest_records);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
