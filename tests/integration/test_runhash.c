@@ -933,6 +933,36 @@ START_TEST(runhash_sweep_deletes_expired_runs_only)
 }
 END_TEST
 
+/* A load reads both forms of a partition's index: a run named only by
+ * the sorted set an older release wrote (P) and one named only by the log
+ * (Q) are known, so their state is read; a run in neither (R) is new. */
+START_TEST(runhash_index_load_reads_the_log_and_the_older_set)
+{
+    open_all("ldb");
+    int64_t now = (int64_t)time(NULL);
+    seed_run_in("runP", 1, now, 10, 1);
+    seed_run_in("runQ", 1, now, 10, 0);
+    /* a prefix whose index is complete (its marker 0, as st_runidx_marker
+     * sets it on a fresh prefix): a run the index lacks is new */
+    char mkey[128];
+    snprintf(mkey, sizeof(mkey), "%sruns:complete_since", prefix);
+    const char *mk[] = {"SET", mkey, "0"};
+    st_rpipe_cmd(p, NULL, NULL, 3, mk);
+    char err[256];
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    struct st_runidx *x = sweeper(0);
+    ck_assert_int_eq(st_runidx_trusted(x), 1);
+    ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("task", "runP")), 1);
+    ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("task", "runQ")), 1);
+    ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("task", "runR")), 0);
+    ck_assert_int_eq(st_runidx_size(x), 2);
+    const char *dm[] = {"DEL", mkey};
+    redis_int(2, dm);
+    st_runidx_destroy(x);
+    close_all();
+}
+END_TEST
+
 /* A run's newest record decides, wherever it is: in the index's log or in
  * the sorted set an older release wrote (state.ttl_s 60, a sweep of what
  * is 60 s old or more). G's only record is old (log): swept. H has an old
@@ -1122,6 +1152,7 @@ int main(void)
     tcase_add_test(tc, runhash_sweep_deletes_expired_runs_only);
     tcase_add_test(tc, runhash_sweep_goes_on_past_its_limit);
     tcase_add_test(tc, runhash_sweep_keeps_runs_that_may_have_moved);
+    tcase_add_test(tc, runhash_index_load_reads_the_log_and_the_older_set);
     tcase_add_test(tc, runhash_sweep_takes_a_runs_newest_record);
     tcase_add_test(tc, runhash_index_log_compacts_to_newest_records);
     suite_add_tcase(s, tc);
