@@ -956,8 +956,11 @@ START_TEST(runhash_index_load_reads_the_log_and_the_older_set)
     ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("task", "runQ")), 1);
     ck_assert_int_eq(st_runidx_has(x, 0, st_runidx_hash("task", "runR")), 0);
     ck_assert_int_eq(st_runidx_size(x), 2);
-    const char *dm[] = {"DEL", mkey};
-    redis_int(2, dm);
+    char skey[128], pkey[128];
+    snprintf(skey, sizeof(skey), "%sruns:server", prefix);
+    snprintf(pkey, sizeof(pkey), "%sruns:partitions", prefix);
+    const char *dm[] = {"DEL", mkey, skey, pkey};
+    redis_int(4, dm);
     st_runidx_destroy(x);
     close_all();
 }
