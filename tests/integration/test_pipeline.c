@@ -342,15 +342,16 @@ START_TEST(pipeline_rebalance_while_detecting_equals_one_clean)
                          BIN "/collector/sandtrail-collector --input %s 2>/dev/null", input),
                      0);
 #define REBAL_BATCH                                                                      \
-    " -X batch.max_events=20 -X batch.behind_events=100 -X batch.behind_ms=0"                \
+    " -X batch.max_events=20 -X batch.behind_events=50 -X batch.behind_ms=0"                \
     " -X detect.overlap=1"
     ck_assert_int_eq(run(&clean, clean.name, clean.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null" REBAL_BATCH),
                      0);
-    /* a: every detection 200 ms late; b joins a second in */
+    /* a: every detection 250 ms late, about 43 batches (11 s); b joins a
+     * second in (its join takes a few seconds more) */
     run(&pair, pair.name, pair.name,
         BIN "/analyzer/sandtrail-analyzer --drain" REBAL_BATCH
-            " -X kafka.group.instance_id=a -X fault.slow_detect_ms=200 2>%s &"
+            " -X kafka.group.instance_id=a -X fault.slow_detect_ms=250 2>%s &"
             " sleep 1; " BIN "/analyzer/sandtrail-analyzer --drain" REBAL_BATCH
             " -X kafka.group.instance_id=b 2>/dev/null; wait",
         alog);
