@@ -519,20 +519,14 @@ void st_runidx_note(struct st_runidx *x, int32_t partition, const char *task_id,
     put(p, h, now);
     p->records++;
     p->stale += t >= 0; /* its earlier record is superseded */
-    /* "<score> <lt>:<task>:<lr>:<run>\n", once per run and checkpoint: no
-     * printf */
+    /* "<score> <run>\n", the run as the state keys name it (detect.c's
+     * "<lt>:<task>:<lr>:<run>:", its last colon the record's newline);
+     * once per run and checkpoint: no printf */
     char num[ST_I64_LEN];
-    size_t lt = strlen(task_id), lr = strlen(run_id);
     st_buf_add(&p->pend, num, st_fmt_i64(num, now));
     st_buf_addc(&p->pend, ' ');
-    st_buf_add(&p->pend, num, st_fmt_i64(num, (int64_t)lt));
-    st_buf_addc(&p->pend, ':');
-    st_buf_add(&p->pend, task_id, lt);
-    st_buf_addc(&p->pend, ':');
-    st_buf_add(&p->pend, num, st_fmt_i64(num, (int64_t)lr));
-    st_buf_addc(&p->pend, ':');
-    st_buf_add(&p->pend, run_id, lr);
-    st_buf_addc(&p->pend, '\n');
+    st_detect_run_field_prefix_add(&p->pend, task_id, run_id);
+    p->pend.data[p->pend.len - 1] = '\n';
     p->npend++;
 }
 

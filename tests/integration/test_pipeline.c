@@ -256,6 +256,41 @@ START_TEST(pipeline_replay_from_zero_changes_nothing)
 }
 END_TEST
 
+/* Two worlds on one topic: clean and pair (tags tc, tp), the scenarios'
+ * events (all but the alerts') loaded into it by the collector; input is
+ * the file they were read from, to unlink. */
+static void shared_topic(struct world *clean, struct world *pair, const char *tc,
+                         const char *tp, char *input, size_t inlen)
+{
+    snprintf(input, inlen, "/tmp/st_%s_%d.ndjson", tp, (int)getpid());
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd),
+             "cat " SANDTRAIL_SOURCE_DIR "/tests/data/scenarios/[!a]*.ndjson > %s.part && "
+             "mv %s.part %s", input, input, input);
+    ck_assert_int_eq(system(cmd), 0);
+    world_init(clean, tc);
+    world_init(pair, tp);
+    snprintf(pair->topic, sizeof(pair->topic), "%s", clean->topic);
+    snprintf(pair->dlq, sizeof(pair->dlq), "%s", clean->dlq);
+    ck_assert_int_eq(run(clean, clean->name, clean->name,
+                         BIN "/collector/sandtrail-collector --input %s 2>/dev/null", input),
+                     0);
+}
+
+/* The stored events, findings and their evidence rows of two worlds are
+ * the same (and not empty). */
+static void assert_same_tables(const struct world *a, const struct world *b)
+{
+    const char *qs[] = {q_events, q_findings, q_finding_events};
+    for (int i = 0; i < 3; i++) {
+        char *x = rows(a->dsn, qs[i]), *y = rows(b->dsn, qs[i]);
+        ck_assert_msg(strlen(x) > 0, "query %d returned nothing", i);
+        ck_assert_str_eq(x, y);
+        free(x);
+        free(y);
+    }
+}
+
 /* Two analyzers in one group split the partitions; one is killed between
  * its PostgreSQL and Kafka commits mid-stream and started again. The tables
  * must equal those of one analyzer run clean. */
@@ -263,19 +298,7 @@ START_TEST(pipeline_two_analyzers_one_killed_equal_one_clean)
 {
     struct world clean, pair;
     char input[256];
-    snprintf(input, sizeof(input), "/tmp/st_scale_%d.ndjson", (int)getpid());
-    char cmd[1200];
-    snprintf(cmd, sizeof(cmd),
-             "cat " SANDTRAIL_SOURCE_DIR "/tests/data/scenarios/[!a]*.ndjson > %s.part && "
-             "mv %s.part %s", input, input, input);
-    ck_assert_int_eq(system(cmd), 0);
-    world_init(&clean, "one");
-    world_init(&pair, "two");
-    snprintf(pair.topic, sizeof(pair.topic), "%s", clean.topic);
-    snprintf(pair.dlq, sizeof(pair.dlq), "%s", clean.dlq);
-    ck_assert_int_eq(run(&clean, clean.name, clean.name,
-                         BIN "/collector/sandtrail-collector --input %s 2>/dev/null", input),
-                     0);
+    shared_topic(&clean, &pair, "one", "two", input, sizeof(input));
     ck_assert_int_eq(run(&clean, clean.name, clean.name,
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
                              " -X batch.max_events=50 -X batch.behind_events=0"),
@@ -295,14 +318,7 @@ START_TEST(pipeline_two_analyzers_one_killed_equal_one_clean)
                          BIN "/analyzer/sandtrail-analyzer --drain 2>/dev/null"
                              " -X kafka.group.instance_id=a"),
                      0);
-    const char *qs[] = {q_events, q_findings, q_finding_events};
-    for (int i = 0; i < 3; i++) {
-        char *a = rows(clean.dsn, qs[i]), *b = rows(pair.dsn, qs[i]);
-        ck_assert_msg(strlen(a) > 0, "query %d returned nothing", i);
-        ck_assert_str_eq(a, b);
-        free(a);
-        free(b);
-    }
+    assert_same_tables(&clean, &pair);
     char *n = rows(pair.dsn, "SELECT count(*) > 2000, count(DISTINCT kafka_partition) > 1"
                              " FROM events");
     ck_assert_str_eq(n, "t|t\n");
@@ -327,20 +343,8 @@ START_TEST(pipeline_rebalance_while_detecting_equals_one_clean)
 {
     struct world clean, pair;
     char input[256], alog[256];
-    snprintf(input, sizeof(input), "/tmp/st_rebal_%d.ndjson", (int)getpid());
     snprintf(alog, sizeof(alog), "/tmp/st_rebal_%d.a.log", (int)getpid());
-    char cmd[1200];
-    snprintf(cmd, sizeof(cmd),
-             "cat " SANDTRAIL_SOURCE_DIR "/tests/data/scenarios/[!a]*.ndjson > %s.part && "
-             "mv %s.part %s", input, input, input);
-    ck_assert_int_eq(system(cmd), 0);
-    world_init(&clean, "rbclean");
-    world_init(&pair, "rbpair");
-    snprintf(pair.topic, sizeof(pair.topic), "%s", clean.topic);
-    snprintf(pair.dlq, sizeof(pair.dlq), "%s", clean.dlq);
-    ck_assert_int_eq(run(&clean, clean.name, clean.name,
-                         BIN "/collector/sandtrail-collector --input %s 2>/dev/null", input),
-                     0);
+    shared_topic(&clean, &pair, "rbclean", "rbpair", input, sizeof(input));
 #define REBAL_BATCH                                                                      \
     " -X batch.max_events=20 -X batch.behind_events=50 -X batch.behind_ms=0"                \
     " -X detect.overlap=1"
@@ -364,14 +368,7 @@ START_TEST(pipeline_rebalance_while_detecting_equals_one_clean)
     ck_assert_msg(strstr(log, "revoked while a batch was being detected") != NULL,
                   "no revoke met a detection (%s):\n%.3000s", alog, log);
     free(log);
-    const char *qs[] = {q_events, q_findings, q_finding_events};
-    for (int i = 0; i < 3; i++) {
-        char *a = rows(clean.dsn, qs[i]), *b = rows(pair.dsn, qs[i]);
-        ck_assert_msg(strlen(a) > 0, "query %d returned nothing", i);
-        ck_assert_str_eq(a, b);
-        free(a);
-        free(b);
-    }
+    assert_same_tables(&clean, &pair);
     unlink(input);
     unlink(alog);
     world_drop(&clean);
