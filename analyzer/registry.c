@@ -62,7 +62,7 @@ struct st_registry *st_registry_new(const struct st_analyzer_conf *conf)
     struct st_registry *r = st_calloc(1, sizeof(*r));
     r->conf = conf;
     r->tcap = 1024;
-    r->table = st_calloc(r->tcap, sizeof(*r->table));
+    r->table = st_calloc_table(r->tcap, sizeof(*r->table));
     return r;
 }
 
@@ -185,7 +185,7 @@ static struct entry *create(struct st_registry *r, enum kind k, const char *name
     e->touched_s = (int64_t)time(NULL);
     if (r->n >= r->tcap) {
         size_t cap = 2 * r->tcap;
-        struct entry **t = st_calloc(cap, sizeof(*t));
+        struct entry **t = st_calloc_table(cap, sizeof(*t));
         for (size_t i = 0; i < r->tcap; i++)
             for (struct entry *x = r->table[i], *next; x; x = next) {
                 next = x->hnext;

@@ -246,7 +246,7 @@ static size_t slot(const struct pidx *p, uint64_t h)
  * table, new, of p->cap slots; frees old. */
 static void rehash(struct pidx *p, struct ent *old, size_t oldcap, int64_t cutoff)
 {
-    p->e = st_calloc(p->cap, sizeof(*p->e));
+    p->e = st_calloc_table(p->cap, sizeof(*p->e));
     p->n = 0;
     for (size_t i = 0; i < oldcap; i++) {
         if (!old[i].h || old[i].t < cutoff)
@@ -556,7 +556,7 @@ static void newest_put(void *arg, const char *m, size_t len, int64_t t)
         struct nent *old = w->e;
         size_t oldcap = w->cap;
         w->cap = oldcap ? 2 * oldcap : 1024;
-        w->e = st_calloc(w->cap, sizeof(*w->e));
+        w->e = st_calloc_table(w->cap, sizeof(*w->e));
         for (size_t i = 0; i < oldcap; i++) {
             if (!old[i].m)
                 continue;

@@ -22,7 +22,7 @@ struct st_runkeys *st_runkeys_new(void)
 {
     struct st_runkeys *t = st_calloc(1, sizeof(*t));
     t->cap = 1024;
-    t->table = st_calloc(t->cap, sizeof(*t->table));
+    t->table = st_calloc_table(t->cap, sizeof(*t->table));
     return t;
 }
 
@@ -60,7 +60,7 @@ void st_runkeys_begin(struct st_runkeys *t)
 static void grow(struct st_runkeys *t)
 {
     size_t cap = 2 * t->cap;
-    struct st_runkey **nt = st_calloc(cap, sizeof(*nt));
+    struct st_runkey **nt = st_calloc_table(cap, sizeof(*nt));
     for (size_t i = 0; i < t->cap; i++) {
         for (struct st_runkey *k = t->table[i], *next; k; k = next) {
             next = k->hnext;

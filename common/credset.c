@@ -64,7 +64,7 @@ struct st_credset *st_credset_new(void)
     if (pthread_rwlock_init(&cs->lock, NULL))
         st_fatal("could not create a lock");
     cs->cap = 64;
-    cs->slots = st_calloc(cs->cap, sizeof(*cs->slots));
+    cs->slots = st_calloc_table(cs->cap, sizeof(*cs->slots));
     return cs;
 }
 
@@ -111,7 +111,7 @@ static struct slot *lookup(struct slot *slots, size_t cap, uint64_t h, const cha
 static void grow(struct st_credset *cs)
 {
     size_t cap = cs->cap * 2;
-    struct slot *slots = st_calloc(cap, sizeof(*slots));
+    struct slot *slots = st_calloc_table(cap, sizeof(*slots));
     for (size_t i = 0; i < cs->cap; i++)
         if (cs->slots[i].h)
             *lookup(slots, cap, cs->slots[i].h, cs->slots[i].fp) = cs->slots[i];

@@ -1,5 +1,6 @@
 /* log.c: one-line log records on stderr, and aborting allocators. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,16 @@ void *st_calloc(size_t n, size_t size)
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p)
         st_fatal("out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *st_calloc_table(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size)
+        st_fatal("out of memory allocating %zu x %zu bytes", n, size);
+    size_t len = (n ? n : 1) * (size ? size : 1);
+    void *p = st_malloc(len);
+    memset(p, 0, len);
     return p;
 }
 

@@ -33,6 +33,14 @@ void st_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretur
 /* Allocation wrappers that abort on failure (callers never check). */
 void *st_malloc(size_t n);
 void *st_calloc(size_t n, size_t size);
+/* st_calloc for a large table that is read before it is written (an
+ * open-addressing probe, a chain's head): its bytes are zeroed by a write
+ * at once. calloc leaves memory fresh from the kernel untouched, so each
+ * page's first read maps the kernel's shared zero page and its first write
+ * then copies it, a second fault and a TLB flush on every core the process
+ * runs on (an interrupt each): the run index's rehash spent 8% of a
+ * detection worker's time in those (docs/architecture.md, "Session 22"). */
+void *st_calloc_table(size_t n, size_t size);
 void *st_realloc(void *p, size_t n);
 char *st_strdup(const char *s);
 char *st_strndup(const char *s, size_t n);
