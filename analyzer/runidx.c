@@ -97,6 +97,8 @@ struct st_runidx {
     int nsweep_det;
     struct st_buf bkey, field;
     uint64_t flushes; /* st_runidx_flushes */
+    void (*compact_read)(int32_t partition, void *arg); /* tests */
+    void *compact_read_arg;
 };
 
 static void update_trust(struct st_runidx *x)
@@ -993,6 +995,8 @@ static int compact_one(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp,
             free(c.log);
             break;
         }
+        if (x->compact_read)
+            x->compact_read(p->partition, x->compact_read_arg);
         size_t records = 0;
         struct st_buf out;
         st_buf_init(&out);
@@ -1045,6 +1049,13 @@ static int compact_one(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp,
     }
     free(key);
     return rc ? -1 : 0;
+}
+
+void st_runidx_on_compact_read(struct st_runidx *x, void (*fn)(int32_t partition, void *arg),
+                               void *arg)
+{
+    x->compact_read = fn;
+    x->compact_read_arg = arg;
 }
 
 int st_runidx_compact(struct st_runidx *x, struct st_rpipe *rp, char *errstr, size_t errsz)

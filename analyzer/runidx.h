@@ -201,6 +201,12 @@ size_t st_runidx_load_log(struct st_runidx *x, int32_t partition, const char *lo
  * per-batch error: the batch is tried again). */
 int st_runidx_compact(struct st_runidx *x, struct st_rpipe *p, char *errstr, size_t errsz);
 
+/* Tests only: fn(partition, arg) is called by st_runidx_compact after each
+ * read of a partition's log and before its rewrite, while the WATCH holds
+ * (what another analyzer's APPEND would land between); NULL: none. */
+void st_runidx_on_compact_read(struct st_runidx *x, void (*fn)(int32_t partition, void *arg),
+                               void *arg);
+
 /* Whether Redis may hold state of the run (hash h) of partition: 1 when
  * the index holds it, when the partition's index is not loaded (then
  * only a load can tell), or when the index is not trusted. */

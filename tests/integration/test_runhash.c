@@ -997,6 +997,45 @@ START_TEST(runhash_sweep_takes_a_runs_newest_record)
 }
 END_TEST
 
+/* The compaction tests' start: partition 0's log holds two records of L
+ * (50 and 20 s old), one of M (200 s: older than the cutoff, 2 x
+ * state.ttl_s) and one of N (30 s); a part's index of it is loaded and
+ * flushed at now (with run O noted first when note_o), which makes the
+ * compaction due. */
+static struct st_runidx *compaction_due(int64_t now, int note_o)
+{
+    char err[256];
+    conf.state_ttl_s = 60;
+    seed_run_in("runL", 0, now, 50, 0);
+    seed_run_in("runL", 0, now, 20, 0);
+    seed_run_in("runM", 0, now, 200, 0);
+    seed_run_in("runN", 0, now, 30, 0);
+    struct st_runidx *x = sweeper(0);
+    if (note_o)
+        st_runidx_note(x, 0, "task", "runO", st_runidx_hash("task", "runO"), 1, now);
+    struct st_checkpoint *ck = st_checkpoint_new();
+    st_runidx_flush(x, ck, now); /* the first: its removal is due */
+    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
+    st_checkpoint_destroy(ck);
+    return x;
+}
+
+/* Partition 0's log (in str_reply): its number of records. */
+static int log_records(void)
+{
+    char err[256];
+    char *lk = st_detect_index_log_key(&conf, 0);
+    const char *get[] = {"GET", lk};
+    st_rpipe_cmd(p, on_str, NULL, 2, get);
+    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    free(lk);
+    ck_assert_int_eq(str_nil, 0);
+    int lines = 0;
+    for (const char *r = str_reply.data; (r = strchr(r, '\n')); r++)
+        lines++;
+    return lines;
+}
+
 /* The log's compaction (st_runidx_compact), due after a flush removed old
  * entries from memory: the log then holds one record per run, its newest,
  * and none older than the flush's cutoff (2 x state.ttl_s: 120 s). L has
@@ -1006,45 +1045,76 @@ END_TEST
 START_TEST(runhash_index_log_compacts_to_newest_records)
 {
     open_all("cmp");
-    conf.state_ttl_s = 60;
     char err[256];
     int64_t now = (int64_t)time(NULL);
-    seed_run_in("runL", 0, now, 50, 0);
-    seed_run_in("runL", 0, now, 20, 0);
-    seed_run_in("runM", 0, now, 200, 0);
-    seed_run_in("runN", 0, now, 30, 0);
-    struct st_runidx *x = sweeper(0);
-    st_runidx_note(x, 0, "task", "runO", st_runidx_hash("task", "runO"), 1, now);
-    struct st_checkpoint *ck = st_checkpoint_new();
-    st_runidx_flush(x, ck, now); /* the first: its removal is due */
-    ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
-    st_checkpoint_destroy(ck);
+    struct st_runidx *x = compaction_due(now, 1);
     ck_assert_int_eq(st_runidx_compact(x, p, err, sizeof(err)), 0);
-    char *lk = st_detect_index_log_key(&conf, 0);
-    const char *get[] = {"GET", lk};
-    st_rpipe_cmd(p, on_str, NULL, 2, get);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
-    ck_assert_int_eq(str_nil, 0);
-    int lines = 0;
-    for (const char *r = str_reply.data; (r = strchr(r, '\n')); r++)
-        lines++;
-    ck_assert_msg(lines == 3, "log after compaction:\n%s", str_reply.data);
+    ck_assert_msg(log_records() == 3, "log after compaction:\n%s", str_reply.data);
     char *before = st_strdup(str_reply.data);
     ck_assert_int_eq(index_score(0, "runL"), now - 20);
     ck_assert_int_eq(index_score(0, "runM"), -1);
     ck_assert_int_eq(index_score(0, "runN"), now - 30);
     ck_assert_int_eq(index_score(0, "runO"), now);
     /* nothing left to drop: the log is not rewritten */
-    ck = st_checkpoint_new();
+    struct st_checkpoint *ck = st_checkpoint_new();
     st_runidx_flush(x, ck, now + 7); /* a tenth of the TTL later: due again */
     ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
     st_checkpoint_destroy(ck);
     ck_assert_int_eq(st_runidx_compact(x, p, err, sizeof(err)), 0);
-    st_rpipe_cmd(p, on_str, NULL, 2, get);
-    ck_assert_int_eq(st_rpipe_exec(p, err, sizeof(err)), 0);
+    ck_assert_int_eq(log_records(), 3);
     ck_assert_str_eq(str_reply.data, before);
     free(before);
-    free(lk);
+    st_runidx_destroy(x);
+    close_all();
+}
+END_TEST
+
+/* Another analyzer's APPEND between the compaction's read and its rewrite
+ * (the hook runs there once, on a connection of its own): the rewrite does
+ * not run (the WATCH), the log is read again and compacted with the new
+ * record in it. Without the WATCH the new run's record is lost; taking
+ * the aborted EXEC for done leaves the stale records. */
+struct append_meanwhile {
+    struct st_rpipe *other;
+    const char *rec;
+    int reads;
+};
+
+static void append_meanwhile(int32_t partition, void *arg)
+{
+    struct append_meanwhile *a = arg;
+    char err[256];
+    if (a->reads++ == 0) {
+        char *lk = st_detect_index_log_key(&conf, partition);
+        const char *ap[] = {"APPEND", lk, a->rec};
+        st_rpipe_cmd(a->other, NULL, NULL, 3, ap);
+        ck_assert_msg(st_rpipe_exec(a->other, err, sizeof(err)) == 0, "%s", err);
+        free(lk);
+    }
+}
+
+START_TEST(runhash_index_log_compaction_rereads_a_log_appended_meanwhile)
+{
+    open_all("cmq");
+    char err[256];
+    int64_t now = (int64_t)time(NULL);
+    struct st_runidx *x = compaction_due(now, 0);
+    char rec[256];
+    char *m = st_detect_run_member("task", "runQ");
+    snprintf(rec, sizeof(rec), "%lld %s\n", (long long)(now - 5), m);
+    free(m);
+    struct append_meanwhile a = {.rec = rec};
+    a.other = st_rpipe_new(getenv("SANDTRAIL_REDIS_URL"), NULL, err, sizeof(err));
+    ck_assert_msg(a.other != NULL, "%s", err);
+    st_runidx_on_compact_read(x, append_meanwhile, &a);
+    ck_assert_int_eq(st_runidx_compact(x, p, err, sizeof(err)), 0);
+    ck_assert_msg(log_records() == 3, "log after compaction:\n%s", str_reply.data);
+    ck_assert_int_eq(index_score(0, "runL"), now - 20);
+    ck_assert_int_eq(index_score(0, "runM"), -1);
+    ck_assert_int_eq(index_score(0, "runN"), now - 30);
+    ck_assert_int_eq(index_score(0, "runQ"), now - 5);
+    ck_assert_int_eq(a.reads, 2); /* read, not rewritten; read again */
+    st_rpipe_destroy(a.other);
     st_runidx_destroy(x);
     close_all();
 }
@@ -1158,6 +1228,7 @@ int main(void)
     tcase_add_test(tc, runhash_index_load_reads_the_log_and_the_older_set);
     tcase_add_test(tc, runhash_sweep_takes_a_runs_newest_record);
     tcase_add_test(tc, runhash_index_log_compacts_to_newest_records);
+    tcase_add_test(tc, runhash_index_log_compaction_rereads_a_log_appended_meanwhile);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
