@@ -118,6 +118,20 @@ void st_fence_release(struct st_fence *f, int32_t partition)
     pthread_mutex_unlock(&f->lock);
 }
 
+int st_fence_epoch(struct st_fence *f, int32_t partition, int64_t *epoch)
+{
+    int rc = -1;
+    pthread_mutex_lock(&f->lock);
+    for (int i = 0; i < f->n; i++)
+        if (f->held[i].partition == partition) {
+            *epoch = f->held[i].epoch;
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
 /* MGET's reply: each epoch Redis holds, -1 when absent or not a number. */
 struct epochs {
     int64_t *v;

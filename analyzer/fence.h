@@ -62,6 +62,11 @@ int st_fence_claim(struct st_fence *f, struct st_rpipe *p, const int32_t *parts,
  * checkpoint watches it. */
 void st_fence_release(struct st_fence *f, int32_t partition);
 
+/* Our epoch of partition (what our INCR got) in *epoch: 0, or -1 when we
+ * do not hold it. Thread-safe (a detection worker asks: the run index's
+ * compaction, runidx.h). */
+int st_fence_epoch(struct st_fence *f, int32_t partition, int64_t *epoch);
+
 /* st_fence_exec's result when the assignment is lost. */
 #define ST_FENCE_LOST 1
 

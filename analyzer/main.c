@@ -1803,6 +1803,7 @@ int main(int argc, char **argv)
             .metrics = a.metrics,
             .redis_s = a.m_redis_s,
             .redis_err = a.m_redis_err,
+            .fence = a.fence,
         };
         if (!(a.workers = st_workers_new(&wc, errstr, sizeof(errstr)))) {
             st_error("%s", errstr);

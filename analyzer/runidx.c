@@ -980,23 +980,62 @@ static int on_compact_get(const redisReply *rep, void *arg)
     return 0;
 }
 
-static int compact_one(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp,
-                       char *errstr, size_t errsz)
+/* An owner epoch's GET: its value, -1 when absent or not a number. */
+static int on_epoch(const redisReply *rep, void *arg)
 {
+    int64_t *v = arg;
+    *v = -1;
+    if (rep->type == REDIS_REPLY_STRING) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(rep->str, &end, 10);
+        if (!errno && end != rep->str && !*end)
+            *v = n;
+    } else if (rep->type != REDIS_REPLY_NIL) {
+        return -1;
+    }
+    return 0;
+}
+
+static int compact_one(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp,
+                       struct st_fence *fence, char *errstr, size_t errsz)
+{
+    int64_t ours = 0;
+    if (fence && st_fence_epoch(fence, p->partition, &ours))
+        return 0; /* not held (revoked meanwhile): its new owner's */
     char *key = st_detect_index_log_key(x->conf, p->partition);
+    char *ekey = fence ? st_detect_epoch_key(x->conf, p->partition) : NULL;
     int rc = 0;
     for (int tries = 0; tries < 4; tries++) {
         struct compact c = {0};
         int ran = 0;
-        const char *watch[] = {"WATCH", key}, *get[] = {"GET", key};
-        st_rpipe_cmd(rp, NULL, NULL, 2, watch);
+        int64_t epoch = ours;
+        const char *watch[] = {"WATCH", key, ekey}, *get[] = {"GET", key};
+        st_rpipe_cmd(rp, NULL, NULL, ekey ? 3 : 2, watch);
         st_rpipe_cmd(rp, on_compact_get, &c, 2, get);
+        if (ekey) {
+            const char *eget[] = {"GET", ekey};
+            st_rpipe_cmd(rp, on_epoch, &epoch, 2, eget);
+        }
         if ((rc = st_rpipe_exec(rp, errstr, errsz)) != 0) {
             free(c.log);
             break;
         }
         if (x->compact_read)
             x->compact_read(p->partition, x->compact_read_arg);
+        if (epoch != ours) {
+            /* another analyzer claimed the partition: the log is its
+             * owner's to compact; the checkpoints find the loss (fence.h) */
+            free(c.log);
+            const char *unwatch[] = {"UNWATCH"};
+            st_rpipe_cmd(rp, NULL, NULL, 1, unwatch);
+            rc = st_rpipe_exec(rp, errstr, errsz);
+            if (!rc)
+                st_info("run index: partition %" PRId32 " claimed by another analyzer "
+                        "(owner epoch %" PRId64 ", ours %" PRId64 "): its log not compacted",
+                        p->partition, epoch, ours);
+            break;
+        }
         size_t records = 0;
         struct st_buf out;
         st_buf_init(&out);
@@ -1047,6 +1086,7 @@ static int compact_one(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp,
             break;
         }
     }
+    free(ekey);
     free(key);
     return rc ? -1 : 0;
 }
@@ -1058,12 +1098,13 @@ void st_runidx_on_compact_read(struct st_runidx *x, void (*fn)(int32_t partition
     x->compact_read_arg = arg;
 }
 
-int st_runidx_compact(struct st_runidx *x, struct st_rpipe *rp, char *errstr, size_t errsz)
+int st_runidx_compact(struct st_runidx *x, struct st_rpipe *rp, struct st_fence *fence,
+                      char *errstr, size_t errsz)
 {
     for (size_t i = 0; i < x->nparts; i++) {
         struct pidx *p = x->parts[i];
         if (p && p->state == PART_LOADED && p->compact_due &&
-            compact_one(x, p, rp, errstr, errsz))
+            compact_one(x, p, rp, fence, errstr, errsz))
             return -1;
     }
     return 0;

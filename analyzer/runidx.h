@@ -104,6 +104,7 @@
 
 #include "analyzer.h"
 #include "checkpoint.h"
+#include "fence.h"
 #include "rpipe.h"
 
 struct st_runidx;
@@ -197,9 +198,14 @@ size_t st_runidx_load_log(struct st_runidx *x, int32_t partition, const char *lo
  * GET, then MULTI, SET, EXEC) writes back each run's newest record, those
  * not older than that flush's cutoff, in place of the log; an APPEND by
  * anyone in between makes EXEC not run, and the log is read again. A log
- * with nothing to drop is left alone. Returns 0, or -1 with errstr set (a
- * per-batch error: the batch is tried again). */
-int st_runidx_compact(struct st_runidx *x, struct st_rpipe *p, char *errstr, size_t errsz);
+ * with nothing to drop is left alone. Fenced by the partition's owner
+ * epoch when fence is given (fence.h): the epoch is watched and read with
+ * the log, and a partition whose epoch is no longer ours (or that fence
+ * does not hold) is left to its new owner, its compaction still due. NULL:
+ * not fenced (tests). Returns 0, or -1 with errstr set (a per-batch error:
+ * the batch is tried again). */
+int st_runidx_compact(struct st_runidx *x, struct st_rpipe *p, struct st_fence *fence,
+                      char *errstr, size_t errsz);
 
 /* Tests only: fn(partition, arg) is called by st_runidx_compact after each
  * read of a partition's log and before its rewrite, while the WATCH holds

@@ -207,7 +207,7 @@ static void part_prefetch(struct part *p)
      * assignment, before anything decides what to load: one round trip */
     int queued = 0;
     if (st_runidx_check(p->runidx, p->redis, w->seq, p->errstr, sizeof(p->errstr)) ||
-        st_runidx_compact(p->runidx, p->redis, p->errstr, sizeof(p->errstr))) {
+        st_runidx_compact(p->runidx, p->redis, w->wc.fence, p->errstr, sizeof(p->errstr))) {
         p->rc = -1;
         p->cpu_us += thread_cpu_us() - cpu0;
         return;

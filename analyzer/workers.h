@@ -57,6 +57,7 @@
 #include "checkpoint.h"
 #include "detect.h"
 #include "event.h"
+#include "fence.h"
 #include "findings.h"
 #include "metrics.h"
 #include "reorder.h"
@@ -71,6 +72,7 @@ struct st_workers_conf {
     struct st_rpipe *redis;              /* the global part's prefetch connection */
     struct st_metrics *metrics;          /* per-worker series are added here */
     struct st_metric *redis_s, *redis_err; /* prefetch round trip; failures */
+    struct st_fence *fence; /* owner epochs (the run index's compaction); NULL: none */
 };
 
 struct st_workers;

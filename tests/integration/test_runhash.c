@@ -31,6 +31,7 @@
 #include "buf.h"
 #include "checkpoint.h"
 #include "detect.h"
+#include "fence.h"
 #include "log.h"
 #include "rpipe.h"
 #include "runblob.h"
@@ -1048,7 +1049,7 @@ START_TEST(runhash_index_log_compacts_to_newest_records)
     char err[256];
     int64_t now = (int64_t)time(NULL);
     struct st_runidx *x = compaction_due(now, 1);
-    ck_assert_int_eq(st_runidx_compact(x, p, err, sizeof(err)), 0);
+    ck_assert_int_eq(st_runidx_compact(x, p, NULL, err, sizeof(err)), 0);
     ck_assert_msg(log_records() == 3, "log after compaction:\n%s", str_reply.data);
     char *before = st_strdup(str_reply.data);
     ck_assert_int_eq(index_score(0, "runL"), now - 20);
@@ -1060,7 +1061,7 @@ START_TEST(runhash_index_log_compacts_to_newest_records)
     st_runidx_flush(x, ck, now + 7); /* a tenth of the TTL later: due again */
     ck_assert_int_eq(st_checkpoint_exec(ck, p, err, sizeof(err)), 0);
     st_checkpoint_destroy(ck);
-    ck_assert_int_eq(st_runidx_compact(x, p, err, sizeof(err)), 0);
+    ck_assert_int_eq(st_runidx_compact(x, p, NULL, err, sizeof(err)), 0);
     ck_assert_int_eq(log_records(), 3);
     ck_assert_str_eq(str_reply.data, before);
     free(before);
@@ -1107,13 +1108,68 @@ START_TEST(runhash_index_log_compaction_rereads_a_log_appended_meanwhile)
     a.other = st_rpipe_new(getenv("SANDTRAIL_REDIS_URL"), NULL, err, sizeof(err));
     ck_assert_msg(a.other != NULL, "%s", err);
     st_runidx_on_compact_read(x, append_meanwhile, &a);
-    ck_assert_int_eq(st_runidx_compact(x, p, err, sizeof(err)), 0);
+    ck_assert_int_eq(st_runidx_compact(x, p, NULL, err, sizeof(err)), 0);
     ck_assert_msg(log_records() == 3, "log after compaction:\n%s", str_reply.data);
     ck_assert_int_eq(index_score(0, "runL"), now - 20);
     ck_assert_int_eq(index_score(0, "runM"), -1);
     ck_assert_int_eq(index_score(0, "runN"), now - 30);
     ck_assert_int_eq(index_score(0, "runQ"), now - 5);
     ck_assert_int_eq(a.reads, 2); /* read, not rewritten; read again */
+    st_rpipe_destroy(a.other);
+    st_runidx_destroy(x);
+    close_all();
+}
+END_TEST
+
+/* The compaction fenced by the owner epoch: another analyzer claims the
+ * partition (INCR of its epoch) between the compaction's read and its
+ * rewrite; the rewrite does not run, and the log read again is left to
+ * the new owner, its compaction still due. Claimed back, the same index
+ * compacts it. Without the epoch in the WATCH, or without the check of
+ * the epoch read, the log is rewritten under the new owner. */
+static void claim_meanwhile(int32_t partition, void *arg)
+{
+    struct append_meanwhile *a = arg;
+    char err[256];
+    if (a->reads++ == 0) {
+        char *ek = st_detect_epoch_key(&conf, partition);
+        const char *incr[] = {"INCR", ek};
+        st_rpipe_cmd(a->other, NULL, NULL, 2, incr);
+        ck_assert_msg(st_rpipe_exec(a->other, err, sizeof(err)) == 0, "%s", err);
+        free(ek);
+    }
+}
+
+START_TEST(runhash_index_log_compaction_leaves_a_claimed_partition_alone)
+{
+    static char topic[] = "events";
+    open_all("cmf");
+    conf.topic_events = topic;
+    char err[256];
+    int64_t now = (int64_t)time(NULL);
+    struct st_runidx *x = compaction_due(now, 0);
+    struct st_fence *f = st_fence_new(&conf, 0);
+    int32_t part = 0;
+    ck_assert_int_eq(st_fence_claim(f, p, &part, 1, err, sizeof(err)), 0);
+    struct append_meanwhile a = {0};
+    a.other = st_rpipe_new(getenv("SANDTRAIL_REDIS_URL"), NULL, err, sizeof(err));
+    ck_assert_msg(a.other != NULL, "%s", err);
+    st_runidx_on_compact_read(x, claim_meanwhile, &a);
+    ck_assert_int_eq(st_runidx_compact(x, p, f, err, sizeof(err)), 0);
+    ck_assert_msg(log_records() == 4, "log compacted under another owner:\n%s",
+                  str_reply.data);
+    ck_assert_int_eq(a.reads, 2); /* read, not rewritten; read again */
+    /* ours again: the compaction, still due, runs */
+    ck_assert_int_eq(st_fence_claim(f, p, &part, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(st_runidx_compact(x, p, f, err, sizeof(err)), 0);
+    ck_assert_msg(log_records() == 2, "log after compaction:\n%s", str_reply.data);
+    ck_assert_int_eq(index_score(0, "runL"), now - 20);
+    ck_assert_int_eq(index_score(0, "runM"), -1);
+    char *ek = st_detect_epoch_key(&conf, 0);
+    const char *del[] = {"DEL", ek};
+    redis_int(2, del);
+    free(ek);
+    st_fence_destroy(f);
     st_rpipe_destroy(a.other);
     st_runidx_destroy(x);
     close_all();
@@ -1229,6 +1285,7 @@ int main(void)
     tcase_add_test(tc, runhash_sweep_takes_a_runs_newest_record);
     tcase_add_test(tc, runhash_index_log_compacts_to_newest_records);
     tcase_add_test(tc, runhash_index_log_compaction_rereads_a_log_appended_meanwhile);
+    tcase_add_test(tc, runhash_index_log_compaction_leaves_a_claimed_partition_alone);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
