@@ -24,6 +24,7 @@
 #include "buf.h"
 #include "corpus.h"
 #include "event.h"
+#include "quiet_marks.h"
 
 static size_t lines, accepted;
 

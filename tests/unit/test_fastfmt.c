@@ -13,6 +13,7 @@
 #include "analyzer.h"
 #include "buf.h"
 #include "detect.h"
+#include "quiet_marks.h"
 
 START_TEST(fastfmt_i64_as_printf)
 {

@@ -25,11 +25,12 @@
 
 #include "accept.h"
 #include "buf.h"
-#include "corpus.h"
 #include "collector.h"
+#include "corpus.h"
 #include "credset.h"
 #include "event.h"
 #include "onepass.h"
+#include "quiet_marks.h"
 #include "redact.h"
 
 #define KEY "onepass-test-key-0123456789abcdef"

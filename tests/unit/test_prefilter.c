@@ -15,6 +15,7 @@
 #include <check.h>
 
 #include "corpus.h"
+#include "quiet_marks.h"
 
 static struct st_redactor *new_redactor(void)
 {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "corpus.h"
+#include "quiet_marks.h"
 #include "reorder.h"
 
 #define S 1000000LL
