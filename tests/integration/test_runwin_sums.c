@@ -36,6 +36,8 @@
 #include "rpipe.h"
 #include "runwin.h"
 
+#include "../unit/quiet_marks.h"
+
 #define NRUNS 3
 #define BUCKET_US 10000000LL /* the volume window's tenth: window 100 s */
 
