@@ -7,6 +7,7 @@
 #include "conf.h"
 #include "kafka.h"
 #include "log.h"
+#include "timeutil.h"
 
 int st_kafka_conf_set(rd_kafka_conf_t *conf, const char *name,
                       const char *value, char *errstr, size_t errsz)
@@ -98,6 +99,61 @@ rd_kafka_conf_t *st_kafka_conf_new(const char *brokers, char *errstr,
     return conf;
 }
 
+/* Waits until every partition of topic answers a ListOffsets on its
+ * leader (rd_kafka_query_watermark_offsets), at most until deadline (ms,
+ * st_time_mono_ms): 0, or -1 with errstr. A topic just created is in the
+ * cluster's metadata, with its leaders, a few tens of ms before each
+ * leader has made the partition: a produce then gets NOT_LEADER, and
+ * librdkafka 2.0's idempotent producer, once a later batch to the same
+ * partition was taken (the broker, knowing no producer state for a new
+ * partition, accepts any first sequence), counts the earlier failed
+ * batches as delivered ("implicitly acked") although they are not in the
+ * log: the first events sent to a topic the collector had just made were
+ * lost, now and then (docs/architecture.md, "Session 22"). */
+static int wait_ready(rd_kafka_t *rk, const char *topic, int64_t deadline, char *errstr,
+                      size_t errsz)
+{
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+    int nparts = 0, p = 0;
+    /* its partition count, then each partition: retried (not there yet,
+     * or a transient error) until the deadline */
+    for (;;) {
+        if (rd_kafka_type(rk) == RD_KAFKA_PRODUCER)
+            rd_kafka_poll(rk, 0);
+        if (!nparts) {
+            e = rd_kafka_metadata(rk, 0, rkt, &md, 5000);
+            if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                if (md->topic_cnt != 1)
+                    e = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+                else if (md->topics[0].err)
+                    e = md->topics[0].err;
+                else if ((nparts = md->topics[0].partition_cnt) <= 0)
+                    e = RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION;
+                rd_kafka_metadata_destroy(md);
+            }
+        } else {
+            int64_t lo, hi;
+            e = rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi, 5000);
+            if (e == RD_KAFKA_RESP_ERR_NO_ERROR && ++p == nparts)
+                break;
+        }
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (st_time_mono_ms() >= deadline)
+                break;
+            usleep(20000);
+        }
+    }
+    rd_kafka_topic_destroy(rkt);
+    if (p < nparts || !nparts) {
+        snprintf(errstr, errsz, "topic \"%s\": partition %d not ready: %s", topic, p,
+                 e ? rd_kafka_err2str(e) : "no partitions in the metadata");
+        return -1;
+    }
+    return 0;
+}
+
 static int ensure(rd_kafka_t *rk, const char *const *topics, int n, int partitions,
                   int replication, int compact, int timeout_ms, char *errstr,
                   size_t errsz)
@@ -156,6 +212,12 @@ static int ensure(rd_kafka_t *rk, const char *const *topics, int n, int partitio
             goto out;
         }
     }
+    /* every topic, made now or before (by another process a moment ago,
+     * say): its partitions ready before anything is produced to them */
+    int64_t deadline = st_time_mono_ms() + timeout_ms;
+    for (i = 0; i < n; i++)
+        if (wait_ready(rk, topics[i], deadline, errstr, errsz))
+            goto out;
     rc = 0;
 out:
     if (rkev)
