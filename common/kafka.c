@@ -154,6 +154,12 @@ static int wait_ready(rd_kafka_t *rk, const char *topic, int64_t deadline, char 
     return 0;
 }
 
+int st_kafka_conf_producer_safe(rd_kafka_conf_t *conf, char *errstr, size_t errsz)
+{
+    return st_kafka_conf_set(conf, "max.in.flight.requests.per.connection", "1", errstr,
+                             errsz);
+}
+
 static int ensure(rd_kafka_t *rk, const char *const *topics, int n, int partitions,
                   int replication, int compact, int timeout_ms, char *errstr,
                   size_t errsz)

@@ -52,6 +52,19 @@ void st_kafka_props_fini(struct st_kafka_props *p);
  * checkpoint and uncommitted offsets are replayed by the next start). */
 void st_kafka_refused_exit(int err, const char *reason);
 
+/* What every idempotent or transactional producer of ours is given
+ * before the operator's kafka.rdkafka.* (which may override it): one
+ * request in flight per broker connection. librdkafka 2.0 (Debian 12's)
+ * reports a batch that failed with NOT_LEADER as delivered once a later
+ * batch to the same partition, sent meanwhile, was taken -- which a broker
+ * does for a producer id it has no state of (a new one, on a partition
+ * just made or just moved) -- though it is not in the log
+ * ("implicitly acked"; README, failure model). With one request in
+ * flight the later batch is not sent before the failure is known. The
+ * collector's benchmark measured no cost (429-448k events/s against
+ * 410-431k/s, three rounds each, docs/architecture.md "Session 22"). */
+int st_kafka_conf_producer_safe(rd_kafka_conf_t *conf, char *errstr, size_t errsz);
+
 /* Sets one librdkafka property; errors name the property. */
 int st_kafka_conf_set(rd_kafka_conf_t *conf, const char *name,
                       const char *value, char *errstr, size_t errsz);
