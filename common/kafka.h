@@ -70,9 +70,12 @@ int st_kafka_conf_set(rd_kafka_conf_t *conf, const char *name,
                       const char *value, char *errstr, size_t errsz);
 
 /* Creates each topic that does not exist yet, with partitions and
- * replication factor given. Existing topics are left as they are. Returns 0,
- * or -1 with errstr naming the topic. On a producer it serves rd_kafka_poll
- * while it waits (error callbacks run). */
+ * replication factor given. Existing topics are left as they are. Returns
+ * once every partition of every topic answers on its leader (a topic just
+ * made is not ready for a produce for a few tens of ms: kafka.c,
+ * wait_ready), within timeout_ms: 0, or -1 with errstr naming the topic.
+ * On a producer it serves rd_kafka_poll while it waits (error callbacks
+ * run). */
 int st_kafka_ensure_topics(rd_kafka_t *rk, const char *const *topics, int n,
                            int partitions, int replication, int timeout_ms,
                            char *errstr, size_t errsz);
