@@ -1070,20 +1070,22 @@ START_TEST(runhash_index_log_compacts_to_newest_records)
 }
 END_TEST
 
-/* Another analyzer's APPEND between the compaction's read and its rewrite
- * (the hook runs there once, on a connection of its own): the rewrite does
- * not run (the WATCH), the log is read again and compacted with the new
- * record in it. Without the WATCH the new run's record is lost; taking
- * the aborted EXEC for done leaves the stale records. */
-struct append_meanwhile {
+/* What a compaction-read hook does on a connection of its own (other),
+ * once (reads counts its calls): append rec, or claim the partition. */
+struct meanwhile {
     struct st_rpipe *other;
     const char *rec;
     int reads;
 };
 
+/* Another analyzer's APPEND between the compaction's read and its rewrite
+ * (the hook runs there once, on a connection of its own): the rewrite does
+ * not run (the WATCH), the log is read again and compacted with the new
+ * record in it. Without the WATCH the new run's record is lost; taking
+ * the aborted EXEC for done leaves the stale records. */
 static void append_meanwhile(int32_t partition, void *arg)
 {
-    struct append_meanwhile *a = arg;
+    struct meanwhile *a = arg;
     char err[256];
     if (a->reads++ == 0) {
         char *lk = st_detect_index_log_key(&conf, partition);
@@ -1104,7 +1106,7 @@ START_TEST(runhash_index_log_compaction_rereads_a_log_appended_meanwhile)
     char *m = st_detect_run_member("task", "runQ");
     snprintf(rec, sizeof(rec), "%lld %s\n", (long long)(now - 5), m);
     free(m);
-    struct append_meanwhile a = {.rec = rec};
+    struct meanwhile a = {.rec = rec};
     a.other = st_rpipe_new(getenv("SANDTRAIL_REDIS_URL"), NULL, err, sizeof(err));
     ck_assert_msg(a.other != NULL, "%s", err);
     st_runidx_on_compact_read(x, append_meanwhile, &a);
@@ -1129,7 +1131,7 @@ END_TEST
  * the epoch read, the log is rewritten under the new owner. */
 static void claim_meanwhile(int32_t partition, void *arg)
 {
-    struct append_meanwhile *a = arg;
+    struct meanwhile *a = arg;
     char err[256];
     if (a->reads++ == 0) {
         char *ek = st_detect_epoch_key(&conf, partition);
@@ -1151,7 +1153,7 @@ START_TEST(runhash_index_log_compaction_leaves_a_claimed_partition_alone)
     struct st_fence *f = st_fence_new(&conf, 0);
     int32_t part = 0;
     ck_assert_int_eq(st_fence_claim(f, p, &part, 1, err, sizeof(err)), 0);
-    struct append_meanwhile a = {0};
+    struct meanwhile a = {0};
     a.other = st_rpipe_new(getenv("SANDTRAIL_REDIS_URL"), NULL, err, sizeof(err));
     ck_assert_msg(a.other != NULL, "%s", err);
     st_runidx_on_compact_read(x, claim_meanwhile, &a);
