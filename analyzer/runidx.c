@@ -43,6 +43,10 @@ struct pidx {
     int compact_due;
     int64_t compact_cutoff;
     size_t records, stale;
+    /* the owner epoch of another analyzer last logged as having claimed
+     * the partition (compact_one tries again each batch until the next
+     * checkpoint's fence stops this one: one line per claim) */
+    int64_t claim_logged;
     /* the sweep of expired state (st_runidx_queue_sweep): its read, then
      * its deletions in the next flush */
     int sweep;            /* SWEEP_NONE, _QUEUED, _READ */
@@ -1030,10 +1034,12 @@ static int compact_one(struct st_runidx *x, struct pidx *p, struct st_rpipe *rp,
             const char *unwatch[] = {"UNWATCH"};
             st_rpipe_cmd(rp, NULL, NULL, 1, unwatch);
             rc = st_rpipe_exec(rp, errstr, errsz);
-            if (!rc)
+            if (!rc && p->claim_logged != epoch) {
+                p->claim_logged = epoch;
                 st_info("run index: partition %" PRId32 " claimed by another analyzer "
                         "(owner epoch %" PRId64 ", ours %" PRId64 "): its log not compacted",
                         p->partition, epoch, ours);
+            }
             break;
         }
         size_t records = 0;
