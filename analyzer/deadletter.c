@@ -85,8 +85,7 @@ static rd_kafka_t *producer_new(const struct st_analyzer_conf *conf, const char 
     rd_kafka_conf_t *kc = st_kafka_conf_new(conf->brokers, errstr, errsz);
     if (!kc)
         return NULL;
-    if (st_kafka_conf_producer_safe(kc, errstr, errsz) ||
-        st_kafka_props_apply(kc, &conf->kafka, errstr, errsz))
+    if (st_kafka_conf_producer(kc, &conf->kafka, errstr, errsz))
         goto fail;
     for (; *set; set += 2)
         if (st_kafka_conf_set(kc, set[0], set[1], errstr, errsz))

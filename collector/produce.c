@@ -256,8 +256,7 @@ struct st_producer *st_producer_new(const struct st_collector_conf *conf,
     rd_kafka_conf_t *kc = st_kafka_conf_new(conf->brokers, errstr, errsz);
     if (!kc)
         goto fail;
-    if (st_kafka_conf_producer_safe(kc, errstr, errsz) ||
-        st_kafka_props_apply(kc, &conf->kafka, errstr, errsz))
+    if (st_kafka_conf_producer(kc, &conf->kafka, errstr, errsz))
         goto fail_conf;
 
     snprintf(num, sizeof(num), "%" PRId64, conf->delivery_timeout_ms);

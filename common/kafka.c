@@ -154,10 +154,14 @@ static int wait_ready(rd_kafka_t *rk, const char *topic, int64_t deadline, char 
     return 0;
 }
 
-int st_kafka_conf_producer_safe(rd_kafka_conf_t *conf, char *errstr, size_t errsz)
+int st_kafka_conf_producer(rd_kafka_conf_t *conf, const struct st_kafka_props *p,
+                           char *errstr, size_t errsz)
 {
     return st_kafka_conf_set(conf, "max.in.flight.requests.per.connection", "1", errstr,
-                             errsz);
+                             errsz) ||
+                   st_kafka_props_apply(conf, p, errstr, errsz)
+               ? -1
+               : 0;
 }
 
 static int ensure(rd_kafka_t *rk, const char *const *topics, int n, int partitions,

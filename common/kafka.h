@@ -52,9 +52,11 @@ void st_kafka_props_fini(struct st_kafka_props *p);
  * checkpoint and uncommitted offsets are replayed by the next start). */
 void st_kafka_refused_exit(int err, const char *reason);
 
-/* What every idempotent or transactional producer of ours is given
- * before the operator's kafka.rdkafka.* (which may override it): one
- * request in flight per broker connection. librdkafka 2.0 (Debian 12's)
+/* Every idempotent or transactional producer's configuration from the
+ * operator's properties p (kafka.rdkafka.*, kafka.sasl.password_file),
+ * applied after what we give each of them, so that the operator may
+ * override it (tests/unit/test_kafka.c): one request in flight per broker
+ * connection. librdkafka 2.0 (Debian 12's)
  * reports a batch that failed with NOT_LEADER as delivered once a later
  * batch to the same partition, sent meanwhile, was taken -- which a broker
  * does for a producer id it has no state of (a new one, on a partition
@@ -63,7 +65,8 @@ void st_kafka_refused_exit(int err, const char *reason);
  * flight the later batch is not sent before the failure is known. The
  * collector's benchmark measured no cost (429-448k events/s against
  * 410-431k/s, three rounds each, docs/architecture.md "Session 22"). */
-int st_kafka_conf_producer_safe(rd_kafka_conf_t *conf, char *errstr, size_t errsz);
+int st_kafka_conf_producer(rd_kafka_conf_t *conf, const struct st_kafka_props *p,
+                           char *errstr, size_t errsz);
 
 /* Sets one librdkafka property; errors name the property. */
 int st_kafka_conf_set(rd_kafka_conf_t *conf, const char *name,

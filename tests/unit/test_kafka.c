@@ -81,12 +81,35 @@ START_TEST(kafka_password_file_sets_sasl_password_without_its_newline)
 }
 END_TEST
 
+/* A producer gets one request in flight per connection (kafka.h: the
+ * loss librdkafka 2.0 gives otherwise), and the operator's
+ * kafka.rdkafka.max.in.flight.requests.per.connection still wins. */
+START_TEST(kafka_producer_one_in_flight_unless_the_operator_says)
+{
+    struct st_kafka_props p = {0};
+    char err[512], buf[64];
+    rd_kafka_conf_t *c = st_kafka_conf_new("127.0.0.1:1", err, sizeof(err));
+    ck_assert_int_eq(st_kafka_conf_producer(c, &p, err, sizeof(err)), 0);
+    ck_assert_str_eq(get(c, "max.in.flight.requests.per.connection", buf, sizeof(buf)), "1");
+    rd_kafka_conf_destroy(c);
+    ck_assert_int_eq(st_kafka_props_parse(&p, "kafka.rdkafka.max.in.flight.requests.per.connection",
+                                          "5", err, sizeof(err)),
+                     0);
+    c = st_kafka_conf_new("127.0.0.1:1", err, sizeof(err));
+    ck_assert_int_eq(st_kafka_conf_producer(c, &p, err, sizeof(err)), 0);
+    ck_assert_str_eq(get(c, "max.in.flight.requests.per.connection", buf, sizeof(buf)), "5");
+    rd_kafka_conf_destroy(c);
+    st_kafka_props_fini(&p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kafka");
     TCase *tc = tcase_create("props");
     tcase_add_test(tc, kafka_passthrough_takes_its_prefix_and_refuses_unknown_names);
     tcase_add_test(tc, kafka_password_file_sets_sasl_password_without_its_newline);
+    tcase_add_test(tc, kafka_producer_one_in_flight_unless_the_operator_says);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
