@@ -151,16 +151,19 @@ static rd_kafka_t *client(const struct st_collector_conf *conf, rd_kafka_type_t 
     if (!kc)
         return NULL;
     snprintf(num, sizeof(num), "%" PRId64, conf->lineage_poll_ms);
-    /* the operator's security settings (kafka.rdkafka.*) first, ours after */
-    int bad = st_kafka_props_apply(kc, &conf->kafka, errstr, errsz) || type == RD_KAFKA_PRODUCER
-                  ? st_kafka_conf_set(kc, "linger.ms", "0", errstr, errsz) ||
-                        st_kafka_conf_set(kc, "acks", "all", errstr, errsz)
-                  : st_kafka_conf_set(kc, "group.id", "sandtrail-lineage", errstr, errsz) ||
-                        st_kafka_conf_set(kc, "enable.auto.commit", "false", errstr,
-                                          errsz) ||
-                        st_kafka_conf_set(kc, "enable.partition.eof", "true", errstr,
-                                          errsz) ||
-                        st_kafka_conf_set(kc, "fetch.wait.max.ms", num, errstr, errsz);
+    /* the operator's security settings (kafka.rdkafka.*) first, ours after;
+     * a property or password file the operator's settings name that cannot
+     * be applied stops the client (until session 23 the producer's
+     * settings were applied instead: `a || b ? c : d` is `(a || b) ? c : d`) */
+    int bad = st_kafka_props_apply(kc, &conf->kafka, errstr, errsz);
+    if (!bad && type == RD_KAFKA_PRODUCER)
+        bad = st_kafka_conf_set(kc, "linger.ms", "0", errstr, errsz) ||
+              st_kafka_conf_set(kc, "acks", "all", errstr, errsz);
+    else if (!bad)
+        bad = st_kafka_conf_set(kc, "group.id", "sandtrail-lineage", errstr, errsz) ||
+              st_kafka_conf_set(kc, "enable.auto.commit", "false", errstr, errsz) ||
+              st_kafka_conf_set(kc, "enable.partition.eof", "true", errstr, errsz) ||
+              st_kafka_conf_set(kc, "fetch.wait.max.ms", num, errstr, errsz);
     if (bad) {
         rd_kafka_conf_destroy(kc);
         return NULL;

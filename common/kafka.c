@@ -100,8 +100,16 @@ rd_kafka_conf_t *st_kafka_conf_new(const char *brokers, char *errstr,
 }
 
 /* Waits until every partition of topic answers a ListOffsets on its
- * leader (rd_kafka_query_watermark_offsets), at most until deadline (ms,
- * st_time_mono_ms): 0, or -1 with errstr. A topic just created is in the
+ * leader (rd_kafka_offsets_for_times for the latest offset), at most until
+ * deadline (ms, st_time_mono_ms): 0, or -1 with errstr. Not
+ * rd_kafka_query_watermark_offsets: in librdkafka before 2.3 (Debian 12
+ * has 2.0) it ignores its timeout and waits for as long as the leader it
+ * first asked stays down (librdkafka issue 2588), even once another
+ * broker leads the partition: a collector that started while a broker was
+ * killed waited there for good (scripts/check-leader-moves,
+ * STOP_SIGNAL=KILL; docs/architecture.md, "Session 23").
+ * rd_kafka_offsets_for_times keeps its timeout and finds the leaders anew
+ * at each call. A topic just created is in the
  * cluster's metadata, with its leaders, a few tens of ms before each
  * leader has made the partition: a produce then gets NOT_LEADER, and
  * librdkafka 2.0's idempotent producer, once a later batch to the same
@@ -116,14 +124,18 @@ static int wait_ready(rd_kafka_t *rk, const char *topic, int64_t deadline, char 
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
-    int nparts = 0, p = 0;
-    /* its partition count, then each partition: retried (not there yet,
+    int nparts = 0, p = 0, stale = 1;
+    /* the topic's metadata (its partition count, their leaders: read
+     * again after a partition did not answer, whose leader may have
+     * moved), then each partition: retried (not there yet, a leader down,
      * or a transient error) until the deadline */
     for (;;) {
         if (rd_kafka_type(rk) == RD_KAFKA_PRODUCER)
             rd_kafka_poll(rk, 0);
-        if (!nparts) {
-            e = rd_kafka_metadata(rk, 0, rkt, &md, 5000);
+        if (stale) {
+            int64_t left = deadline - st_time_mono_ms();
+            e = rd_kafka_metadata(rk, 0, rkt, &md,
+                                  left < 100 ? 100 : left > 5000 ? 5000 : (int)left);
             if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 if (md->topic_cnt != 1)
                     e = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
@@ -133,11 +145,21 @@ static int wait_ready(rd_kafka_t *rk, const char *topic, int64_t deadline, char 
                     e = RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION;
                 rd_kafka_metadata_destroy(md);
             }
+            stale = e != RD_KAFKA_RESP_ERR_NO_ERROR;
         } else {
-            int64_t lo, hi;
-            e = rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi, 5000);
+            /* a live leader answers in milliseconds: a short wait, then
+             * the metadata again */
+            int64_t left = deadline - st_time_mono_ms();
+            int wait_ms = left < 100 ? 100 : left > 2000 ? 2000 : (int)left;
+            rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+            rd_kafka_topic_partition_list_add(l, topic, p)->offset = RD_KAFKA_OFFSET_END;
+            e = rd_kafka_offsets_for_times(rk, l, wait_ms);
+            if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+                e = l->elems[0].err;
+            rd_kafka_topic_partition_list_destroy(l);
             if (e == RD_KAFKA_RESP_ERR_NO_ERROR && ++p == nparts)
                 break;
+            stale = e != RD_KAFKA_RESP_ERR_NO_ERROR;
         }
         if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
             if (st_time_mono_ms() >= deadline)
@@ -152,6 +174,12 @@ static int wait_ready(rd_kafka_t *rk, const char *topic, int64_t deadline, char 
         return -1;
     }
     return 0;
+}
+
+int st_kafka_wait_ready(rd_kafka_t *rk, const char *topic, int timeout_ms, char *errstr,
+                        size_t errsz)
+{
+    return wait_ready(rk, topic, st_time_mono_ms() + timeout_ms, errstr, errsz);
 }
 
 int st_kafka_conf_producer(rd_kafka_conf_t *conf, const struct st_kafka_props *p,

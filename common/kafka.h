@@ -35,7 +35,8 @@ int st_kafka_props_parse(void *arg, const char *name, const char *value,
 
 /* Applies the pass-through properties in the order given (a later one wins),
  * then the password file. Call it right after st_kafka_conf_new, before the
- * program's own settings, which therefore win. Returns 0, or -1 with errstr
+ * program's own settings, which therefore win (but for the defaults an
+ * operator may override, set before it: st_kafka_conf_producer). Returns 0, or -1 with errstr
  * naming the property or the file; the password is never in errstr. */
 int st_kafka_props_apply(rd_kafka_conf_t *conf, const struct st_kafka_props *p,
                          char *errstr, size_t errsz);
@@ -71,6 +72,14 @@ int st_kafka_conf_producer(rd_kafka_conf_t *conf, const struct st_kafka_props *p
 /* Sets one librdkafka property; errors name the property. */
 int st_kafka_conf_set(rd_kafka_conf_t *conf, const char *name,
                       const char *value, char *errstr, size_t errsz);
+
+/* Waits until every partition of topic answers a ListOffsets on its
+ * leader, whoever leads it by then, within timeout_ms: 0, or -1 with
+ * errstr naming the partition (kafka.c, wait_ready; st_kafka_ensure_topics
+ * calls it for each topic). Returns by timeout_ms even while a leader it
+ * asked is down. */
+int st_kafka_wait_ready(rd_kafka_t *rk, const char *topic, int timeout_ms, char *errstr,
+                        size_t errsz);
 
 /* Creates each topic that does not exist yet, with partitions and
  * replication factor given. Existing topics are left as they are. Returns
