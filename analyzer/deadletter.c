@@ -503,6 +503,30 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
     return rc;
 }
 
+void st_deadletter_claim(struct st_deadletter *d, const int32_t *partitions, int n)
+{
+    char errstr[512];
+    pthread_mutex_lock(&d->commit_lock);
+    for (int i = 0; i < n; i++) {
+        struct txp *t = txp_of(d, partitions[i], errstr, sizeof(errstr));
+        if (t->ready)
+            continue;
+        rd_kafka_error_t *e = rd_kafka_init_transactions(t->rk, TXN_CALL_MS);
+        if (!e) {
+            t->ready = 1;
+            continue;
+        }
+        snprintf(errstr, sizeof(errstr), "dead-letter producer of partition %" PRId32 ": %s",
+                 partitions[i], rd_kafka_error_string(e));
+        int fatal = rd_kafka_error_is_fatal(e);
+        rd_kafka_error_destroy(e);
+        if (fatal)
+            txn_die(partitions[i], "init", errstr);
+        st_warn("%s (tried again at its first commit)", errstr);
+    }
+    pthread_mutex_unlock(&d->commit_lock);
+}
+
 void st_deadletter_forget(struct st_deadletter *d, int32_t partition)
 {
     pthread_mutex_lock(&d->commit_lock);
