@@ -507,6 +507,11 @@ void st_deadletter_claim(struct st_deadletter *d, const int32_t *partitions, int
 {
     char errstr[512];
     pthread_mutex_lock(&d->commit_lock);
+    /* every producer made first: each connects on its own threads while
+     * the first init waits for its answer, so that the inits after it
+     * find their connections up */
+    for (int i = 0; i < n; i++)
+        txp_of(d, partitions[i], errstr, sizeof(errstr));
     for (int i = 0; i < n; i++) {
         struct txp *t = txp_of(d, partitions[i], errstr, sizeof(errstr));
         if (t->ready)
