@@ -118,6 +118,13 @@ rd_kafka_conf_t *st_kafka_conf_new(const char *brokers, char *errstr,
  * batches as delivered ("implicitly acked") although they are not in the
  * log: the first events sent to a topic the collector had just made were
  * lost, now and then (docs/architecture.md, "Session 22"). */
+/* What is left until deadline, within [100, most] ms: one call's timeout. */
+static int left_ms(int64_t deadline, int most)
+{
+    int64_t left = deadline - st_time_mono_ms();
+    return left < 100 ? 100 : left > most ? most : (int)left;
+}
+
 static int wait_ready(rd_kafka_t *rk, const char *topic, int64_t deadline, char *errstr,
                       size_t errsz)
 {
@@ -133,9 +140,7 @@ static int wait_ready(rd_kafka_t *rk, const char *topic, int64_t deadline, char 
         if (rd_kafka_type(rk) == RD_KAFKA_PRODUCER)
             rd_kafka_poll(rk, 0);
         if (stale) {
-            int64_t left = deadline - st_time_mono_ms();
-            e = rd_kafka_metadata(rk, 0, rkt, &md,
-                                  left < 100 ? 100 : left > 5000 ? 5000 : (int)left);
+            e = rd_kafka_metadata(rk, 0, rkt, &md, left_ms(deadline, 5000));
             if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 if (md->topic_cnt != 1)
                     e = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
@@ -149,11 +154,9 @@ static int wait_ready(rd_kafka_t *rk, const char *topic, int64_t deadline, char 
         } else {
             /* a live leader answers in milliseconds: a short wait, then
              * the metadata again */
-            int64_t left = deadline - st_time_mono_ms();
-            int wait_ms = left < 100 ? 100 : left > 2000 ? 2000 : (int)left;
             rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
             rd_kafka_topic_partition_list_add(l, topic, p)->offset = RD_KAFKA_OFFSET_END;
-            e = rd_kafka_offsets_for_times(rk, l, wait_ms);
+            e = rd_kafka_offsets_for_times(rk, l, left_ms(deadline, 2000));
             if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
                 e = l->elems[0].err;
             rd_kafka_topic_partition_list_destroy(l);

@@ -35,9 +35,10 @@ int st_kafka_props_parse(void *arg, const char *name, const char *value,
 
 /* Applies the pass-through properties in the order given (a later one wins),
  * then the password file. Call it right after st_kafka_conf_new, before the
- * program's own settings, which therefore win (but for the defaults an
- * operator may override, set before it: st_kafka_conf_producer). Returns 0, or -1 with errstr
- * naming the property or the file; the password is never in errstr. */
+ * program's own settings, which therefore win (defaults the operator may
+ * override go before it: st_kafka_conf_producer). Returns 0, or -1 with
+ * errstr naming the property or the file; the password is never in
+ * errstr. */
 int st_kafka_props_apply(rd_kafka_conf_t *conf, const struct st_kafka_props *p,
                          char *errstr, size_t errsz);
 
