@@ -289,6 +289,29 @@ static void __attribute__((noreturn)) txn_die(int32_t p, const char *what, const
     _exit(1);
 }
 
+/* Initialises t once (st_deadletter_claim at the assignment, else its
+ * first commit): aborts what a crashed owner left open, fences an older
+ * one. 0, or -1 with errstr when Kafka's absence held it up (tried again
+ * later); a fatal refusal (a refused transactional id, an unsupported
+ * broker) stops the process. Under commit_lock. */
+static int txp_init(struct txp *t, char *errstr, size_t errsz)
+{
+    if (t->ready)
+        return 0;
+    rd_kafka_error_t *e = rd_kafka_init_transactions(t->rk, TXN_CALL_MS);
+    if (!e) {
+        t->ready = 1;
+        return 0;
+    }
+    snprintf(errstr, errsz, "dead-letter producer of partition %" PRId32 ": %s",
+             t->partition, rd_kafka_error_string(e));
+    int fatal = rd_kafka_error_is_fatal(e);
+    rd_kafka_error_destroy(e);
+    if (fatal)
+        txn_die(t->partition, "init", errstr);
+    return -1;
+}
+
 /* Aborts t's open transaction: nothing of it is committed, its records
  * stay queued. Resumed while Kafka is unavailable; an abort that cannot be
  * made, or one still waiting when asked to stop, stops the process. */
@@ -338,20 +361,8 @@ static int txn_commit(struct st_deadletter *d, struct st_consumer *c, int32_t p,
 {
     struct txp *t = txp_of(d, p, errstr, errsz);
     rd_kafka_error_t *e;
-    if (!t->ready) {
-        /* aborts what a crashed owner left open, fences an older one; a
-         * timeout (Kafka unavailable) is tried again with the next commit */
-        if ((e = rd_kafka_init_transactions(t->rk, TXN_CALL_MS))) {
-            snprintf(errstr, errsz, "dead-letter producer of partition %" PRId32 ": %s", p,
-                     rd_kafka_error_string(e));
-            int fatal = rd_kafka_error_is_fatal(e);
-            rd_kafka_error_destroy(e);
-            if (fatal) /* a refused transactional id (ACL), an unsupported broker */
-                txn_die(p, "init", errstr);
-            return -1;
-        }
-        t->ready = 1;
-    }
+    if (txp_init(t, errstr, errsz))
+        return -1;
     if ((e = rd_kafka_begin_transaction(t->rk)))
         return txn_failed(t, e, "begin", 0, stop, errstr, errsz);
     for (size_t i = 0; i < nr; i++) {
@@ -501,6 +512,22 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
     free(plain_o);
     free(plain_c);
     return rc;
+}
+
+void st_deadletter_claim(struct st_deadletter *d, const int32_t *partitions, int n)
+{
+    char errstr[512];
+    pthread_mutex_lock(&d->commit_lock);
+    /* every producer made first: each connects on its own threads while
+     * the first init waits for its answer, so that the inits after it
+     * find their connections up */
+    for (int i = 0; i < n; i++)
+        txp_of(d, partitions[i], errstr, sizeof(errstr));
+    for (int i = 0; i < n; i++)
+        if (txp_init(txp_of(d, partitions[i], errstr, sizeof(errstr)), errstr,
+                     sizeof(errstr)))
+            st_warn("%s (tried again at its first commit)", errstr);
+    pthread_mutex_unlock(&d->commit_lock);
 }
 
 void st_deadletter_forget(struct st_deadletter *d, int32_t partition)
