@@ -53,10 +53,17 @@ struct txp {
 /* lock guards recs, n, cap and the redactor (it keeps scratch state):
  * the main thread queues records of invalid messages while the store
  * thread queues refused ones; it is never held across a call to Kafka.
- * commit_lock guards txps and txns, and is held through a commit (a
- * revoke's forget waits for one in progress). */
+ * It also guards the claims and closing. commit_lock guards txps and
+ * txns, and is held through a commit and through the claimer's inits (a
+ * revoke's forget waits for one in progress). Order: commit_lock, then
+ * lock. */
 struct st_deadletter {
     pthread_mutex_t lock, commit_lock;
+    pthread_cond_t claimed; /* claims queued, or closing */
+    pthread_t claimer; /* started at the first claim (claimer_on) */
+    int claimer_on, closing;
+    int32_t *claims; /* partitions assigned whose producers are not made yet */
+    size_t nclaim, capclaim;
     const struct st_analyzer_conf *conf; /* kept: brokers, group, kafka.* */
     rd_kafka_t *rk; /* creates the topic; produces nothing */
     char *topic;
@@ -109,6 +116,7 @@ struct st_deadletter *st_deadletter_new(const struct st_analyzer_conf *conf,
     char err[512];
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->commit_lock, NULL);
+    pthread_cond_init(&d->claimed, NULL);
     /* The analyzer holds no redaction key: messages in the events topic are
      * redacted already, and a forged one is redacted here under a key of
      * this process, so its fingerprints match nothing elsewhere. */
@@ -156,6 +164,14 @@ void st_deadletter_destroy(struct st_deadletter *d)
 {
     if (!d)
         return;
+    if (d->claimer_on) {
+        pthread_mutex_lock(&d->lock);
+        d->closing = 1;
+        pthread_cond_signal(&d->claimed);
+        pthread_mutex_unlock(&d->lock);
+        pthread_join(d->claimer, NULL);
+    }
+    free(d->claims);
     for (size_t i = 0; i < d->ntxp; i++)
         rd_kafka_destroy(d->txps[i].rk);
     free(d->txps);
@@ -167,6 +183,7 @@ void st_deadletter_destroy(struct st_deadletter *d)
     free(d->topic);
     pthread_mutex_destroy(&d->lock);
     pthread_mutex_destroy(&d->commit_lock);
+    pthread_cond_destroy(&d->claimed);
     free(d);
 }
 
@@ -514,20 +531,74 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
     return rc;
 }
 
+/* The claimer thread: the producers of the partitions claimed, made and
+ * initialised, each set of claims under commit_lock (so a revoke's forget
+ * comes before or after, never between: a producer initialised after its
+ * partition was taken away would fence the partition's next owner). Ends
+ * when closing. */
+static void *claimer_main(void *arg)
+{
+    struct st_deadletter *d = arg;
+    char errstr[512];
+    int32_t *parts = NULL;
+    size_t cap = 0;
+    for (;;) {
+        pthread_mutex_lock(&d->lock);
+        while (!d->nclaim && !d->closing)
+            pthread_cond_wait(&d->claimed, &d->lock);
+        int closing = d->closing;
+        pthread_mutex_unlock(&d->lock);
+        if (closing)
+            break;
+        pthread_mutex_lock(&d->commit_lock);
+        pthread_mutex_lock(&d->lock);
+        size_t n = d->nclaim;
+        if (n > cap) {
+            cap = n;
+            parts = st_realloc(parts, cap * sizeof(*parts));
+        }
+        if (n)
+            memcpy(parts, d->claims, n * sizeof(*parts));
+        d->nclaim = 0;
+        pthread_mutex_unlock(&d->lock);
+        /* every producer made first: each connects on its own threads
+         * while the first init waits for its answer, so that the inits
+         * after it find their connections up */
+        for (size_t i = 0; i < n; i++)
+            txp_of(d, parts[i], errstr, sizeof(errstr));
+        for (size_t i = 0; i < n; i++) {
+            pthread_mutex_lock(&d->lock);
+            closing = d->closing;
+            pthread_mutex_unlock(&d->lock);
+            if (closing)
+                break;
+            if (txp_init(txp_of(d, parts[i], errstr, sizeof(errstr)), errstr,
+                         sizeof(errstr)))
+                st_warn("%s (tried again at its first commit)", errstr);
+        }
+        pthread_mutex_unlock(&d->commit_lock);
+    }
+    free(parts);
+    return NULL;
+}
+
 void st_deadletter_claim(struct st_deadletter *d, const int32_t *partitions, int n)
 {
-    char errstr[512];
-    pthread_mutex_lock(&d->commit_lock);
-    /* every producer made first: each connects on its own threads while
-     * the first init waits for its answer, so that the inits after it
-     * find their connections up */
-    for (int i = 0; i < n; i++)
-        txp_of(d, partitions[i], errstr, sizeof(errstr));
-    for (int i = 0; i < n; i++)
-        if (txp_init(txp_of(d, partitions[i], errstr, sizeof(errstr)), errstr,
-                     sizeof(errstr)))
-            st_warn("%s (tried again at its first commit)", errstr);
-    pthread_mutex_unlock(&d->commit_lock);
+    pthread_mutex_lock(&d->lock);
+    if (!d->claimer_on) {
+        if (pthread_create(&d->claimer, NULL, claimer_main, d))
+            st_fatal("could not start the dead-letter claimer thread");
+        d->claimer_on = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (d->nclaim == d->capclaim) {
+            d->capclaim = d->capclaim ? 2 * d->capclaim : 16;
+            d->claims = st_realloc(d->claims, d->capclaim * sizeof(*d->claims));
+        }
+        d->claims[d->nclaim++] = partitions[i];
+    }
+    pthread_cond_signal(&d->claimed);
+    pthread_mutex_unlock(&d->lock);
 }
 
 void st_deadletter_forget(struct st_deadletter *d, int32_t partition)
@@ -535,6 +606,11 @@ void st_deadletter_forget(struct st_deadletter *d, int32_t partition)
     pthread_mutex_lock(&d->commit_lock);
     pthread_mutex_lock(&d->lock);
     recs_drop_if(d, 0, partition, INT64_MAX);
+    size_t o = 0; /* not claimed yet: no longer to claim */
+    for (size_t i = 0; i < d->nclaim; i++)
+        if (d->claims[i] != partition)
+            d->claims[o++] = d->claims[i];
+    d->nclaim = o;
     pthread_mutex_unlock(&d->lock);
     for (size_t i = 0; i < d->ntxp; i++)
         if (d->txps[i].partition == partition) {

@@ -83,16 +83,21 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
                          char *errstr, size_t errsz);
 
 /* Partitions assigned: each one's transactional producer made and
- * initialised now (init_transactions: what a crashed owner left open is
- * aborted, an older owner fenced), not at the partition's first
+ * initialised at once (init_transactions: what a crashed owner left open
+ * is aborted, an older owner fenced), not at the partition's first
  * dead-letter commit. Until that abort, the offset a crashed owner sent
  * into its open transaction keeps the group's committed offset of the
  * partition unstable, and the consumer's fetch of it (read_committed)
  * waits, retried, until Kafka aborts the transaction after
  * transaction.timeout.ms (60 s): a store restarted after such a crash
- * resumed a minute late (test_roles: 81-95 s instead of about 20). An
- * init that Kafka's absence holds up is left to the first commit, as
- * before; a fatal one stops the process as there. */
+ * resumed a minute late (test_roles: 81-95 s instead of about 20). The
+ * inits run on a thread of their own (started at the first claim, joined
+ * by st_deadletter_destroy), so that the assignment does not wait for
+ * Kafka's transaction coordinator (up to 10 s a partition while it is
+ * away or loading): partitions whose offsets are stable start at once. A
+ * partition forgotten before its init is not initialised. An init that
+ * Kafka's absence holds up is left to the first commit, as before; a
+ * fatal one stops the process as there. Does not block. */
 void st_deadletter_claim(struct st_deadletter *d, const int32_t *partitions, int n);
 
 /* A partition taken away: its queued records are dropped (its next owner
