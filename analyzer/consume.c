@@ -15,6 +15,12 @@
 
 #define MAX_PARTS 1024
 #define COMMITTED_TIMEOUT_MS 10000
+/* Tries of the committed offsets' read that timed out: a read-committed
+ * consumer's read waits while an open transaction holds a partition's
+ * offset (a crashed transactional owner's, until its next producer
+ * aborts it: deadletter.h's claim, or Kafka after transaction.timeout.ms,
+ * 60 s, checked every 10 s), and while the group coordinator is away. */
+#define COMMITTED_TRIES 7
 #define ST_DRAIN_FETCH_WAIT_MS "10"
 /* A fetch's answer waits for this many bytes, at most this long (a
  * consumer that is not draining). */
@@ -165,16 +171,25 @@ static int clock_parse(const void *md, size_t len, int64_t *clock)
 
 /* Tells the resume callback each newly assigned partition's committed
  * offset and the clock it carries, before any of its messages is polled.
- * One round trip to the group coordinator per assignment; if it fails,
- * the partitions start without a clock (logged: which events are late
- * may then differ from a run that never stopped). */
+ * One round trip to the group coordinator per assignment, tried again
+ * while it times out (COMMITTED_TRIES); if it fails, the partitions start
+ * without a clock (logged: which events are late may then differ from a
+ * run that never stopped). */
 static void tell_committed(struct st_consumer *c, rd_kafka_t *rk,
                            const rd_kafka_topic_partition_list_t *parts)
 {
     if (!c->resume_cb || parts->cnt == 0)
         return;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_copy(parts);
-    rd_kafka_resp_err_t e = rd_kafka_committed(rk, l, COMMITTED_TIMEOUT_MS);
+    rd_kafka_resp_err_t e;
+    for (int tries = 1; (e = rd_kafka_committed(rk, l, COMMITTED_TIMEOUT_MS)) ==
+                            RD_KAFKA_RESP_ERR__TIMED_OUT &&
+                        tries < COMMITTED_TRIES;
+         tries++)
+        st_warn("the committed offsets of the %d partition(s) assigned not read within %d ms "
+                "(a transaction still open holds one, or the group coordinator is away); "
+                "trying again",
+                parts->cnt, COMMITTED_TIMEOUT_MS);
     if (e) {
         st_warn("could not read the committed offsets of the %d partition(s) assigned: %s; "
                 "their watermarks start again from the events read",

@@ -62,8 +62,12 @@ struct st_deadletter {
     pthread_cond_t claimed; /* claims queued, or closing */
     pthread_t claimer; /* started at the first claim (claimer_on) */
     int claimer_on, closing;
-    int32_t *claims; /* partitions assigned whose producers are not made yet */
+    int32_t *claims; /* partitions assigned whose producers are not initialised yet */
     size_t nclaim, capclaim;
+    struct st_consumer *consumer; /* the claims' (asked whether the assignment
+                                   * was lost); every claim ends with its
+                                   * partition's forget, which the
+                                   * consumer's close calls */
     const struct st_analyzer_conf *conf; /* kept: brokers, group, kafka.* */
     rd_kafka_t *rk; /* creates the topic; produces nothing */
     char *topic;
@@ -531,17 +535,29 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
     return rc;
 }
 
-/* The claimer thread: the producers of the partitions claimed, made and
- * initialised, each set of claims under commit_lock (so a revoke's forget
- * comes before or after, never between: a producer initialised after its
- * partition was taken away would fence the partition's next owner). Ends
- * when closing. */
+/* Takes p out of the claims; whether it was there. Under lock. */
+static int claim_take(struct st_deadletter *d, int32_t p)
+{
+    for (size_t i = 0; i < d->nclaim; i++)
+        if (d->claims[i] == p) {
+            d->claims[i] = d->claims[--d->nclaim];
+            return 1;
+        }
+    return 0;
+}
+
+/* The claimer thread: the producers of the partitions claimed, all made
+ * first (each connects on its own threads while the first init waits for
+ * its answer, so that the inits after it find their connections up), then
+ * initialised one at a time, each under commit_lock and only while its
+ * partition is still claimed and the assignment not lost: a revoke's
+ * forget comes before or after an init, never during, and waits for one
+ * init at most; a producer initialised after its partition was taken away
+ * would fence the partition's next owner. Ends when closing. */
 static void *claimer_main(void *arg)
 {
     struct st_deadletter *d = arg;
     char errstr[512];
-    int32_t *parts = NULL;
-    size_t cap = 0;
     for (;;) {
         pthread_mutex_lock(&d->lock);
         while (!d->nclaim && !d->closing)
@@ -552,39 +568,36 @@ static void *claimer_main(void *arg)
             break;
         pthread_mutex_lock(&d->commit_lock);
         pthread_mutex_lock(&d->lock);
-        size_t n = d->nclaim;
-        if (n > cap) {
-            cap = n;
-            parts = st_realloc(parts, cap * sizeof(*parts));
-        }
+        size_t n = d->nclaim; /* 0 when forgotten meanwhile */
+        int32_t *parts = st_malloc((n ? n : 1) * sizeof(*parts));
         if (n)
             memcpy(parts, d->claims, n * sizeof(*parts));
-        d->nclaim = 0;
         pthread_mutex_unlock(&d->lock);
-        /* every producer made first: each connects on its own threads
-         * while the first init waits for its answer, so that the inits
-         * after it find their connections up */
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) /* made, not initialised: fences nobody */
             txp_of(d, parts[i], errstr, sizeof(errstr));
+        pthread_mutex_unlock(&d->commit_lock);
         for (size_t i = 0; i < n; i++) {
+            pthread_mutex_lock(&d->commit_lock);
             pthread_mutex_lock(&d->lock);
-            closing = d->closing;
+            int go = !d->closing && claim_take(d, parts[i]);
+            struct st_consumer *c = d->consumer;
             pthread_mutex_unlock(&d->lock);
-            if (closing)
-                break;
-            if (txp_init(txp_of(d, parts[i], errstr, sizeof(errstr)), errstr,
+            if (go && !st_consumer_assignment_lost(c) &&
+                txp_init(txp_of(d, parts[i], errstr, sizeof(errstr)), errstr,
                          sizeof(errstr)))
                 st_warn("%s (tried again at its first commit)", errstr);
+            pthread_mutex_unlock(&d->commit_lock);
         }
-        pthread_mutex_unlock(&d->commit_lock);
+        free(parts);
     }
-    free(parts);
     return NULL;
 }
 
-void st_deadletter_claim(struct st_deadletter *d, const int32_t *partitions, int n)
+void st_deadletter_claim(struct st_deadletter *d, struct st_consumer *c,
+                         const int32_t *partitions, int n)
 {
     pthread_mutex_lock(&d->lock);
+    d->consumer = c;
     if (!d->claimer_on) {
         if (pthread_create(&d->claimer, NULL, claimer_main, d))
             st_fatal("could not start the dead-letter claimer thread");
@@ -606,11 +619,8 @@ void st_deadletter_forget(struct st_deadletter *d, int32_t partition)
     pthread_mutex_lock(&d->commit_lock);
     pthread_mutex_lock(&d->lock);
     recs_drop_if(d, 0, partition, INT64_MAX);
-    size_t o = 0; /* not claimed yet: no longer to claim */
-    for (size_t i = 0; i < d->nclaim; i++)
-        if (d->claims[i] != partition)
-            d->claims[o++] = d->claims[i];
-    d->nclaim = o;
+    while (claim_take(d, partition)) /* not initialised yet: no longer to be */
+        ;
     pthread_mutex_unlock(&d->lock);
     for (size_t i = 0; i < d->ntxp; i++)
         if (d->txps[i].partition == partition) {

@@ -93,12 +93,17 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
  * resumed a minute late (test_roles: 81-95 s instead of about 20). The
  * inits run on a thread of their own (started at the first claim, joined
  * by st_deadletter_destroy), so that the assignment does not wait for
- * Kafka's transaction coordinator (up to 10 s a partition while it is
- * away or loading): partitions whose offsets are stable start at once. A
- * partition forgotten before its init is not initialised. An init that
+ * Kafka's transaction coordinator (seconds while it loads, up to 10 s a
+ * partition while it is away) when no offset is unstable; the
+ * consumer's read of the committed offsets waits for the aborts it needs
+ * (st_consumer_new: retried until transaction.timeout.ms). A partition
+ * forgotten before its init, or claimed by an assignment since lost (c),
+ * is not initialised: that would fence its next owner. An init that
  * Kafka's absence holds up is left to the first commit, as before; a
- * fatal one stops the process as there. Does not block. */
-void st_deadletter_claim(struct st_deadletter *d, const int32_t *partitions, int n);
+ * fatal one stops the process as there. Does not block. c outlives the
+ * claims: each ends with its partition's forget, which c's close calls. */
+void st_deadletter_claim(struct st_deadletter *d, struct st_consumer *c,
+                         const int32_t *partitions, int n);
 
 /* A partition taken away: its queued records are dropped (its next owner
  * redoes their messages) and its producer closed. */

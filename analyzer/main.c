@@ -1407,7 +1407,7 @@ static void on_assign(const int32_t *parts, int n, void *arg)
     /* the roles that dead-letter: a crashed owner's open transaction
      * aborted at once (deadletter.h) */
     if (st_role_stores(a->conf.role) && !a->gave_up && !stop)
-        st_deadletter_claim(a->dlq, parts, n);
+        st_deadletter_claim(a->dlq, a->consumer, parts, n);
     if (!a->fence)
         return; /* analyzer.role=store: no state */
     if (finish_pending(a)) /* the detection's use of a->redis */
