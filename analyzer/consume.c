@@ -64,6 +64,7 @@ struct st_consumer {
     void *assign_arg;
     st_consumer_resume_cb resume_cb;
     void *resume_arg;
+    const volatile sig_atomic_t *stop; /* NULL: none */
     struct part_state parts[MAX_PARTS];
     int nparts;
     int32_t topic_partitions; /* the topic's count at the last assignment; -1 */
@@ -184,7 +185,7 @@ static void tell_committed(struct st_consumer *c, rd_kafka_t *rk,
     rd_kafka_resp_err_t e;
     for (int tries = 1; (e = rd_kafka_committed(rk, l, COMMITTED_TIMEOUT_MS)) ==
                             RD_KAFKA_RESP_ERR__TIMED_OUT &&
-                        tries < COMMITTED_TRIES;
+                        tries < COMMITTED_TRIES && !(c->stop && *c->stop);
          tries++)
         st_warn("the committed offsets of the %d partition(s) assigned not read within %d ms "
                 "(a transaction still open holds one, or the group coordinator is away); "
@@ -361,6 +362,11 @@ void st_consumer_destroy(struct st_consumer *c)
 int st_consumer_assignment_lost(struct st_consumer *c)
 {
     return atomic_load(&c->lost) || rd_kafka_assignment_lost(c->rk);
+}
+
+void st_consumer_on_stop(struct st_consumer *c, const volatile sig_atomic_t *stop)
+{
+    c->stop = stop;
 }
 
 void st_consumer_on_resume(struct st_consumer *c, st_consumer_resume_cb cb, void *arg)

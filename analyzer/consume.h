@@ -8,6 +8,7 @@
 #ifndef ST_CONSUME_H
 #define ST_CONSUME_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include <librdkafka/rdkafka.h>
@@ -67,6 +68,12 @@ rd_kafka_consumer_group_metadata_t *st_consumer_group_metadata(const struct st_c
 typedef void (*st_consumer_resume_cb)(int32_t partition, int64_t offset, int64_t clock,
                                       void *arg);
 void st_consumer_on_resume(struct st_consumer *c, st_consumer_resume_cb cb, void *arg);
+
+/* The process's stop flag (a signal handler's): the read of an
+ * assignment's committed offsets, tried again while it times out (up to
+ * 70 s: an open transaction holds one of them until aborted), gives up
+ * once it is set. */
+void st_consumer_on_stop(struct st_consumer *c, const volatile sig_atomic_t *stop);
 
 /* Called, inside st_consumer_poll_batch, for each partition taken away;
  * that batch then holds none of its messages. lost: the assignment was

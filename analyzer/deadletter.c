@@ -65,9 +65,7 @@ struct st_deadletter {
     int32_t *claims; /* partitions assigned whose producers are not initialised yet */
     size_t nclaim, capclaim;
     struct st_consumer *consumer; /* the claims' (asked whether the assignment
-                                   * was lost); every claim ends with its
-                                   * partition's forget, which the
-                                   * consumer's close calls */
+                                   * was lost), until st_deadletter_detach */
     const struct st_analyzer_conf *conf; /* kept: brokers, group, kafka.* */
     rd_kafka_t *rk; /* creates the topic; produces nothing */
     char *topic;
@@ -580,9 +578,9 @@ static void *claimer_main(void *arg)
             pthread_mutex_lock(&d->commit_lock);
             pthread_mutex_lock(&d->lock);
             int go = !d->closing && claim_take(d, parts[i]);
-            struct st_consumer *c = d->consumer;
+            struct st_consumer *c = d->consumer; /* NULL: detached */
             pthread_mutex_unlock(&d->lock);
-            if (go && !st_consumer_assignment_lost(c) &&
+            if (go && c && !st_consumer_assignment_lost(c) &&
                 txp_init(txp_of(d, parts[i], errstr, sizeof(errstr)), errstr,
                          sizeof(errstr)))
                 st_warn("%s (tried again at its first commit)", errstr);
@@ -612,6 +610,19 @@ void st_deadletter_claim(struct st_deadletter *d, struct st_consumer *c,
     }
     pthread_cond_signal(&d->claimed);
     pthread_mutex_unlock(&d->lock);
+}
+
+void st_deadletter_detach(struct st_deadletter *d)
+{
+    if (!d)
+        return;
+    /* the claimer uses its consumer only under both locks */
+    pthread_mutex_lock(&d->commit_lock);
+    pthread_mutex_lock(&d->lock);
+    d->consumer = NULL;
+    d->nclaim = 0;
+    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->commit_lock);
 }
 
 void st_deadletter_forget(struct st_deadletter *d, int32_t partition)

@@ -96,14 +96,19 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
  * Kafka's transaction coordinator (seconds while it loads, up to 10 s a
  * partition while it is away) when no offset is unstable; the
  * consumer's read of the committed offsets waits for the aborts it needs
- * (st_consumer_new: retried until transaction.timeout.ms). A partition
+ * (consume.c's tell_committed, tried again while it times out). A partition
  * forgotten before its init, or claimed by an assignment since lost (c),
  * is not initialised: that would fence its next owner. An init that
  * Kafka's absence holds up is left to the first commit, as before; a
- * fatal one stops the process as there. Does not block. c outlives the
- * claims: each ends with its partition's forget, which c's close calls. */
+ * fatal one stops the process as there. Does not block. c is used until
+ * st_deadletter_detach. */
 void st_deadletter_claim(struct st_deadletter *d, struct st_consumer *c,
                          const int32_t *partitions, int n);
+
+/* Before the consumer of the claims is destroyed: the claimer no longer
+ * uses it, and initialises none of the partitions still claimed (waits
+ * for an init in progress). NULL: nothing. */
+void st_deadletter_detach(struct st_deadletter *d);
 
 /* A partition taken away: its queued records are dropped (its next owner
  * redoes their messages) and its producer closed. */

@@ -1457,6 +1457,7 @@ static int run(struct analyzer *a, int drain)
     st_consumer_on_revoke(a->consumer, on_revoke, a);
     st_consumer_on_assign(a->consumer, on_assign, a);
     st_consumer_on_resume(a->consumer, on_resume, a);
+    st_consumer_on_stop(a->consumer, &stop);
     a->last_ckpt_ms = st_time_mono_ms(); /* the first checkpoint one interval in */
     int64_t t = st_time_mono_us(), t1;
 /* the time since the last mark goes to phase ph */
@@ -1838,6 +1839,7 @@ int main(int argc, char **argv)
      * callback drops them from the reorder buffer: close it first */
     a.exiting = 1;
     detect_thread_stop(&a); /* nothing is pending once run() returned */
+    st_deadletter_detach(a.dlq); /* no init at exit; the claimer done with it */
     st_consumer_destroy(a.consumer);
     a.consumer = NULL;
     if (LEAVE_STATE_AT_EXIT)
@@ -1851,6 +1853,7 @@ int main(int argc, char **argv)
 out:
     free(a.parsed);
     st_onepass_destroy(a.reader);
+    st_deadletter_detach(a.dlq);
     st_consumer_destroy(a.consumer);
     st_fence_destroy(a.fence); /* after the consumer: its close may flush */
     st_store_destroy(a.store);
