@@ -551,7 +551,8 @@ static int claim_take(struct st_deadletter *d, int32_t p)
  * partition is still claimed and the assignment not lost: a revoke's
  * forget comes before or after an init, never during, and waits for one
  * init at most; a producer initialised after its partition was taken away
- * would fence the partition's next owner. Ends when closing. */
+ * would fence the partition's next owner. Once initialised, a producer no
+ * commit used yet is closed. Ends when closing. */
 static void *claimer_main(void *arg)
 {
     struct st_deadletter *d = arg;
@@ -580,10 +581,20 @@ static void *claimer_main(void *arg)
             int go = !d->closing && claim_take(d, parts[i]);
             struct st_consumer *c = d->consumer; /* NULL: detached */
             pthread_mutex_unlock(&d->lock);
-            if (go && c && !st_consumer_assignment_lost(c) &&
-                txp_init(txp_of(d, parts[i], errstr, sizeof(errstr)), errstr,
-                         sizeof(errstr)))
-                st_warn("%s (tried again at its first commit)", errstr);
+            /* not go: forgotten (and closed) meanwhile, or closing; lost:
+             * left made, not initialised (it fences nobody), for the lost
+             * revoke's forget to close */
+            if (go && c && !st_consumer_assignment_lost(c)) {
+                struct txp *t = txp_of(d, parts[i], errstr, sizeof(errstr));
+                int used = t->ready; /* by a commit already: kept */
+                if (txp_init(t, errstr, sizeof(errstr)))
+                    st_warn("%s (tried again at its first commit)", errstr);
+                else if (!used)
+                    /* its work done: the first commit makes it again (most
+                     * partitions never dead-letter, and a producer is four
+                     * threads and two connections) */
+                    txp_close(d, t);
+            }
             pthread_mutex_unlock(&d->commit_lock);
         }
         free(parts);

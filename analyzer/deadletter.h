@@ -100,8 +100,10 @@ int st_deadletter_commit(struct st_deadletter *d, struct st_consumer *c,
  * forgotten before its init, or claimed by an assignment since lost (c),
  * is not initialised: that would fence its next owner. An init that
  * Kafka's absence holds up is left to the first commit, as before; a
- * fatal one stops the process as there. Does not block. c is used until
- * st_deadletter_detach. */
+ * fatal one stops the process as there. A producer initialised here is
+ * closed after (the partition's first commit makes it again): one kept
+ * per partition was four threads and two connections each. Does not
+ * block. c is used until st_deadletter_detach. */
 void st_deadletter_claim(struct st_deadletter *d, struct st_consumer *c,
                          const int32_t *partitions, int n);
 
