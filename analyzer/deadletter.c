@@ -567,10 +567,14 @@ static void *claimer_main(void *arg)
             break;
         pthread_mutex_lock(&d->commit_lock);
         pthread_mutex_lock(&d->lock);
-        size_t n = d->nclaim; /* 0 when forgotten meanwhile */
-        int32_t *parts = st_malloc((n ? n : 1) * sizeof(*parts));
-        if (n)
-            memcpy(parts, d->claims, n * sizeof(*parts));
+        size_t n = d->nclaim;
+        if (!n) { /* forgotten meanwhile */
+            pthread_mutex_unlock(&d->lock);
+            pthread_mutex_unlock(&d->commit_lock);
+            continue;
+        }
+        int32_t *parts = st_malloc(n * sizeof(*parts));
+        memcpy(parts, d->claims, n * sizeof(*parts));
         pthread_mutex_unlock(&d->lock);
         for (size_t i = 0; i < n; i++) /* made, not initialised: fences nobody */
             txp_of(d, parts[i], errstr, sizeof(errstr));
