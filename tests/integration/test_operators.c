@@ -230,6 +230,83 @@ START_TEST(health_readyz_follows_the_stores)
 }
 END_TEST
 
+/* The threads of the live analyzer whose pid is in pidfile. */
+static int threads_of(const char *pidfile)
+{
+    char *pid = world_slurp(pidfile);
+    char *n = world_shf("ls /proc/%d/task 2>/dev/null | wc -l", atoi(pid));
+    int k = atoi(n);
+    free(pid);
+    free(n);
+    return k;
+}
+
+/* Starts a live analyzer of w with extra arguments, its pid in pidfile,
+ * and waits until /readyz says ready. */
+static void live_ready(struct world *w, const char *extra, const char *pidfile)
+{
+    char url[128];
+    int port = world_free_port();
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/readyz", port);
+    ck_assert_int_eq(run(w, w->name, w->name,
+                         BIN "/analyzer/sandtrail-analyzer --no-migrate"
+                             " -X metrics.listen=127.0.0.1:%d %s 2>/dev/null"
+                             " & echo \\$! >%s",
+                         port, extra, pidfile),
+                     0);
+    char *r = wait_for(url, "ready 200", 30);
+    ck_assert_msg(strstr(r, "ready 200"), "%s", r);
+    free(r);
+}
+
+/* Stops the analyzer whose pid is in pidfile and waits until it is gone. */
+static void live_stop_pidfile(const char *pidfile)
+{
+    free(world_shf("p=$(cat %s); kill $p; for i in $(seq 1 300); do kill -0 $p 2>/dev/null ||"
+                   " break; sleep 0.1; done",
+                   pidfile));
+}
+
+/* An idle analyzer that stores (the all role) keeps no dead-letter producer
+ * per partition: the one each assigned partition's claim makes, to abort
+ * what a crashed owner left open, is closed once initialised (four threads
+ * and two connections each: 47 threads on 8 partitions when kept). Its
+ * threads stay within a few of the detect role's, which makes none. */
+START_TEST(idle_analyzer_keeps_no_producer_per_partition)
+{
+    struct world w;
+    char pidfile[256];
+    world_init(&w, "idlethreads");
+    snprintf(pidfile, sizeof(pidfile), "/tmp/%s.pid", w.name);
+    ck_assert_int_eq(run(&w, w.name, w.name, BIN "/cli/sandtrail migrate >/dev/null"), 0);
+    ck_assert_int_eq(run(&w, w.name, w.name,
+                         BIN "/collector/sandtrail-collector --input /dev/null"
+                             " -X kafka.topic.partitions=8 2>/dev/null"),
+                     0);
+
+    char detect_args[256];
+    snprintf(detect_args, sizeof(detect_args),
+             "-X analyzer.role=detect -X kafka.group=%s-detect", w.name);
+    live_ready(&w, detect_args, pidfile);
+    sleep(1);
+    int detect = threads_of(pidfile);
+    live_stop_pidfile(pidfile);
+
+    live_ready(&w, "", pidfile);
+    int all = 0;
+    for (int i = 0; i < 150; i++) { /* the claims' inits, then the closes */
+        all = threads_of(pidfile);
+        if (all <= detect + 8)
+            break;
+        usleep(100000);
+    }
+    live_stop_pidfile(pidfile);
+    ck_assert_msg(detect > 0 && all <= detect + 8,
+                  "all role %d threads, detect role %d (8 partitions)", all, detect);
+    world_drop(&w);
+}
+END_TEST
+
 /* log.format=json: every record is one JSON object with ts, level, program
  * and msg, control characters escaped. */
 START_TEST(logs_json_lines_parse)
@@ -278,6 +355,7 @@ int main(void)
     tcase_add_test(tc, upgrade_from_previous_release_keeps_its_rows);
     tcase_add_test(tc, upgrade_newer_schema_is_refused);
     tcase_add_test(tc, health_readyz_follows_the_stores);
+    tcase_add_test(tc, idle_analyzer_keeps_no_producer_per_partition);
     tcase_add_test(tc, logs_json_lines_parse);
     suite_add_tcase(s, tc);
     return world_run(s);
