@@ -11,13 +11,15 @@
 # Every name comes from the world's (world_init: pid, time, sequence), e.g.
 # "%s_replay" of w.name.
 # Allowed: kafka.group=sandtrail-analyzer (test_roles: the default group,
-# refused before the analyzer connects).
+# refused before the analyzer connects); kafka.topic.partitions and
+# SANDTRAIL_TOPIC_PARTITIONS (a count, not a name).
 set -euo pipefail
 dir=${1:?usage: check_names.sh DIR}
 bad=$(grep -nE \
     '\brun\([^,()]+, *"|\brun\([^,()]+, *[^,()]+, *"|(kafka\.group|redis\.prefix|kafka\.topic\.[a-z]+)=['"'"'"]?[A-Za-z0-9_]|SANDTRAIL_(GROUP|REDIS_PREFIX|TOPIC_[A-Z]+)=['"'"'"]?[A-Za-z0-9_]|CREATE DATABASE [A-Za-z0-9_]' \
     "$dir"/*.c |
-    grep -vE 'kafka\.group=sandtrail-analyzer\b' || true)
+    grep -vE 'kafka\.group=sandtrail-analyzer\b|kafka\.topic\.partitions=|SANDTRAIL_TOPIC_PARTITIONS=' ||
+    true)
 if [ -n "$bad" ]; then
     echo "check_names.sh: fixed names on the shared services (build them from the" \
         "world's name, world.h):" >&2
