@@ -175,9 +175,17 @@ static int clock_parse(const void *md, size_t len, int64_t *clock)
  * One round trip to the group coordinator per assignment, tried again
  * while it times out (COMMITTED_TRIES); if it fails, the partitions start
  * without a clock (logged: which events are late may then differ from a
- * run that never stopped). */
+ * run that never stopped).
+ *
+ * A partition read to have no committed offset is assigned from its
+ * beginning explicitly, the start auto.offset.reset=earliest (set in
+ * st_consumer_new, after the operator's properties) gives it anyway:
+ * librdkafka 2.0, left to find no offset itself, asks for the partition's
+ * beginning only after a fixed 100 ms back-off (rd_kafka_offset_reset's
+ * "err ? 100 : 0"), a tenth of a second on every fresh group's start
+ * (docs/architecture.md, "Session 25"). */
 static void tell_committed(struct st_consumer *c, rd_kafka_t *rk,
-                           const rd_kafka_topic_partition_list_t *parts)
+                           rd_kafka_topic_partition_list_t *parts)
 {
     if (!c->resume_cb || parts->cnt == 0)
         return;
@@ -199,6 +207,10 @@ static void tell_committed(struct st_consumer *c, rd_kafka_t *rk,
         for (int i = 0; i < l->cnt; i++) {
             const rd_kafka_topic_partition_t *tp = &l->elems[i];
             int64_t clock;
+            /* l is a copy of parts: the same partitions, in order */
+            if (!tp->err && tp->offset == RD_KAFKA_OFFSET_INVALID &&
+                parts->elems[i].offset == RD_KAFKA_OFFSET_INVALID)
+                parts->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
             if (tp->err || tp->offset < 0 ||
                 clock_parse(tp->metadata, tp->metadata_size, &clock))
                 continue;
