@@ -29,7 +29,9 @@ cleanup()
 }
 trap cleanup EXIT
 for _ in $(seq 1 50); do
-    curl -s -o /dev/null --max-time 1 -x http://127.0.0.1:$sport -H "X-Task-Id: T-PROBE" \
+    # -f: an error page (Squid's 503 while the upstream is not up yet) is
+    # no answer
+    curl -sf -o /dev/null --max-time 1 -x http://127.0.0.1:$sport -H "X-Task-Id: T-PROBE" \
         http://127.0.0.1:$uport/ && break
     sleep 0.2
 done

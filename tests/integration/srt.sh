@@ -23,7 +23,9 @@ python3 -m http.server "$port" --bind 127.0.0.1 --directory "$dir/www" \
 upstream=$!
 trap 'kill "$upstream" 2>/dev/null || true' EXIT
 for _ in $(seq 1 50); do
-    curl -s -o /dev/null --max-time 1 --noproxy '*' "http://127.0.0.1:$port/ready" && break
+    # -f: only the upstream's page ends the wait (it has no /ready: that
+    # path answered 404, which without -f ended the wait as early)
+    curl -sf -o /dev/null --max-time 1 --noproxy '*' "http://127.0.0.1:$port/" && break
     sleep 0.1
 done
 
