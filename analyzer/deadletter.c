@@ -76,6 +76,8 @@ struct st_deadletter {
     struct txp *txps;
     size_t ntxp;
     long txns; /* transactions begun, for fault.crash_in_dlq_commits */
+    void (*round_made)(void *), (*round_done)(void *); /* test hooks */
+    void *round_arg;
 };
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -579,6 +581,8 @@ static void *claimer_main(void *arg)
         for (size_t i = 0; i < n; i++) /* made, not initialised: fences nobody */
             txp_of(d, parts[i], errstr, sizeof(errstr));
         pthread_mutex_unlock(&d->commit_lock);
+        if (d->round_made)
+            d->round_made(d->round_arg);
         for (size_t i = 0; i < n; i++) {
             pthread_mutex_lock(&d->commit_lock);
             pthread_mutex_lock(&d->lock);
@@ -602,8 +606,18 @@ static void *claimer_main(void *arg)
             pthread_mutex_unlock(&d->commit_lock);
         }
         free(parts);
+        if (d->round_done)
+            d->round_done(d->round_arg);
     }
     return NULL;
+}
+
+void st_deadletter_on_claim_round(struct st_deadletter *d, void (*made)(void *arg),
+                                  void (*done)(void *arg), void *arg)
+{
+    d->round_made = made;
+    d->round_done = done;
+    d->round_arg = arg;
 }
 
 void st_deadletter_claim(struct st_deadletter *d, struct st_consumer *c,

@@ -116,6 +116,13 @@ void st_deadletter_detach(struct st_deadletter *d);
  * redoes their messages) and its producer closed. */
 void st_deadletter_forget(struct st_deadletter *d, int32_t partition);
 
+/* Test hooks: made(arg) is called on the claimer's thread once each round's
+ * producers are made and before any of them is initialised (no lock held),
+ * done(arg) once the round's inits are over; either may be NULL. Set before
+ * the first claim. */
+void st_deadletter_on_claim_round(struct st_deadletter *d, void (*made)(void *arg),
+                                  void (*done)(void *arg), void *arg);
+
 /* Records queued, not yet committed (for tests and the log). */
 size_t st_deadletter_queued(struct st_deadletter *d);
 
