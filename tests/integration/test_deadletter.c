@@ -6,8 +6,9 @@
  * away before its init must not be initialised: the init would take the
  * partition's transactional id from its next owner, whose next dead-letter
  * transaction would then fail as fenced and stop that analyzer. The test
- * hook st_deadletter_on_claim_round puts the revoke and the next owner's
- * first transaction exactly in that window. */
+ * hook st_deadletter_on_claim_round puts the revoke (or the analyzer's
+ * stop, which detaches its consumer) and the next owner's first
+ * transaction exactly in that window. */
 #include <check.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -56,6 +57,7 @@ struct claim_round {
     struct st_deadletter *a, *b;
     struct st_consumer *c;
     rd_kafka_message_t *m0;
+    int detach;  /* A detached from its consumer (its exit) instead of the revoke */
     int b_first; /* B's first commit's result */
     atomic_int made, done;
     char err[512];
@@ -72,12 +74,16 @@ static int b_commits(struct st_deadletter *b, struct st_consumer *c,
 }
 
 /* A's producer of partition 0 is made, not initialised: the partition is
- * taken from A (its revoke forgets it), and B, its next owner, commits a
+ * taken from A (its revoke forgets it; or A stops: its consumer is
+ * detached before it is destroyed), and B, its next owner, commits a
  * dead-letter transaction on the same transactional id. */
 static void round_made(void *arg)
 {
     struct claim_round *r = arg;
-    st_deadletter_forget(r->a, 0);
+    if (r->detach)
+        st_deadletter_detach(r->a);
+    else
+        st_deadletter_forget(r->a, 0);
     r->b_first = b_commits(r->b, r->c, r->m0, r->err, sizeof(r->err));
     atomic_store(&r->made, 1);
 }
@@ -87,10 +93,12 @@ static void round_done(void *arg)
     atomic_store(&((struct claim_round *)arg)->done, 1);
 }
 
-START_TEST(deadletter_partition_forgotten_before_its_init_does_not_fence_its_next_owner)
+/* detach 0: the partition revoked (st_deadletter_forget); 1: A stopping
+ * (st_deadletter_detach) */
+static void claim_then_next_owner(int detach)
 {
     char err[512], group[128];
-    world_init(&w, "dlqclaim");
+    world_init(&w, detach ? "dlqdetach" : "dlqclaim");
     snprintf(group, sizeof(group), "%s.group", w.name);
     topic_with_two();
 
@@ -120,7 +128,7 @@ START_TEST(deadletter_partition_forgotten_before_its_init_does_not_fence_its_nex
     ck_assert_int_eq(ngot, 2);
     ck_assert_int_eq(st_consumer_assignment_lost(c), 0);
 
-    struct claim_round r = {.c = c, .m0 = got[0], .b_first = -2};
+    struct claim_round r = {.c = c, .m0 = got[0], .detach = detach, .b_first = -2};
     r.a = st_deadletter_new(&conf, err, sizeof(err));
     ck_assert_msg(r.a != NULL, "%s", err);
     r.b = st_deadletter_new(&conf, err, sizeof(err));
@@ -155,6 +163,17 @@ START_TEST(deadletter_partition_forgotten_before_its_init_does_not_fence_its_nex
     st_consumer_destroy(c);
     world_drop(&w);
 }
+
+START_TEST(deadletter_partition_forgotten_before_its_init_does_not_fence_its_next_owner)
+{
+    claim_then_next_owner(0);
+}
+END_TEST
+
+START_TEST(deadletter_detached_before_its_init_does_not_fence_the_next_owner)
+{
+    claim_then_next_owner(1);
+}
 END_TEST
 
 int main(void)
@@ -166,6 +185,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc,
                    deadletter_partition_forgotten_before_its_init_does_not_fence_its_next_owner);
+    tcase_add_test(tc, deadletter_detached_before_its_init_does_not_fence_the_next_owner);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
