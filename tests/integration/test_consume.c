@@ -7,7 +7,9 @@
  * cooperative-sticky assignment takes partitions from A inside A's poll.
  * Every message A's batch returns must be of a partition A still holds:
  * one of a revoked partition would be detected after the revoke handler
- * flushed, and its checkpoint would write over the new owner's state. */
+ * flushed, and its checkpoint would write over the new owner's state.
+ * Also: a lost assignment stays reported lost; a committed offset held by
+ * an open transaction is read once the transaction ends. */
 #include <check.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -230,6 +232,104 @@ START_TEST(consume_a_lost_assignment_stays_lost_after_its_revoke)
 }
 END_TEST
 
+static atomic_int resumed;
+static atomic_llong resumed_offset, resumed_clock;
+
+static void on_resume_seen(int32_t partition, int64_t offset, int64_t clock, void *arg)
+{
+    (void)arg;
+    if (partition != 0)
+        return;
+    atomic_store(&resumed_offset, offset);
+    atomic_store(&resumed_clock, clock);
+    atomic_store(&resumed, 1);
+}
+
+/* The consumer polled until stop_polling, in a thread of its own: its
+ * assignment (inside a poll) waits for the committed offsets. */
+static atomic_int stop_polling;
+
+static int poller(void *arg)
+{
+    struct st_consumer *c = arg;
+    rd_kafka_message_t *msgs[64];
+    while (!atomic_load(&stop_polling)) {
+        int n = st_consumer_poll_batch(c, msgs, 64, 0, 0, 100);
+        for (int i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+    }
+    return 0;
+}
+
+/* A restarted analyzer whose group's committed offset is held by a
+ * transaction still open (a crashed owner's dead-letter transaction: the
+ * offset and its clock were sent into it) reads the committed offsets
+ * again while the read times out, and starts the partition with its clock
+ * once the transaction ends: not without it after the first 10 s
+ * (consume.c's tell_committed). The transaction here stays open 14 s. */
+START_TEST(consume_committed_offset_held_by_an_open_transaction_is_read_when_it_ends)
+{
+    char err[512], group[128], txid[160];
+    world_init(&w, "consumetxn");
+    snprintf(group, sizeof(group), "%s.group", w.name);
+    snprintf(txid, sizeof(txid), "%s.txn", w.name);
+    rd_kafka_t *prod = topic_with_backlog(2);
+
+    /* the open transaction: offset 1 of partition 0, with a clock */
+    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
+                                            sizeof(err));
+    ck_assert_ptr_nonnull(kc);
+    ck_assert_int_eq(rd_kafka_conf_set(kc, "transactional.id", txid, err, sizeof(err)),
+                     RD_KAFKA_CONF_OK);
+    rd_kafka_t *tx = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
+    ck_assert_msg(tx != NULL, "%s", err);
+    rd_kafka_error_t *e = rd_kafka_init_transactions(tx, 30000);
+    ck_assert_msg(!e, "%s", e ? rd_kafka_error_string(e) : "");
+    ck_assert_ptr_null(rd_kafka_begin_transaction(tx));
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_add(l, w.topic, 0);
+    tp->offset = 1;
+    static const char clock[] = "clock=1795946400000000";
+    tp->metadata = strdup(clock);
+    tp->metadata_size = sizeof(clock) - 1;
+    rd_kafka_consumer_group_metadata_t *md = rd_kafka_consumer_group_metadata_new(group);
+    e = rd_kafka_send_offsets_to_transaction(tx, l, md, 30000);
+    ck_assert_msg(!e, "%s", e ? rd_kafka_error_string(e) : "");
+    rd_kafka_consumer_group_metadata_destroy(md);
+    rd_kafka_topic_partition_list_destroy(l);
+
+    struct st_analyzer_conf ca = {0};
+    ca.brokers = getenv("SANDTRAIL_KAFKA_BROKERS");
+    ca.topic_events = w.topic;
+    ca.group = group;
+    ca.session_timeout_ms = 30000;
+    struct st_consumer *a = st_consumer_new(&ca, err, sizeof(err));
+    ck_assert_msg(a != NULL, "%s", err);
+    st_consumer_on_resume(a, on_resume_seen, NULL);
+    thrd_t pt;
+    ck_assert_int_eq(thrd_create(&pt, poller, a), thrd_success);
+
+    /* past the read's first timeout (10 s), the transaction still open */
+    sleep(14);
+    ck_assert_int_eq(atomic_load(&resumed), 0);
+    ck_assert_ptr_null(rd_kafka_commit_transaction(tx, 30000));
+    int64_t until = st_time_mono_ms() + 30000;
+    while (!atomic_load(&resumed) && st_time_mono_ms() < until)
+        usleep(50000);
+    atomic_store(&stop_polling, 1);
+    thrd_join(pt, NULL);
+    ck_assert_msg(atomic_load(&resumed) == 1,
+                  "the partition started without its committed offset's clock");
+    ck_assert_int_eq(atomic_load(&resumed_offset), 1);
+    ck_assert_int_eq(atomic_load(&resumed_clock), 1795946400000000LL);
+
+    rd_kafka_destroy(tx);
+    rd_kafka_destroy(prod);
+    st_consumer_destroy(a);
+    world_drop(&w);
+}
+END_TEST
+
 int main(void)
 {
     if (world_setup())
@@ -239,6 +339,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, consume_batch_drops_messages_of_a_partition_revoked_during_its_poll);
     tcase_add_test(tc, consume_a_lost_assignment_stays_lost_after_its_revoke);
+    tcase_add_test(tc, consume_committed_offset_held_by_an_open_transaction_is_read_when_it_ends);
     suite_add_tcase(s, tc);
     return world_run(s);
 }
