@@ -61,16 +61,7 @@ static void produce_backlog(rd_kafka_t *rk, int n)
  * each partition; returns the producer, which the caller destroys. */
 static rd_kafka_t *topic_with_backlog(int n)
 {
-    char err[512];
-    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
-                                            sizeof(err));
-    ck_assert_ptr_nonnull(kc);
-    rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
-    ck_assert_ptr_nonnull(prod);
-    const char *topics[1] = {w.topic};
-    ck_assert_int_eq(st_kafka_ensure_topics(prod, topics, 1, NPARTS, 1, 30000, err,
-                                            sizeof(err)),
-                     0);
+    rd_kafka_t *prod = world_topic_producer(w.topic, NPARTS);
     produce_backlog(prod, n);
     return prod;
 }

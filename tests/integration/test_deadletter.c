@@ -32,15 +32,7 @@ static volatile sig_atomic_t stop;
 /* One partition, two messages. */
 static void topic_with_two(void)
 {
-    char err[512];
-    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
-                                            sizeof(err));
-    ck_assert_ptr_nonnull(kc);
-    rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
-    ck_assert_ptr_nonnull(prod);
-    const char *topics[1] = {w.topic};
-    ck_assert_int_eq(st_kafka_ensure_topics(prod, topics, 1, 1, 1, 30000, err, sizeof(err)),
-                     0);
+    rd_kafka_t *prod = world_topic_producer(w.topic, 1);
     for (int i = 0; i < 2; i++)
         ck_assert_int_eq(rd_kafka_producev(prod, RD_KAFKA_V_TOPIC(w.topic),
                                            RD_KAFKA_V_PARTITION(0),

@@ -238,15 +238,8 @@ static void build_stream(struct st_buf *s, struct st_buf *later)
  * (created with PARTS partitions); counts[p] gets each partition's. */
 static void produce(const struct world *w, const char *stream, int counts[PARTS])
 {
-    char err[512], task[128];
-    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
-                                            sizeof(err));
-    ck_assert_ptr_nonnull(kc);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
-    ck_assert_ptr_nonnull(rk);
-    const char *topics[1] = {w->topic};
-    ck_assert_int_eq(
-        st_kafka_ensure_topics(rk, topics, 1, PARTS, 1, 30000, err, sizeof(err)), 0);
+    char task[128];
+    rd_kafka_t *rk = world_topic_producer(w->topic, PARTS);
     memset(counts, 0, PARTS * sizeof(*counts));
     for (const char *l = stream; *l;) {
         size_t n = strcspn(l, "\n");

@@ -30,16 +30,7 @@
 
 static rd_kafka_t *producer(const struct world *w)
 {
-    char err[512];
-    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
-                                            sizeof(err));
-    ck_assert_ptr_nonnull(kc);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
-    ck_assert_ptr_nonnull(rk);
-    const char *topics[1] = {w->topic};
-    ck_assert_int_eq(st_kafka_ensure_topics(rk, topics, 1, 1, 1, 30000, err, sizeof(err)),
-                     0);
-    return rk;
+    return world_topic_producer(w->topic, 1);
 }
 
 /* Produces value to partition 0 with the Kafka timestamp ts_ms. */

@@ -18,6 +18,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "buf.h"
+#include "kafka.h"
 #include "redisconn.h"
 #include "world.h"
 
@@ -206,6 +207,21 @@ void world_wait_table(const struct world *w, const char *table, int seconds)
         usleep(200000);
     }
     ck_abort_msg("table \"%s\" not made in %d s", table, seconds);
+}
+
+rd_kafka_t *world_topic_producer(const char *topic, int partitions)
+{
+    char err[512];
+    rd_kafka_conf_t *kc = st_kafka_conf_new(getenv("SANDTRAIL_KAFKA_BROKERS"), err,
+                                            sizeof(err));
+    ck_assert_msg(kc != NULL, "%s", err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof(err));
+    ck_assert_msg(rk != NULL, "%s", err);
+    const char *topics[1] = {topic};
+    ck_assert_msg(st_kafka_ensure_topics(rk, topics, 1, partitions, 1, 30000, err,
+                                         sizeof(err)) == 0,
+                  "%s", err);
+    return rk;
 }
 
 /* Reads every committed message of a topic from the beginning, up to each

@@ -7,6 +7,7 @@
 #define ST_TEST_WORLD_H
 
 #include <check.h>
+#include <librdkafka/rdkafka.h>
 
 #include <cjson/cJSON.h>
 
@@ -47,6 +48,11 @@ void world_wait_table(const struct world *w, const char *table, int seconds);
 /* Every message of a topic from the beginning, '\n' after each; *count
  * gets their number. Caller frees. */
 char *topic_dump(const char *topic, int *count);
+
+/* A producer of the services' Kafka, topic made first (partitions, once
+ * every partition answers: st_kafka_ensure_topics); fails the test
+ * otherwise. Caller destroys it. */
+rd_kafka_t *world_topic_producer(const char *topic, int partitions);
 
 /* What a shell command prints on stdout. Caller frees. */
 char *world_sh(const char *cmd);
