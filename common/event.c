@@ -391,14 +391,19 @@ int st_event_parse(struct st_event *ev, const char *buf, size_t len,
 int st_event_read(struct st_onepass *p, struct st_event *ev, const char *buf, size_t len,
                   struct st_reject *rej)
 {
-    int may_mark = holds(buf, len, ST_REDACT_MARKER_OPEN, strlen(ST_REDACT_MARKER_OPEN)) ||
-                   holds(buf, len, "\\u", 2);
-    if (!p || may_mark) /* a detector walks its whole document */
-        return st_event_parse(ev, buf, len, rej);
+    /* may_mark: a marker, or a \\u escape (which may spell one); a line
+     * the reader found no backslash in has no \\u to look for */
+    if (!p || holds(buf, len, ST_REDACT_MARKER_OPEN, strlen(ST_REDACT_MARKER_OPEN)))
+        return st_event_parse(ev, buf, len, rej); /* a detector walks its document */
     struct st_arena *mem = st_arena_new(READ_HINT(len));
-    if (st_onepass_read(p, buf, len, mem, ev)) {
+    int undecided = st_onepass_read(p, buf, len, mem, ev);
+    if (!undecided && st_onepass_escaped(p) && holds(buf, len, "\\u", 2)) {
+        memset(ev, 0, sizeof(*ev)); /* its strings are in mem */
+        undecided = 1;
+    }
+    if (undecided) {
         st_arena_destroy(mem);
-        return st_event_parse(ev, buf, len, rej); /* undecided: the tree's */
+        return st_event_parse(ev, buf, len, rej); /* the tree's */
     }
     ev->mem = mem;
     ev->may_mark = 0;

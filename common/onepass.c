@@ -174,6 +174,11 @@ struct st_onepass {
     unsigned char vctl[F__COUNT]; /* an id (is_id) holds a control character */
     size_t voff[F__COUNT], vlen[F__COUNT];
     double vnum[F__COUNT];
+    /* the lean pass's: each attrs slot's node in attrs_tree (leaned: it
+     * read the line; escaped: a string of the line had a backslash) */
+    const cJSON *vnode[F__COUNT];
+    int leaned, escaped;
+    size_t lean_reads; /* lines it read (st_onepass_lean_reads) */
     int scopes_strings; /* identity.scopes holds only strings */
 
     size_t nstr;          /* strings read so far in this pass */
@@ -484,6 +489,7 @@ static __attribute__((noinline)) int read_escaped(struct st_onepass *p,
     /* b..q was checked by read_string's scan (q, a backslash, ends no
      * UTF-8 sequence): the raw bytes are checked from q on */
     const unsigned char *e = string_end(q, p->end);
+    p->escaped = 1;
     if (e >= p->end || !st_json_bytes_ok(q, (size_t)(e - q)))
         return bail(p);
     struct st_buf *o = &p->str;
@@ -791,6 +797,57 @@ static int key_info(struct st_onepass *p, const char *key, size_t klen, unsigned
 
 /* ---- values -------------------------------------------------------------- */
 
+/* true, false or null at p->p: its type, or -1 after a bail. */
+static int read_word(struct st_onepass *p)
+{
+    static const struct {
+        const char *s;
+        size_t n;
+        int t;
+    } words[] = {{"true", 4, V_TRUE}, {"false", 5, V_FALSE}, {"null", 4, V_NULL}};
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (*p->p == words[i].s[0]) {
+            if (p->end - p->p < (ptrdiff_t)words[i].n || memcmp(p->p, words[i].s, words[i].n))
+                break;
+            p->p += words[i].n;
+            put(p, words[i].s, words[i].n);
+            return words[i].t;
+        }
+    return bail(p);
+}
+
+/* A string s[0..n) read for slot field (plain: as it was in the line, with
+ * no escape; else decoded or redacted): kept in vals, an id's control
+ * bytes noted. An attrs member's slot is checked for its type only
+ * (check_attrs): its string is not kept. */
+static void slot_string(struct st_onepass *p, int field, const char *s, size_t n, int plain)
+{
+    if (field < 0 || field >= F_ATTR0)
+        return;
+    /* only ids are held to having no control character (get_id); a string
+     * without escapes has no byte below 0x20 */
+    if (is_id(field))
+        p->vctl[field] = plain ? memchr(s, 0x7f, n) != NULL : has_control(s, n);
+    p->voff[field] = p->vals.len;
+    p->vlen[field] = n;
+    add(&p->vals, s, n);
+    add(&p->vals, "", 1);
+}
+
+/* The value of slot field, of type t (d: its number), read from start to
+ * p->p. */
+static void slot_value(struct st_onepass *p, int field, int t, double d,
+                       const unsigned char *start)
+{
+    p->vt[field] = (unsigned char)t;
+    p->vnum[field] = d;
+    if (field == F_ATTRS || field == F_IDENTITY) {
+        int i = field == F_IDENTITY;
+        p->span_at[i] = (size_t)(start - p->line);
+        p->span_len[i] = (size_t)(p->p - start);
+    }
+}
+
 /* The value at p->p, at depth (the frame of the member or element that
  * holds it), recorded in slot field (-1: none), its members read in ctx
  * when it is an object; name/namelen/kmask as st_redact_value takes them.
@@ -800,7 +857,7 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
 
 /* st_onepass_read's attrs member key[0..klen), of type t (a scalar: the
  * last string or number read), as st_json_parse_in makes it */
-static void attrs_member(struct st_onepass *p, const char *key, size_t klen, int t)
+static const cJSON *attrs_member(struct st_onepass *p, const char *key, size_t klen, int t)
 {
     static const int types[] = {[V_NULL] = cJSON_NULL, [V_FALSE] = cJSON_False,
                                 [V_TRUE] = cJSON_True, [V_NUMBER] = cJSON_Number,
@@ -819,6 +876,7 @@ static void attrs_member(struct st_onepass *p, const char *key, size_t klen, int
         c->valuestring = v;
     }
     st_json_append(p->attrs_tree, c);
+    return c;
 }
 
 static int object(struct st_onepass *p, int depth, enum ctx ctx)
@@ -1040,20 +1098,7 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
                 s = red;
                 n = rlen;
             }
-            /* an attrs member's slot is checked for its type only
-             * (check_attrs): its string is not kept */
-            if (field >= 0 && field < F_ATTR0) {
-                /* only ids are held to having no control character
-                 * (get_id); a string without escapes has no byte below
-                 * 0x20 */
-                if (is_id(field))
-                    p->vctl[field] = plain && !k ? memchr(s, 0x7f, n) != NULL
-                                                 : has_control(s, n);
-                p->voff[field] = p->vals.len;
-                p->vlen[field] = n;
-                add(&p->vals, s, n);
-                add(&p->vals, "", 1);
-            }
+            slot_string(p, field, s, n, plain && !k);
         } else {
             if (p->nextrepl < p->nrepl && p->repl[p->nextrepl].ord == p->nstr) {
                 const struct repl *x = &p->repl[p->nextrepl++];
@@ -1075,26 +1120,8 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
         break;
     }
     case 't':
-        if (p->end - p->p < 4 || memcmp(p->p, "true", 4))
-            return bail(p);
-        p->p += 4;
-        put(p, "true", 4);
-        t = V_TRUE;
-        break;
     case 'f':
-        if (p->end - p->p < 5 || memcmp(p->p, "false", 5))
-            return bail(p);
-        p->p += 5;
-        put(p, "false", 5);
-        t = V_FALSE;
-        break;
-    case 'n':
-        if (p->end - p->p < 4 || memcmp(p->p, "null", 4))
-            return bail(p);
-        p->p += 4;
-        put(p, "null", 4);
-        t = V_NULL;
-        break;
+    case 'n': t = read_word(p); break;
     default:
         if (*p->p != '-' && (*p->p < '0' || *p->p > '9'))
             return bail(p);
@@ -1105,15 +1132,8 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
     }
     if (t < 0)
         return -1;
-    if (field >= 0 && !p->mute && !p->write) {
-        p->vt[field] = (unsigned char)t;
-        p->vnum[field] = d;
-        if (field == F_ATTRS || field == F_IDENTITY) {
-            int i = field == F_IDENTITY;
-            p->span_at[i] = (size_t)(start - p->line);
-            p->span_len[i] = (size_t)(p->p - start);
-        }
-    }
+    if (field >= 0 && !p->mute && !p->write)
+        slot_value(p, field, t, d, start);
     return t;
 }
 
@@ -1259,6 +1279,133 @@ static int validate(struct st_onepass *p, struct st_event *ev)
     return check_attrs(p, (enum st_event_type)t, ti);
 }
 
+/* ---- st_onepass_read's lean pass ----------------------------------------- */
+
+/* The shape the collector prints an event in (cJSON_PrintUnformatted: no
+ * whitespace), read into the slots as pass() reads it, without what
+ * redaction and printing need (the keys' paths and frames, the output, the
+ * sender's "redactions"). It takes only: keys without escapes; scalars
+ * and, at the top level, the source, identity and attrs objects, whose
+ * members are scalars. Anything else (an array, another object, an escaped
+ * key, whitespace, a top-level "redactions", an identity.credential, a
+ * duplicate key, more than ONEPASS_KEYS members) gives -1, and pass()
+ * reads the line from its start. What it takes, it reads with pass()'s own
+ * token readers, into the same slots. */
+static int lean_object(struct st_onepass *p, int depth, enum ctx ctx)
+{
+    const unsigned char *end = p->end;
+    const char *keys[ONEPASS_KEYS];
+    size_t lens[ONEPASS_KEYS];
+    int nk = 0;
+    uint64_t seen = 0; /* object()'s filter of the keys met */
+    int build = ctx == C_ATTRS;
+    if (build) {
+        p->attrs_tree = st_json_node_in(p->mem, cJSON_Object);
+        p->attrs_built = 1;
+    }
+    p->p++; /* its '{' */
+    if (p->p < end && *p->p == '}') {
+        p->p++;
+        return 0;
+    }
+    for (;;) {
+        const char *key;
+        size_t klen;
+        int plain;
+        if (p->p >= end || *p->p != '"' || read_string(p, &key, &klen, &plain) || !plain ||
+            nk == ONEPASS_KEYS)
+            return -1;
+        unsigned h = key_hash(key, klen);
+        uint64_t bit = (uint64_t)1 << (h & 63u);
+        if (seen & bit)
+            for (int i = 0; i < nk; i++)
+                if (lens[i] == klen && memcmp(keys[i], key, klen) == 0)
+                    return -1;
+        seen |= bit;
+        keys[nk] = key;
+        lens[nk++] = klen;
+        if (p->p >= end || *p->p != ':')
+            return -1;
+        p->p++;
+        if ((ctx == C_TOP && klen == 10 && memcmp(key, "redactions", 10) == 0) ||
+            (ctx == C_IDENTITY && klen == 10 && memcmp(key, "credential", 10) == 0))
+            return -1;
+        uint64_t km;
+        int field;
+        key_info(p, key, klen, h, 1, ctx, &km, &field); /* no redactor: 0 */
+
+        const unsigned char *start = p->p;
+        double d = 0;
+        int t;
+        if (p->p >= end)
+            return -1;
+        switch (*p->p) {
+        case '{': {
+            enum ctx sub = depth > 0              ? C_NONE
+                           : field == F_SOURCE   ? C_SOURCE
+                           : field == F_IDENTITY ? C_IDENTITY
+                           : field == F_ATTRS    ? C_ATTRS
+                                                 : C_NONE;
+            if (sub == C_NONE || lean_object(p, depth + 1, sub))
+                return -1;
+            t = V_OBJECT;
+            break;
+        }
+        case '"': {
+            const char *v;
+            size_t n;
+            int vplain;
+            if (read_string(p, &v, &n, &vplain))
+                return -1;
+            p->last_s = v;
+            p->last_n = n;
+            slot_string(p, field, v, n, vplain);
+            t = V_STRING;
+            break;
+        }
+        case 't':
+        case 'f':
+        case 'n':
+            if ((t = read_word(p)) < 0)
+                return -1;
+            break;
+        default:
+            if ((*p->p != '-' && (*p->p < '0' || *p->p > '9')) || read_number(p, &d))
+                return -1;
+            p->last_num = d;
+            t = V_NUMBER;
+        }
+        if (field >= 0)
+            slot_value(p, field, t, d, start);
+        if (build) { /* a scalar: an object here went back to pass() */
+            const cJSON *c = attrs_member(p, key, klen, t);
+            if (field >= F_ATTR0)
+                p->vnode[field] = c;
+        }
+        if (p->p < end && *p->p == ',') {
+            p->p++;
+            continue;
+        }
+        if (p->p < end && *p->p == '}') {
+            p->p++;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+/* The lean pass over the whole line: 0 when it took it. */
+static int lean(struct st_onepass *p, const char *line, size_t len)
+{
+    p->p = p->line = (const unsigned char *)line;
+    p->end = p->p + len;
+    p->write = 0;
+    p->mute = 0;
+    if (len < 2 || *p->p != '{' || lean_object(p, 0, C_TOP))
+        return -1;
+    return p->p == p->end ? 0 : -1;
+}
+
 /* ---- the line ------------------------------------------------------------ */
 
 /* One pass over the line from its start. */
@@ -1303,6 +1450,16 @@ static void splice(struct st_onepass *p, const char *line, size_t len)
     add(&p->out, p->entries.data, p->entries.len);
     add(&p->out, "]}", 2);
     p->spliced++;
+}
+
+int st_onepass_escaped(const struct st_onepass *p)
+{
+    return p->escaped;
+}
+
+size_t st_onepass_lean_reads(const struct st_onepass *p)
+{
+    return p->lean_reads;
 }
 
 size_t st_onepass_spliced(const struct st_onepass *p)
@@ -1369,7 +1526,20 @@ int st_onepass_read(struct st_onepass *p, const char *line, size_t len,
     p->mem = mem;
     p->attrs_tree = NULL;
     p->attrs_built = 0;
-    int rc = pass(p, line, len, 0) || validate(p, ev);
+    p->escaped = 0;
+    p->leaned = !lean(p, line, len);
+    if (!p->leaned) { /* the slots as they were, for pass() */
+        p->bail = 0;
+        st_buf_reset(&p->vals);
+        memset(p->vt, V_ABSENT, sizeof(p->vt));
+        p->attrs_tree = NULL;
+        p->attrs_built = 0;
+        if (pass(p, line, len, 0)) {
+            p->mem = NULL;
+            goto undecided;
+        }
+    }
+    int rc = validate(p, ev);
     p->mem = NULL;
     if (rc)
         goto undecided;
@@ -1399,9 +1569,16 @@ int st_onepass_read(struct st_onepass *p, const char *line, size_t len,
         goto undecided;
     const struct st_type_info *ti = st_event_type_info(ev->type);
     for (size_t i = 0; i < ST_EVENT_ATTRS_MAX && ti->attrs[i].name; i++) {
-        const cJSON *a = st_json_get(ev->attrs, ti->attrs[i].name);
+        const cJSON *a;
+        if (p->leaned) { /* the node the lean pass made for its slot */
+            int f = p->attr_field[ev->type][i];
+            a = p->vt[F_ATTRS] == V_OBJECT && p->vt[f] != V_ABSENT ? p->vnode[f] : NULL;
+        } else {
+            a = st_json_get(ev->attrs, ti->attrs[i].name);
+        }
         ev->attr[i] = st_json_is(a, cJSON_NULL) ? NULL : a;
     }
+    p->lean_reads += (size_t)p->leaned;
     ev->attrs_named = 1;
     ev->target = st_event_target(ev);
     return 0;

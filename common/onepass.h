@@ -59,6 +59,17 @@ struct st_arena;
 int st_onepass_read(struct st_onepass *p, const char *line, size_t len,
                     struct st_arena *mem, struct st_event *ev);
 
+/* After st_onepass_read returned 0: 1 when a string of the line had a
+ * backslash (an escape); 0 when the line holds none at all (a valid line
+ * has backslashes only in its strings). */
+int st_onepass_escaped(const struct st_onepass *p);
+
+/* Lines st_onepass_read took by its lean pass: the shape the collector
+ * prints (no whitespace, no array, only source, identity and attrs
+ * nested, their members scalars, no escaped key), read without what
+ * redaction needs; any other line is read by the full pass. */
+size_t st_onepass_lean_reads(const struct st_onepass *p);
+
 /* How many events p printed by splicing their redacted strings into the
  * line rather than by a second pass (for tests). */
 size_t st_onepass_spliced(const struct st_onepass *p);

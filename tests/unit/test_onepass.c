@@ -573,10 +573,72 @@ static void compare_everything(struct pair *p)
     ck_assert_msg(p->read_decided * 2 > p->read_accepted,
                   "%zu accepted, only %zu by st_event_read without a tree", p->read_accepted,
                   p->read_decided);
+    /* the collector's output is what the lean pass is for: most of the
+     * lines read without a tree must have been its (each compared above) */
+    size_t lean = st_onepass_lean_reads(p->reader);
+    printf("st_event_read: %zu of them by the lean pass\n", lean);
+    ck_assert_msg(lean * 2 > p->read_decided, "only %zu of %zu by the lean pass", lean,
+                  p->read_decided);
     ck_assert_msg(p->accepted > 2000 && p->decided * 10 > p->accepted * 9,
                   "%zu lines, %zu accepted, only %zu by the one pass", p->lines,
                   p->accepted, p->decided);
 }
+
+/* The lean pass (st_onepass_read's first try) takes the collector's shape
+ * and gives every other line back to the full pass: each line here is
+ * compared with st_event_parse, and the lean pass must have taken it or
+ * not, as said. */
+START_TEST(onepass_lean_pass_takes_only_the_collectors_shape)
+{
+#define HEAD "{\"schema\":\"sandtrail.event.v1\",\"event_id\":\"e1\",\"ts\":\"2026-11-29T10:00:00Z\","
+#define PROXY "\"source\":{\"kind\":\"proxy\",\"name\":\"squid\"},\"task_id\":\"t\",\"run_id\":\"r\",\"type\":\"request\","
+    static const struct {
+        const char *line;
+        int lean; /* taken by the lean pass */
+    } cases[] = {
+        {HEAD PROXY "\"decision\":\"deny\",\"attrs\":{\"host\":\"a.example\",\"port\":443,\"x\":null,\"y\":true}}", 1},
+        /* a valid line's values with escapes: still the collector's shape */
+        {HEAD PROXY "\"reason\":\"a\\\"b\\n\",\"attrs\":{\"host\":\"h\\u00e9\"}}", 1},
+        {HEAD PROXY "\"attrs\":{\"host\":\"a\",\"port\":443.5}}", 1},            /* refused */
+        {HEAD PROXY "\"attrs\":{\"host\":\"a\",\"host\":\"b\"}}", 0},          /* duplicate */
+        {HEAD PROXY "\"attrs\":{\"host\":\"a\"},\"task_id\":\"u\"}", 0},       /* duplicate */
+        {HEAD PROXY "\"attrs\":{\"host\":\"a\",\"h\":{\"x\":1}}}", 0},         /* nested */
+        {HEAD PROXY "\"attrs\":{\"host\":\"a\",\"h\":[1]}}", 0},                 /* array */
+        {HEAD PROXY "\"attrs\":{\"ho\\u0073t\":\"a\"}}", 0},                     /* escaped key */
+        {HEAD PROXY "\"attrs\": {\"host\":\"a\"}}", 0},                            /* whitespace */
+        {HEAD PROXY "\"attrs\":{\"host\":\"a\"}} ", 0},                            /* trailing */
+        {HEAD PROXY "\"attrs\":{\"host\":\"a\"},\"redactions\":[]}", 0},         /* the sender's */
+        {HEAD PROXY "\"x\":{\"y\":1},\"attrs\":{\"host\":\"a\"}}", 0},         /* other object */
+        {HEAD "\"source\":{\"kind\":\"broker\",\"name\":\"vault\"},\"task_id\":\"t\",\"run_id\":\"r\","
+              "\"type\":\"token_use\",\"identity\":{\"credential_id\":\"c1\",\"credential\":\"s\"}}", 0},
+        {HEAD "\"source\":{\"kind\":\"broker\",\"name\":\"vault\"},\"task_id\":\"t\",\"run_id\":\"r\","
+              "\"type\":\"token_use\",\"identity\":{\"credential_id\":\"c1\",\"scopes\":[\"a\"]}}", 0},
+        {HEAD "\"source\":{\"kind\":\"broker\",\"name\":\"vault\"},\"task_id\":\"t\",\"run_id\":\"r\","
+              "\"type\":\"token_use\",\"identity\":{\"credential_id\":\"c1\"}}", 1},
+        /* an id with a control byte (0x7f): refused, by either pass */
+        {HEAD "\"source\":{\"kind\":\"proxy\",\"name\":\"sq\x7fuid\"},\"task_id\":\"t\",\"run_id\":\"r\","
+              "\"type\":\"request\",\"attrs\":{\"host\":\"a\"}}", 1},
+    };
+#undef HEAD
+#undef PROXY
+    struct pair p;
+    pair_init(&p, 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t before = st_onepass_lean_reads(p.reader);
+        size_t accepted = p.read_accepted;
+        compare_read(&p, cases[i].line, strlen(cases[i].line));
+        size_t taken = st_onepass_lean_reads(p.reader) - before;
+        /* a refused line is counted by neither (only what st_onepass_read
+         * decides is): a lean line that is refused shows as not taken */
+        int refused = p.read_accepted == accepted;
+        ck_assert_msg(taken == (size_t)(cases[i].lean && !refused),
+                      "case %zu: lean pass took %zu (expected %d, refused %d): %s", i, taken,
+                      cases[i].lean, refused, cases[i].line);
+    }
+    ck_assert_msg(p.read_accepted >= 6, "only %zu of the cases accepted", p.read_accepted);
+    pair_fini(&p);
+}
+END_TEST
 
 START_TEST(onepass_same_as_tree_path)
 {
@@ -656,6 +718,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, onepass_decides_a_redacted_line_itself);
     tcase_add_test(tc, onepass_same_as_tree_path);
+    tcase_add_test(tc, onepass_lean_pass_takes_only_the_collectors_shape);
     tcase_add_test(tc, onepass_same_as_tree_path_with_issued_credentials);
     tcase_add_test(tc, onepass_finds_a_credential_issued_after_its_value_was_seen);
     suite_add_tcase(s, tc);
