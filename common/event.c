@@ -448,7 +448,7 @@ const cJSON *st_event_attr(const struct st_event *ev, const char *name)
     if (ev->attrs_named) {
         const struct st_attr_spec *a = types[ev->type].attrs;
         for (int i = 0; i < ST_EVENT_ATTRS_MAX && a[i].name; i++)
-            if (strcmp(a[i].name, name) == 0)
+            if (a[i].name[0] == name[0] && strcmp(a[i].name, name) == 0)
                 return ev->attr[i];
     }
     /* a member the schema does not name is carried, and may be asked for */

@@ -178,6 +178,15 @@ struct st_onepass {
      * read the line; escaped: a string of the line had a backslash) */
     const cJSON *vnode[F__COUNT];
     int leaned, escaped;
+    /* the lean pass's keys of the last line it read, by object (its enum
+     * ctx) and position: the collector prints the events of a kind with
+     * the same members in the same order, so most keys are found here by
+     * one compare */
+    struct leankey {
+        size_t len; /* 0: none */
+        char s[KEYCACHE_LEN];
+        int field;
+    } leankeys[C_ATTRS + 1][ONEPASS_KEYS];
     size_t lean_reads; /* lines it read (st_onepass_lean_reads) */
     int scopes_strings; /* identity.scopes holds only strings */
 
@@ -797,6 +806,22 @@ static int key_info(struct st_onepass *p, const char *key, size_t klen, unsigned
 
 /* ---- values -------------------------------------------------------------- */
 
+/* 1 when s[0..n) holds a 0x7f: sixteen bytes in one compare when s is in
+ * the line with sixteen bytes after it. */
+static inline int has_del(const struct st_onepass *p, const char *s, size_t n)
+{
+#ifdef __SSE2__
+    if (n < 16 && (const unsigned char *)s >= p->line && p->end - (const unsigned char *)s >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)s);
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f)));
+        return (m & ((1u << n) - 1)) != 0;
+    }
+#else
+    (void)p;
+#endif
+    return memchr(s, 0x7f, n) != NULL;
+}
+
 /* true, false or null at p->p: its type, or -1 after a bail. */
 static int read_word(struct st_onepass *p)
 {
@@ -827,7 +852,7 @@ static void slot_string(struct st_onepass *p, int field, const char *s, size_t n
     /* only ids are held to having no control character (get_id); a string
      * without escapes has no byte below 0x20 */
     if (is_id(field))
-        p->vctl[field] = plain ? memchr(s, 0x7f, n) != NULL : has_control(s, n);
+        p->vctl[field] = plain ? has_del(p, s, n) : has_control(s, n);
     p->voff[field] = p->vals.len;
     p->vlen[field] = n;
     add(&p->vals, s, n);
@@ -857,16 +882,21 @@ static int value(struct st_onepass *p, int depth, int field, enum ctx ctx,
 
 /* st_onepass_read's attrs member key[0..klen), of type t (a scalar: the
  * last string or number read), as st_json_parse_in makes it */
-static const cJSON *attrs_member(struct st_onepass *p, const char *key, size_t klen, int t)
+static const cJSON *attrs_member(struct st_onepass *p, const char *key, size_t klen, int field,
+                                 int t)
 {
     static const int types[] = {[V_NULL] = cJSON_NULL, [V_FALSE] = cJSON_False,
                                 [V_TRUE] = cJSON_True, [V_NUMBER] = cJSON_Number,
                                 [V_STRING] = cJSON_String};
     cJSON *c = st_json_node_in(p->mem, types[t]);
-    char *k = st_arena_alloc_bytes(p->mem, klen + 1);
-    memcpy(k, key, klen);
-    k[klen] = '\0';
-    c->string = k;
+    if (field >= F_ATTR0) { /* a name the schema has: its own string, static */
+        c->string = (char *)p->attr_names[field - F_ATTR0].s;
+    } else {
+        char *k = st_arena_alloc_bytes(p->mem, klen + 1);
+        memcpy(k, key, klen);
+        k[klen] = '\0';
+        c->string = k;
+    }
     if (t == V_NUMBER) {
         st_json_set_number(c, p->last_num);
     } else if (t == V_STRING) {
@@ -987,7 +1017,7 @@ static int object(struct st_onepass *p, int depth, enum ctx ctx)
             if (t == V_OBJECT || t == V_ARRAY)
                 p->attrs_built = 0; /* its span is parsed instead */
             else
-                attrs_member(p, key, klen, t);
+                attrs_member(p, key, klen, field, t);
         }
         ws(p);
         if (p->p < p->end && *p->p == ',') {
@@ -1291,13 +1321,32 @@ static int validate(struct st_onepass *p, struct st_event *ev)
  * duplicate key, more than ONEPASS_KEYS members) gives -1, and pass()
  * reads the line from its start. What it takes, it reads with pass()'s own
  * token readers, into the same slots. */
+/* key[0..klen), in the line, is lk's key (klen, lk->len's, is from 1 to
+ * KEYCACHE_LEN - 1). */
+static inline int lean_key_equal(const struct st_onepass *p, const struct leankey *lk,
+                                 const char *key, size_t klen)
+{
+#ifdef __SSE2__
+    if (p->end - (const unsigned char *)key >= 16) { /* keycache_equal's compare */
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)key);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)lk->s);
+        unsigned eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(a, b));
+        unsigned need = (1u << klen) - 1;
+        return (eq & need) == need;
+    }
+#endif
+    return memcmp(lk->s, key, klen) == 0;
+}
+
 static int lean_object(struct st_onepass *p, int depth, enum ctx ctx)
 {
     const unsigned char *end = p->end;
-    const char *keys[ONEPASS_KEYS];
-    size_t lens[ONEPASS_KEYS];
-    int nk = 0;
-    uint64_t seen = 0; /* object()'s filter of the keys met */
+    /* a duplicate: a slot met twice (equal slots are equal names), or an
+     * equal name among the keys that have none (others[]) */
+    const char *others[ONEPASS_KEYS];
+    size_t olens[ONEPASS_KEYS];
+    int nk = 0, no = 0;
+    uint64_t seen[(F__COUNT + 63) / 64] = {0};
     int build = ctx == C_ATTRS;
     if (build) {
         p->attrs_tree = st_json_node_in(p->mem, cJSON_Object);
@@ -1315,24 +1364,37 @@ static int lean_object(struct st_onepass *p, int depth, enum ctx ctx)
         if (p->p >= end || *p->p != '"' || read_string(p, &key, &klen, &plain) || !plain ||
             nk == ONEPASS_KEYS)
             return -1;
-        unsigned h = key_hash(key, klen);
-        uint64_t bit = (uint64_t)1 << (h & 63u);
-        if (seen & bit)
-            for (int i = 0; i < nk; i++)
-                if (lens[i] == klen && memcmp(keys[i], key, klen) == 0)
-                    return -1;
-        seen |= bit;
-        keys[nk] = key;
-        lens[nk++] = klen;
-        if (p->p >= end || *p->p != ':')
-            return -1;
-        p->p++;
         if ((ctx == C_TOP && klen == 10 && memcmp(key, "redactions", 10) == 0) ||
             (ctx == C_IDENTITY && klen == 10 && memcmp(key, "credential", 10) == 0))
             return -1;
-        uint64_t km;
+        struct leankey *lk = &p->leankeys[ctx][nk++];
         int field;
-        key_info(p, key, klen, h, 1, ctx, &km, &field); /* no redactor: 0 */
+        if (lk->len == klen && klen > 0 && lean_key_equal(p, lk, key, klen)) {
+            field = lk->field;
+        } else {
+            uint64_t km;
+            key_info(p, key, klen, key_hash(key, klen), 1, ctx, &km, &field); /* no redactor */
+            if (klen > 0 && klen < KEYCACHE_LEN) {
+                lk->len = klen;
+                memcpy(lk->s, key, klen);
+                lk->field = field;
+            }
+        }
+        if (field >= 0) {
+            uint64_t bit = (uint64_t)1 << (field % 64);
+            if (seen[field / 64] & bit)
+                return -1;
+            seen[field / 64] |= bit;
+        } else {
+            for (int i = 0; i < no; i++)
+                if (olens[i] == klen && memcmp(others[i], key, klen) == 0)
+                    return -1;
+            others[no] = key;
+            olens[no++] = klen;
+        }
+        if (p->p >= end || *p->p != ':')
+            return -1;
+        p->p++;
 
         const unsigned char *start = p->p;
         double d = 0;
@@ -1378,7 +1440,7 @@ static int lean_object(struct st_onepass *p, int depth, enum ctx ctx)
         if (field >= 0)
             slot_value(p, field, t, d, start);
         if (build) { /* a scalar: an object here went back to pass() */
-            const cJSON *c = attrs_member(p, key, klen, t);
+            const cJSON *c = attrs_member(p, key, klen, field, t);
             if (field >= F_ATTR0)
                 p->vnode[field] = c;
         }

@@ -597,6 +597,11 @@ START_TEST(onepass_lean_pass_takes_only_the_collectors_shape)
         int lean; /* taken by the lean pass */
     } cases[] = {
         {HEAD PROXY "\"decision\":\"deny\",\"attrs\":{\"host\":\"a.example\",\"port\":443,\"x\":null,\"y\":true}}", 1},
+        /* the same place, a key of the same length: not the last line's
+         * host (required: refused), then an empty key and a second one */
+        {HEAD PROXY "\"decision\":\"deny\",\"attrs\":{\"hosT\":\"a.example\",\"port\":443}}", 1},
+        {HEAD PROXY "\"decision\":\"deny\",\"attrs\":{\"\":\"a\",\"host\":\"a.example\"}}", 1},
+        {HEAD PROXY "\"decision\":\"deny\",\"attrs\":{\"\":\"a\",\"host\":\"b\",\"\":1}}", 0},
         /* a valid line's values with escapes: still the collector's shape */
         {HEAD PROXY "\"reason\":\"a\\\"b\\n\",\"attrs\":{\"host\":\"h\\u00e9\"}}", 1},
         {HEAD PROXY "\"attrs\":{\"host\":\"a\",\"port\":443.5}}", 1},            /* refused */
