@@ -1311,16 +1311,6 @@ static int validate(struct st_onepass *p, struct st_event *ev)
 
 /* ---- st_onepass_read's lean pass ----------------------------------------- */
 
-/* The shape the collector prints an event in (cJSON_PrintUnformatted: no
- * whitespace), read into the slots as pass() reads it, without what
- * redaction and printing need (the keys' paths and frames, the output, the
- * sender's "redactions"). It takes only: keys without escapes; scalars
- * and, at the top level, the source, identity and attrs objects, whose
- * members are scalars. Anything else (an array, another object, an escaped
- * key, whitespace, a top-level "redactions", an identity.credential, a
- * duplicate key, more than ONEPASS_KEYS members) gives -1, and pass()
- * reads the line from its start. What it takes, it reads with pass()'s own
- * token readers, into the same slots. */
 /* key[0..klen), in the line, is lk's key (klen, lk->len's, is from 1 to
  * KEYCACHE_LEN - 1). */
 static inline int lean_key_equal(const struct st_onepass *p, const struct leankey *lk,
@@ -1338,6 +1328,16 @@ static inline int lean_key_equal(const struct st_onepass *p, const struct leanke
     return memcmp(lk->s, key, klen) == 0;
 }
 
+/* The shape the collector prints an event in (cJSON_PrintUnformatted: no
+ * whitespace), read into the slots as pass() reads it, without what
+ * redaction and printing need (the keys' paths and frames, the output, the
+ * sender's "redactions"). It takes only: keys without escapes; scalars
+ * and, at the top level, the source, identity and attrs objects, whose
+ * members are scalars. Anything else (an array, another object, an escaped
+ * key, whitespace, a top-level "redactions", an identity.credential, a
+ * duplicate key, more than ONEPASS_KEYS members) gives -1, and pass()
+ * reads the line from its start. What it takes, it reads with pass()'s own
+ * token readers, into the same slots. */
 static int lean_object(struct st_onepass *p, int depth, enum ctx ctx)
 {
     const unsigned char *end = p->end;

@@ -19,7 +19,9 @@
  *
  * The analyzer reads each consumed event with it too (st_onepass_read,
  * through st_event_read): no redactor, nothing printed, only attrs and
- * identity made into trees, which its detectors read. */
+ * identity made into trees, which its detectors read. It tries a lean pass
+ * first, which takes only the shape the collector prints
+ * (st_onepass_lean_reads) and gives any other line to the full pass. */
 #ifndef ST_ONEPASS_H
 #define ST_ONEPASS_H
 
